@@ -1,0 +1,332 @@
+"""The configuration file: pydantic models of the YAML, `${ENV}` substitution, env overrides.
+
+Every model forbids unknown keys, so a typo is an error that names the key rather than a
+setting silently ignored. `load_config` is the one entry point; it raises `ConfigError`
+with a message that names each bad key and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from coding_agent.errors import ConfigError
+
+__all__ = [
+    "AgentConfig",
+    "GitHubConfig",
+    "GitLabConfig",
+    "LabelConfig",
+    "LLMConfig",
+    "OpenAICompatibleConfig",
+    "OllamaConfig",
+    "MCPServerConfig",
+    "ToolsConfig",
+    "load_config",
+    "parse_config",
+    "DEFAULT_CONFIG_PATH",
+]
+
+DEFAULT_CONFIG_PATH = "config.yaml"
+
+
+class _Strict(BaseModel):
+    """Base of every section: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LabelConfig(_Strict):
+    """Label names of the lifecycle (SPEC 3); each forge section carries its own."""
+
+    bot_label: str = "coding agent"
+    processing_label: str = "coding agent processing"
+    done_label: str = "coding agent done"
+    paused_label: str = "coding agent paused"
+    stopped_label: str = "coding agent stopped"
+    failed_label: str = "coding agent failed"
+
+
+class GitHubConfig(LabelConfig):
+    api_url: str = "https://api.github.com"
+    token: SecretStr | None = None
+    owner: str
+    repos: list[str] = Field(default_factory=list)
+    query: str = ""
+    assignee: str | None = None
+    bot_name: str | None = None
+
+
+class GitLabConfig(LabelConfig):
+    api_url: str = "https://gitlab.com"
+    token: SecretStr | None = None
+    group: str | None = None
+    project_id: int | str | None = None
+    assignee: str | None = None
+    bot_name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> GitLabConfig:
+        if self.group is None and self.project_id is None:
+            raise ValueError("set gitlab.group or gitlab.project_id: the agent never searches a whole instance")
+        return self
+
+
+class _ProviderCommon(_Strict):
+    model: str | None = None
+    context_length: int = Field(default=32768, gt=0)
+    max_tokens: int = Field(default=4096, gt=0)
+    temperature: float = Field(default=0.2, ge=0)
+    timeout_seconds: float = Field(default=300, gt=0)
+
+
+class OpenAICompatibleConfig(_ProviderCommon):
+    """`llm.openai` and `llm.lmstudio`: any server speaking OpenAI chat completions."""
+
+    base_url: str = "https://api.openai.com/v1"
+    api_key: SecretStr | None = None
+
+
+class LMStudioConfig(OpenAICompatibleConfig):
+    base_url: str = "http://localhost:1234/v1"
+
+
+class OllamaConfig(_ProviderCommon):
+    endpoint: str = "http://localhost:11434"
+
+
+ProviderName = Literal["openai", "lmstudio", "ollama"]
+
+
+class LLMConfig(_Strict):
+    provider: ProviderName
+    function_calling: bool = True
+    openai: OpenAICompatibleConfig | None = None
+    lmstudio: LMStudioConfig | None = None
+    ollama: OllamaConfig | None = None
+
+    @model_validator(mode="after")
+    def _provider_section(self) -> LLMConfig:
+        section = getattr(self, self.provider)
+        if section is None:
+            raise ValueError(f"llm.provider is {self.provider!r} but there is no llm.{self.provider} section")
+        if not section.model:
+            raise ValueError(f"llm.{self.provider}.model is required")
+        return self
+
+    @property
+    def active(self) -> OpenAICompatibleConfig | OllamaConfig:
+        """The section of the chosen provider."""
+        return getattr(self, self.provider)
+
+
+class MCPServerConfig(_Strict):
+    """One MCP server (seed 003 section 3.2). `{workspace}` in command or env is the run's workspace."""
+
+    mcp_server_name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    system_prompt: str = ""
+    tools_allow: list[str] | None = None
+
+
+class ToolsConfig(_Strict):
+    call_timeout_seconds: float = Field(default=120, gt=0)
+    startup_timeout_seconds: float = Field(default=60, gt=0)
+    max_output_chars: int = Field(default=20000, gt=0)
+
+
+class WorkspaceConfig(_Strict):
+    base_dir: str = "workspaces"
+
+
+class SchedulingConfig(_Strict):
+    interval_seconds: float = Field(default=60, gt=0)
+    lease_seconds: float = Field(default=900, gt=0)
+
+
+class ContextStorageConfig(_Strict):
+    base_dir: str = "contexts"
+
+
+class LoggingConfig(_Strict):
+    dir: str = "logs"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    backup_count: int = Field(default=14, ge=0)
+
+
+class DatabaseConfig(_Strict):
+    url: str = "sqlite:///coding-agent.db"
+
+
+class BudgetConfig(_Strict):
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_seconds: float | None = Field(default=None, gt=0)
+
+
+class SecurityConfig(_Strict):
+    allow_untrusted_triggers: bool = False
+
+
+class RetryConfig(_Strict):
+    """Transient-error retries for forge and model calls (SPEC 4)."""
+
+    retries: int = Field(default=3, ge=0)
+    base_delay_seconds: float = Field(default=1.0, ge=0)
+    max_delay_seconds: float = Field(default=60.0, ge=0)
+
+
+SourceName = Literal["github", "gitlab"]
+
+
+class AgentConfig(_Strict):
+    task_source: SourceName | list[SourceName]
+    github: GitHubConfig | None = None
+    gitlab: GitLabConfig | None = None
+    llm: LLMConfig
+    max_llm_process_num: int = Field(default=50, gt=0)
+    mcp_servers: list[MCPServerConfig] = Field(default_factory=list)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
+    workers: int = Field(default=1, ge=1)
+    scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
+    context_storage: ContextStorageConfig = Field(default_factory=ContextStorageConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    security: SecurityConfig = Field(default_factory=SecurityConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    language: Literal["en", "ja"] = "en"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_mcp_json_form(cls, data: Any) -> Any:
+        """Accept the common `mcpServers` form (`.mcp.json`) beside `mcp_servers`."""
+        if isinstance(data, dict) and "mcpServers" in data:
+            data = dict(data)
+            servers = data.pop("mcpServers") or {}
+            if not isinstance(servers, dict):
+                raise ValueError("mcpServers must be a mapping of server name to {command, args, env}")
+            converted = list(data.get("mcp_servers") or [])
+            for name, spec in servers.items():
+                spec = dict(spec or {})
+                command = [spec.pop("command", "")] + list(spec.pop("args", []) or [])
+                converted.append({"mcp_server_name": name, "command": command, **spec})
+            data["mcp_servers"] = converted
+        return data
+
+    @model_validator(mode="after")
+    def _sources_configured(self) -> AgentConfig:
+        for name in self.sources:
+            if getattr(self, name) is None:
+                raise ValueError(f"task_source includes {name!r} but there is no {name} section")
+        names = [server.mcp_server_name for server in self.mcp_servers]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"mcp_servers: duplicate mcp_server_name {', '.join(duplicates)}")
+        return self
+
+    @property
+    def sources(self) -> list[SourceName]:
+        return [self.task_source] if isinstance(self.task_source, str) else list(self.task_source)
+
+    def secrets(self) -> list[str]:
+        """Every secret value in the configuration, for redaction in logs and comments."""
+        values: list[str] = []
+        for section in (self.github, self.gitlab, self.llm.openai, self.llm.lmstudio):
+            secret = getattr(section, "token", None) or getattr(section, "api_key", None)
+            if secret is not None and secret.get_secret_value():
+                values.append(secret.get_secret_value())
+        return values
+
+
+_ENV_PATTERN = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+
+# Environment variables that override a key, when that key's section exists (SPEC 11).
+_ENV_OVERRIDES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("GITHUB_TOKEN", ("github", "token")),
+    ("GITLAB_TOKEN", ("gitlab", "token")),
+    ("GITHUB_BOT_NAME", ("github", "bot_name")),
+    ("GITLAB_BOT_NAME", ("gitlab", "bot_name")),
+    ("OPENAI_API_KEY", ("llm", "openai", "api_key")),
+)
+
+
+def _substitute(value: Any, path: str, env: Mapping[str, str]) -> Any:
+    """Replace `${VAR}` / `${VAR:-default}` in every string, naming the key when VAR is unset."""
+    if isinstance(value, dict):
+        return {key: _substitute(item, f"{path}.{key}" if path else str(key), env) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_substitute(item, f"{path}[{index}]", env) for index, item in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match["name"], match["default"]
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"config key {path}: environment variable {name} is not set")
+
+    return _ENV_PATTERN.sub(replace, value)
+
+
+def _apply_env_overrides(data: dict[str, Any], env: Mapping[str, str]) -> None:
+    for variable, path in _ENV_OVERRIDES:
+        value = env.get(variable)
+        if not value:
+            continue
+        node: Any = data
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+            if node is None:
+                break
+        if isinstance(node, dict):
+            node[path[-1]] = value
+
+
+def _format_validation_error(error: ValidationError, source: str) -> str:
+    lines = []
+    for item in error.errors():
+        location = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif item["type"] == "missing":
+            message = "required key is missing"
+        lines.append(f"  {location}: {message}" if location else f"  {message}")
+    return f"invalid configuration in {source}:\n" + "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>", env: Mapping[str, str] | None = None) -> AgentConfig:
+    """Validate an already-parsed YAML document (after env substitution and overrides)."""
+    env = os.environ if env is None else env
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid configuration in {source}: the top level must be a mapping of keys")
+    data = _substitute(data, "", env)
+    _apply_env_overrides(data, env)
+    try:
+        return AgentConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(error, source)) from None
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> AgentConfig:
+    """Read, substitute and validate the YAML file at `path`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path}: {error.strerror or error}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
+    return parse_config(data, str(path), env)

@@ -1,0 +1,139 @@
+"""Immutable descriptions of the things the agent works on: tasks, comments, threads.
+
+These types carry no I/O. Sources (GitHub, GitLab) build them from API responses; the
+loop, the steering and the context builders only ever read them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Literal
+
+__all__ = [
+    "Forge",
+    "TaskKind",
+    "TaskKey",
+    "Task",
+    "Comment",
+    "Thread",
+    "Permission",
+]
+
+Forge = Literal["github", "gitlab"]
+
+
+class TaskKind(str, Enum):
+    """An issue, or a change request (GitHub pull request / GitLab merge request)."""
+
+    ISSUE = "issue"
+    CHANGE = "change"
+
+
+_KEY_PATTERN = re.compile(r"^(?P<forge>github|gitlab):(?P<project>[^#!\s]+)(?P<sep>[#!])(?P<number>\d+)$")
+
+
+@dataclass(frozen=True, order=True)
+class TaskKey:
+    """Identifies one task: `github:owner/repo#12`, `gitlab:group/project!34`.
+
+    `#` marks an issue, `!` a PR/MR, as SPEC section 2 writes them; the string form is
+    what the state store, the queue, the logs and the CLI use.
+    """
+
+    forge: Forge
+    project: str
+    kind: TaskKind
+    number: int
+
+    def __post_init__(self) -> None:
+        if self.forge not in ("github", "gitlab"):
+            raise ValueError(f"unknown forge {self.forge!r}: expected 'github' or 'gitlab'")
+        if not self.project or "/" not in self.project:
+            raise ValueError(f"task project must be 'owner/repo' (or 'group/project'), got {self.project!r}")
+        if self.number < 1:
+            raise ValueError(f"task number must be positive, got {self.number}")
+
+    def __str__(self) -> str:
+        sep = "#" if self.kind is TaskKind.ISSUE else "!"
+        return f"{self.forge}:{self.project}{sep}{self.number}"
+
+    @classmethod
+    def parse(cls, text: str) -> TaskKey:
+        """Parse the string form; raise ValueError naming the text when it is malformed."""
+        match = _KEY_PATTERN.match(text.strip())
+        if match is None:
+            raise ValueError(
+                f"not a task key: {text!r} (expected e.g. 'github:owner/repo#12' or 'gitlab:group/project!34')"
+            )
+        kind = TaskKind.ISSUE if match["sep"] == "#" else TaskKind.CHANGE
+        return cls(match["forge"], match["project"], kind, int(match["number"]))  # type: ignore[arg-type]
+
+    @property
+    def is_change(self) -> bool:
+        return self.kind is TaskKind.CHANGE
+
+
+@dataclass(frozen=True)
+class Comment:
+    """One comment on a task. `thread_id` is set for PR review comments / MR discussion notes."""
+
+    id: str
+    author: str
+    body: str
+    created_at: datetime
+    thread_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Thread:
+    """A discussion thread: a PR review thread or an MR discussion. The first comment is its root."""
+
+    id: str
+    comments: tuple[Comment, ...]
+    path: str | None = None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """A snapshot of an issue or PR/MR as read from the forge.
+
+    A snapshot goes stale: steering re-reads assignees and comments from the forge rather
+    than trusting these fields (SPEC 8.2).
+    """
+
+    key: TaskKey
+    title: str
+    body: str
+    author: str
+    labels: tuple[str, ...]
+    assignees: tuple[str, ...]
+    url: str
+    created_at: datetime
+    updated_at: datetime
+    state: str = "open"
+    head_branch: str | None = None
+    base_branch: str | None = None
+    extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def has_label(self, name: str) -> bool:
+        return name in self.labels
+
+
+class Permission(str, Enum):
+    """A user's access to a repository, normalised across forges.
+
+    GitHub write/maintain/admin and GitLab Developer (30) or above are `WRITE` or `ADMIN`.
+    """
+
+    NONE = "none"
+    READ = "read"
+    WRITE = "write"
+    ADMIN = "admin"
+
+    @property
+    def can_write(self) -> bool:
+        return self in (Permission.WRITE, Permission.ADMIN)

@@ -1,0 +1,49 @@
+"""The agent's own exception types.
+
+Adapters (forges, LLM providers, MCP) translate their library's exceptions into these,
+so that the loop and the retry policy decide on one vocabulary. Messages never carry a
+token or a stack trace: they may end up in a comment on the issue.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentError",
+    "ConfigError",
+    "TransientError",
+    "ForgeError",
+    "LLMError",
+    "ToolError",
+]
+
+
+class AgentError(Exception):
+    """Base of every error the agent raises on purpose."""
+
+
+class ConfigError(AgentError):
+    """The configuration is unusable; the message names the key and the problem."""
+
+
+class TransientError(AgentError):
+    """A failure worth retrying: HTTP 5xx, 429, a timeout, a dropped connection.
+
+    `retry_after` is the server's hint in seconds (Retry-After, or the time until a
+    GitHub rate limit resets), when it gave one.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ForgeError(AgentError):
+    """A forge request failed for good (4xx other than 429, or retries used up)."""
+
+
+class LLMError(AgentError):
+    """The model server failed for good."""
+
+
+class ToolError(AgentError):
+    """An MCP server could not be started or reached (not a tool that reported an error)."""

@@ -1,0 +1,79 @@
+"""The conversation with the model: the one surface the loop uses (seed 003 section 10).
+
+`send_system_prompt`, `send_user_message`, `get_response`. `get_response` appends the
+assistant reply to the history. Providers only implement `_complete`, which turns the
+history into one request; history, tool-name encoding and usage accounting live here once.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+
+from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolSpec
+
+__all__ = ["LLMClient", "UsageListener"]
+
+UsageListener = Callable[[TokenUsage], None]
+
+
+class LLMClient(abc.ABC):
+    """A conversation with one model.
+
+    `tools` is set when the native tool-calling protocol is used: every MCP tool is
+    offered with its JSON schema; names are encoded for the wire by the provider and
+    decoded back to `server/tool` in the reply.
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.tools: list[ToolSpec] = []
+        self.usage = TokenUsage()
+        self._usage_listeners: list[UsageListener] = []
+
+    def send_system_prompt(self, text: str) -> None:
+        """Set the system prompt (replacing an earlier one) at the head of the history."""
+        if self.messages and self.messages[0]["role"] == "system":
+            self.messages[0] = {"role": "system", "content": text}
+        else:
+            self.messages.insert(0, {"role": "system", "content": text})
+
+    def send_user_message(self, text: str) -> None:
+        self.messages.append({"role": "user", "content": text})
+
+    def send_tool_result(self, call_id: str, name: str, text: str) -> None:
+        """Answer a native tool call (tool-calling protocol only)."""
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": text})
+
+    def set_tools(self, tools: list[ToolSpec]) -> None:
+        self.tools = list(tools)
+
+    def on_usage(self, listener: UsageListener) -> None:
+        """Call `listener` with the usage of every completed request (token accounting)."""
+        self._usage_listeners.append(listener)
+
+    async def get_response(self) -> LLMReply:
+        """Ask the model for the next turn and append it to the history."""
+        reply = await self._complete(self.messages, self.tools)
+        self.messages.append(self._assistant_message(reply))
+        self.usage = self.usage + reply.usage
+        for listener in self._usage_listeners:
+            listener(reply.usage)
+        return reply
+
+    @staticmethod
+    def _assistant_message(reply: LLMReply) -> Message:
+        message: Message = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                for call in reply.tool_calls
+            ]
+        return message
+
+    @abc.abstractmethod
+    async def _complete(self, messages: list[Message], tools: list[ToolSpec]) -> LLMReply:
+        """Send one request. Tool names in `messages` and `tools` are real `server/tool` names."""
+
+    async def aclose(self) -> None:
+        """Release the HTTP client."""

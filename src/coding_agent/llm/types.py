@@ -1,0 +1,53 @@
+"""Values that cross the LLM boundary: tool descriptions, tool calls, replies, usage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ToolSpec", "ToolCallRequest", "TokenUsage", "LLMReply", "Message"]
+
+# One chat message in OpenAI form: {"role": ..., "content": ..., "tool_calls": [...], ...}.
+# Providers translate it to their own wire format; context storage writes it as JSON.
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """An MCP tool as offered to the model. `name` is the real `server/tool` name."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """A tool call the model asked for, with the name already decoded to `server/tool`."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens)
+
+
+@dataclass(frozen=True)
+class LLMReply:
+    """One assistant turn: its text, the tool calls it asked for, what it cost."""
+
+    content: str
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    duration_seconds: float = 0.0

@@ -1,0 +1,74 @@
+"""The one interface every forge adapter implements.
+
+The loop, the scheduler and steering talk to GitHub and GitLab only through `Source`.
+Every method is async; an adapter over a blocking library (python-gitlab) runs its calls
+in a worker thread. Transient failures are retried inside the adapter with the shared
+`RetryPolicy`; what escapes is a `ForgeError` (or `TransientError` when retries ran out).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from coding_agent.config import LabelConfig
+from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, Thread
+
+__all__ = ["Source"]
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A task source: one forge within one configured scope."""
+
+    forge: Forge
+    labels: LabelConfig
+    bot_name: str | None
+
+    async def discover(self) -> list[Task]:
+        """Open issues and PRs/MRs carrying `bot_label` in the configured scope.
+
+        Costs O(1) requests per scope (a search / group-level listing), whatever the
+        number of repositories.
+        """
+        ...
+
+    async def get_task(self, key: TaskKey) -> Task:
+        """A fresh snapshot of one issue or PR/MR (labels, assignees, branches)."""
+        ...
+
+    async def list_comments(self, key: TaskKey) -> list[Comment]:
+        """Top-level comments in chronological order (system notes excluded)."""
+        ...
+
+    async def list_threads(self, key: TaskKey) -> list[Thread]:
+        """PR review threads / MR discussions with their comments; empty for issues."""
+        ...
+
+    async def post_comment(self, key: TaskKey, body: str) -> Comment:
+        ...
+
+    async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
+        ...
+
+    async def add_label(self, key: TaskKey, label: str) -> None:
+        """Add one label, creating it in the repository/project first when missing."""
+        ...
+
+    async def remove_label(self, key: TaskKey, label: str) -> None:
+        """Remove one label; a label that is not there is not an error."""
+        ...
+
+    async def get_assignees(self, key: TaskKey) -> list[str]:
+        """Usernames assigned now, read from the forge (not from a snapshot)."""
+        ...
+
+    async def get_permission(self, key: TaskKey, username: str) -> Permission:
+        """`username`'s access to the task's repository/project."""
+        ...
+
+    async def find_trigger_user(self, key: TaskKey) -> str | None:
+        """Who most recently applied `bot_label` (or assigned the bot); None if unknown."""
+        ...
+
+    async def aclose(self) -> None:
+        ...
