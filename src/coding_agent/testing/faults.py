@@ -1,0 +1,65 @@
+"""Fault injection for the testing servers: answer the next N matching requests with an
+error status (5xx, 429 with Retry-After) or after a delay, then behave normally again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+__all__ = ["Fault", "FaultInjector"]
+
+
+@dataclass
+class Fault:
+    """`count` requests whose `METHOD path` matches `pattern` get `status` (or just `delay`)."""
+
+    pattern: str
+    count: int = 1
+    status: int | None = 503
+    retry_after: int | None = None  # whole seconds, as HTTP sends it
+    delay: float = 0.0
+
+
+class FaultInjector:
+    """Thread-safe list of pending faults, consulted by the servers' middleware."""
+
+    def __init__(self) -> None:
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+        self.injected = 0
+
+    def add(self, fault: Fault) -> None:
+        with self._lock:
+            self._faults.append(fault)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def _take(self, request: Request) -> Fault | None:
+        target = f"{request.method} {request.url.path}"
+        with self._lock:
+            for fault in self._faults:
+                if fault.count > 0 and re.search(fault.pattern, target):
+                    fault.count -= 1
+                    self.injected += 1
+                    return fault
+        return None
+
+    async def apply(self, request: Request) -> Response | None:
+        """Return the error response to send instead, or None to serve the request."""
+        fault = self._take(request)
+        if fault is None:
+            return None
+        if fault.delay:
+            await asyncio.sleep(fault.delay)
+        if fault.status is None:
+            return None
+        headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
+        return JSONResponse({"message": f"injected fault {fault.status}"}, status_code=fault.status, headers=headers)
