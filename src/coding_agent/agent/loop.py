@@ -1,0 +1,156 @@
+"""The agent loop of seed 003 section 5: ask the model, post its comment, run its tool,
+send the output back, until it says done or a limit is reached.
+
+This is the one place the loop lives. It knows nothing of forges, labels or files beyond
+three narrow collaborators: the reporter (posts comments), the tool hub (runs tools)
+and the context files (records history). Steering (SPEC 8) is consulted at the named
+checkpoints through `Steering.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal, Protocol
+
+from coding_agent.agent.notices import Language, notice
+from coding_agent.context.storage import RunContextFiles
+from coding_agent.llm.base import LLMClient
+from coding_agent.llm.protocols import ReplyProtocol, ToolAction
+from coding_agent.tools.types import ToolResult
+
+__all__ = ["Checkpoint", "Steering", "NoSteering", "Reporter", "ToolRunner", "LoopLimits", "LoopOutcome", "run_loop"]
+
+log = logging.getLogger(__name__)
+
+
+class Checkpoint(str, Enum):
+    """Where steering is consulted (SPEC 8)."""
+
+    ITERATION_START = "iteration_start"
+    AFTER_REPLY = "after_reply"
+    AFTER_TOOL = "after_tool"
+
+
+class Steering(Protocol):
+    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> None:
+        """May add a user message (new comments) or raise to pause/stop the run."""
+        ...
+
+
+class NoSteering:
+    """Steering that never intervenes."""
+
+    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> None:
+        return None
+
+
+class Reporter(Protocol):
+    async def step_comment(self, text: str) -> None:
+        """Publish the comment of one step."""
+        ...
+
+
+class ToolRunner(Protocol):
+    async def call(self, name: str, args: dict) -> ToolResult:  # type: ignore[type-arg]
+        ...
+
+
+@dataclass(frozen=True)
+class LoopLimits:
+    max_steps: int
+    max_tokens: int | None = None
+    max_seconds: float | None = None
+    max_invalid_replies: int = 5
+    repeated_failure_threshold: int = 3
+
+
+@dataclass(frozen=True)
+class LoopOutcome:
+    """How the loop ended. `comment` is the final comment (done) or the failure notice."""
+
+    status: Literal["done", "failed"]
+    comment: str
+    steps: int
+
+
+def _call_signature(action: ToolAction) -> str:
+    return action.tool + json.dumps(action.args, sort_keys=True, default=str)
+
+
+async def run_loop(
+    llm: LLMClient,
+    protocol: ReplyProtocol,
+    tools: ToolRunner,
+    files: RunContextFiles,
+    reporter: Reporter,
+    limits: LoopLimits,
+    language: Language = "en",
+    steering: Steering | None = None,
+    on_step: Callable[[int], None] = lambda steps: None,
+    clock: Callable[[], float] = time.monotonic,
+) -> LoopOutcome:
+    """Drive the conversation whose system prompt and task prompt are already in `llm`."""
+    steering = steering or NoSteering()
+    started = clock()
+    steps = 0
+    invalid_in_a_row = 0
+    failures: dict[str, int] = {}
+    last_failure = ""
+
+    def failed(name: str, **values: object) -> LoopOutcome:
+        return LoopOutcome("failed", notice(name, language, **values), steps)
+
+    while True:
+        await steering.checkpoint(Checkpoint.ITERATION_START, llm)
+        if steps >= limits.max_steps:
+            return failed("limit_steps", limit=limits.max_steps)
+        if limits.max_tokens is not None and llm.usage.total_tokens >= limits.max_tokens:
+            return failed("limit_tokens", limit=limits.max_tokens)
+        if limits.max_seconds is not None and clock() - started >= limits.max_seconds:
+            return failed("limit_seconds", limit=limits.max_seconds)
+
+        reply = await llm.get_response()
+        steps += 1
+        on_step(steps)
+        files.sync_messages(llm.messages)
+        decision = protocol.parse(reply)
+        if decision.error is not None:
+            invalid_in_a_row += 1
+            log.warning("step %d: unusable reply (%d in a row): %s", steps, invalid_in_a_row, decision.error)
+            if invalid_in_a_row >= limits.max_invalid_replies:
+                return failed("invalid_replies", count=invalid_in_a_row)
+            llm.send_user_message(protocol.correction_message(decision.error))
+            continue
+        invalid_in_a_row = 0
+
+        await steering.checkpoint(Checkpoint.AFTER_REPLY, llm)
+        if decision.comment and not decision.done:
+            await reporter.step_comment(decision.comment)
+
+        for action in decision.actions:
+            result = await tools.call(action.tool, action.args)
+            files.record_tool_call(
+                action.tool, action.args, result.is_error, result.output_chars, result.cut_chars, result.duration_seconds
+            )
+            log.info("step %d: %s -> %s (%.3fs)", steps, action.tool, "error" if result.is_error else "ok", result.duration_seconds)
+            output = result.text
+            signature = _call_signature(action)
+            if result.is_error:
+                failures[signature] = failures.get(signature, 0) + 1 if signature == last_failure else 1
+                last_failure = signature
+                if failures[signature] >= limits.repeated_failure_threshold:
+                    output += "\n\n" + notice("repeated_failure", language, tool=action.tool, count=failures[signature])
+            else:
+                last_failure = ""
+            protocol.send_tool_result(llm, action, output, result.is_error)
+        if decision.actions:
+            await steering.checkpoint(Checkpoint.AFTER_TOOL, llm)
+            files.sync_messages(llm.messages)
+
+        if decision.done:
+            return LoopOutcome("done", decision.comment, steps)

@@ -1,0 +1,221 @@
+"""One run of one claimed task, from the first prompt to the final label.
+
+Sets up what the loop needs (context files, workspace, MCP servers, the model), runs
+the loop, and publishes the outcome: the final comment and the done or failed label.
+Whatever goes wrong, the run ends with consistent labels, one comment saying what
+happened (never a stack trace or a secret), and its context moved to `completed/`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from coding_agent.agent.loop import LoopLimits, LoopOutcome, run_loop
+from coding_agent.agent.notices import notice
+from coding_agent.agent.prompting import render_system_prompt, render_task_prompt
+from coding_agent.config import AgentConfig
+from coding_agent.context.storage import ContextStorage, RunContextFiles
+from coding_agent.domain.tasks import Permission, Task, TaskKey
+from coding_agent.errors import AgentError
+from coding_agent.llm.base import LLMClient
+from coding_agent.llm.factory import create_llm_client
+from coding_agent.llm.protocols import create_protocol
+from coding_agent.llm.types import TokenUsage
+from coding_agent.redaction import Redactor
+from coding_agent.runtime.state_store import StateStore
+from coding_agent.sources.base import Source
+from coding_agent.sources.factory import retry_policy
+from coding_agent.sources.lifecycle import transition
+from coding_agent.tools.hub import ToolHub
+
+__all__ = ["TaskRunner", "RunResult", "IssueReporter"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_uuid: str
+    task_key: str
+    status: str
+    steps: int
+    context_dir: Path
+
+
+class IssueReporter:
+    """Posts the run's comments on the task, redacted."""
+
+    def __init__(self, source: Source, key: TaskKey, redactor: Redactor) -> None:
+        self._source = source
+        self._key = key
+        self._redactor = redactor
+
+    async def step_comment(self, text: str) -> None:
+        await self._source.post_comment(self._key, self._redactor.text(text))
+
+    async def final_comment(self, text: str) -> None:
+        await self._source.post_comment(self._key, self._redactor.text(text))
+
+
+class _TrustCache:
+    """Which comment authors have write access (looked up once per author per run)."""
+
+    def __init__(self) -> None:
+        self.trusted: dict[str, bool] = {}
+
+    async def load(self, source: Source, key: TaskKey, authors: set[str]) -> None:
+        for author in sorted(authors - self.trusted.keys()):
+            if source.bot_name and author == source.bot_name:
+                self.trusted[author] = True
+                continue
+            try:
+                permission = await source.get_permission(key, author)
+            except AgentError as error:
+                log.warning("%s: permission of %s unknown (%s); treated as untrusted", key, author, error)
+                permission = Permission.NONE
+            self.trusted[author] = permission.can_write
+
+    def __call__(self, author: str) -> bool:
+        return self.trusted.get(author, False)
+
+
+class TaskRunner:
+    """Works claimed tasks. One instance serves every task of a worker process."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        store: StateStore,
+        redactor: Redactor,
+        owner: str,
+        llm_factory: Callable[[], LLMClient] | None = None,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._redactor = redactor
+        self._owner = owner
+        self._storage = ContextStorage(config.context_storage.base_dir, redactor)
+        self._llm_factory = llm_factory or (lambda: create_llm_client(config.llm, retry_policy(config)))
+
+    async def run(self, source: Source, task: Task, requester: str | None) -> RunResult:
+        """Work `task` (already claimed by this worker) to its end; release its lease."""
+        config = self._config
+        key = str(task.key)
+        run_uuid = str(uuid.uuid4())
+        workspace = Path(config.workspace.base_dir).resolve() / run_uuid
+        workspace.mkdir(parents=True, exist_ok=True)
+        files = self._storage.start_run(
+            run_uuid,
+            task_key=key,
+            requester=requester,
+            provider=config.llm.provider,
+            model=config.llm.active.model,
+            protocol="tool_calls" if config.llm.function_calling else "json_text",
+            workspace=str(workspace),
+        )
+        self._store.start_run(run_uuid, key, self._owner, requester)
+        log.info("%s: run %s started", key, run_uuid)
+        reporter = IssueReporter(source, task.key, self._redactor)
+        outcome = LoopOutcome("failed", "", 0)
+        llm: LLMClient | None = None
+        try:
+            llm = self._llm_factory()
+            llm.on_usage(lambda usage: self._record_usage(run_uuid, key, usage))
+            outcome = await self._work(source, task, llm, files, reporter, workspace)
+        except AgentError as error:
+            message = self._redactor.text(str(error))
+            log.error("%s: run %s failed: %s", key, run_uuid, message)
+            outcome = LoopOutcome("failed", notice("error", config.language, message=message), outcome.steps)
+        except Exception:
+            log.exception("%s: run %s failed with an internal error", key, run_uuid)
+            outcome = LoopOutcome(
+                "failed", notice("error", config.language, message="internal error (see the agent's log)"), 0
+            )
+        finally:
+            if llm is not None:
+                files.sync_messages(llm.messages)
+                await llm.aclose()
+        status = await self._publish(source, task, reporter, outcome)
+        files.write_metadata(status=status, steps=outcome.steps)
+        context_dir = files.move_to("completed")
+        self._store.finish_run(run_uuid, status, outcome.steps, None if status == "done" else outcome.comment)
+        self._store.release_lease(key, self._owner)
+        log.info("%s: run %s ended %s after %d steps", key, run_uuid, status, outcome.steps)
+        return RunResult(run_uuid, key, status, outcome.steps, context_dir)
+
+    async def _work(
+        self,
+        source: Source,
+        task: Task,
+        llm: LLMClient,
+        files: RunContextFiles,
+        reporter: IssueReporter,
+        workspace: Path,
+    ) -> LoopOutcome:
+        config = self._config
+        comments = await source.list_comments(task.key)
+        threads = await source.list_threads(task.key) if task.key.is_change else []
+        trust = _TrustCache()
+        authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
+        await trust.load(source, task.key, authors)
+        protocol = create_protocol(config.llm.function_calling)
+        async with ToolHub(config.mcp_servers, config.tools, workspace, self._redactor.secrets) as hub:
+            llm.send_system_prompt(
+                render_system_prompt(
+                    task,
+                    hub.tool_specs,
+                    hub.system_prompts,
+                    protocol.instructions(),
+                    show_schemas=not protocol.uses_native_tools,
+                    language=config.language,
+                )
+            )
+            llm.send_user_message(render_task_prompt(task, comments, threads, trust))
+            protocol.prepare(llm, hub.tool_specs)
+            limits = LoopLimits(
+                max_steps=config.max_llm_process_num,
+                max_tokens=config.budget.max_tokens,
+                max_seconds=config.budget.max_seconds,
+            )
+            return await run_loop(
+                llm,
+                protocol,
+                hub,
+                files,
+                reporter,
+                limits,
+                language=config.language,
+                on_step=lambda steps: self._heartbeat(str(task.key), files.run_uuid, steps),
+            )
+
+    def _heartbeat(self, key: str, run_uuid: str, steps: int) -> None:
+        """Keep the lease alive while the run makes progress."""
+        if not self._store.renew_lease(key, self._owner, self._config.scheduling.lease_seconds):
+            log.warning("%s: lease lost to another worker during run %s", key, run_uuid)
+        self._store.update_run(run_uuid, steps=steps)
+
+    def _record_usage(self, run_uuid: str, key: str, usage: TokenUsage) -> None:
+        self._store.record_usage(run_uuid, key, usage.prompt_tokens, usage.completion_tokens)
+
+    async def _publish(self, source: Source, task: Task, reporter: IssueReporter, outcome: LoopOutcome) -> str:
+        """Final comment and label. Returns the run status; never raises for forge errors."""
+        labels = source.labels
+        language = self._config.language
+        if outcome.status == "done":
+            comment, label = outcome.comment.strip() or "Done.", labels.done_label
+        else:
+            comment, label = notice("failed", language, reason=outcome.comment, label=labels.failed_label), labels.failed_label
+        status = outcome.status
+        try:
+            await reporter.final_comment(comment)
+            await transition(source, task.key, label, [labels.processing_label])
+        except AgentError as error:
+            # The forge itself is failing: the labels may be left at `processing`, which
+            # the next poll after the lease expires does not pick up; say so loudly.
+            log.error("%s: could not publish the outcome (%s): %s", task.key, status, self._redactor.text(str(error)))
+            status = "failed"
+        return status

@@ -1,0 +1,100 @@
+"""Context storage: one directory per run, holding everything needed to audit or replay it.
+
+`contexts/running/<uuid>/` while the run works, then `completed/` (or `paused/`):
+`metadata.json`, `messages.jsonl` (the full history, append-only), `current.jsonl`
+(what is sent to the model now), `tools.jsonl` (every tool call). Everything written
+passes through the redactor: a secret in a tool's output never lands on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from coding_agent.redaction import Redactor
+
+__all__ = ["ContextStorage", "RunContextFiles"]
+
+RUNNING, COMPLETED, PAUSED = "running", "completed", "paused"
+
+
+class RunContextFiles:
+    """The files of one run. Not thread-safe: one run is worked by one task."""
+
+    def __init__(self, root: Path, directory: Path, run_uuid: str, redactor: Redactor) -> None:
+        self._root = root
+        self.directory = directory
+        self.run_uuid = run_uuid
+        self._redactor = redactor
+        self._written_messages = 0
+        self._metadata: dict[str, Any] = {}
+
+    def _append_jsonl(self, name: str, records: list[dict[str, Any]]) -> None:
+        with (self.directory / name).open("a", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(self._redactor.data(record), ensure_ascii=False, default=str) + "\n")
+
+    def write_metadata(self, **fields: Any) -> None:
+        """Merge `fields` into metadata.json (rewritten whole; it is small)."""
+        self._metadata.update(fields)
+        self._metadata["updated_at"] = time.time()
+        path = self.directory / "metadata.json"
+        path.write_text(json.dumps(self._redactor.data(self._metadata), ensure_ascii=False, indent=2, default=str))
+
+    def sync_messages(self, messages: list[dict[str, Any]]) -> None:
+        """Append the messages not yet written to messages.jsonl; rewrite current.jsonl."""
+        new = messages[self._written_messages :]
+        if new:
+            self._append_jsonl("messages.jsonl", new)
+            self._written_messages = len(messages)
+        current = self.directory / "current.jsonl"
+        current.write_text("")
+        self._append_jsonl("current.jsonl", messages)
+
+    def record_tool_call(
+        self, tool: str, args: dict[str, Any], is_error: bool, output_chars: int, cut_chars: int, duration: float
+    ) -> None:
+        self._append_jsonl(
+            "tools.jsonl",
+            [
+                {
+                    "at": time.time(),
+                    "tool": tool,
+                    "args": args,
+                    "is_error": is_error,
+                    "output_chars": output_chars,
+                    "cut_chars": cut_chars,
+                    "duration_seconds": round(duration, 4),
+                }
+            ],
+        )
+
+    def move_to(self, state: str) -> Path:
+        """Move the run's directory to `running`, `completed` or `paused`; return the new path."""
+        target = self._root / state / self.run_uuid
+        if target == self.directory:
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(self.directory), str(target))
+        self.directory = target
+        return target
+
+
+class ContextStorage:
+    """The `contexts/` tree (`context_storage.base_dir`)."""
+
+    def __init__(self, base_dir: str | Path, redactor: Redactor) -> None:
+        self.root = Path(base_dir)
+        self._redactor = redactor
+
+    def start_run(self, run_uuid: str, **metadata: Any) -> RunContextFiles:
+        directory = self.root / RUNNING / run_uuid
+        directory.mkdir(parents=True, exist_ok=False)
+        for name in ("messages.jsonl", "current.jsonl", "tools.jsonl"):
+            (directory / name).touch()
+        files = RunContextFiles(self.root, directory, run_uuid, self._redactor)
+        files.write_metadata(uuid=run_uuid, status=RUNNING, started_at=time.time(), **metadata)
+        return files

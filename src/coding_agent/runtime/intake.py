@@ -1,0 +1,93 @@
+"""Claiming a discovered task (SPEC 3): lease, fresh re-read, trigger check, label swap.
+
+The order matters for "two workers never work one task": the lease is taken first, then
+the task is re-read from the forge, and only a task that still carries the trigger label
+is claimed. A worker that saw a stale snapshot (another worker already claimed and maybe
+finished it) finds the label gone and backs off.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from coding_agent.agent.notices import Language, notice
+from coding_agent.domain.tasks import Permission, Task
+from coding_agent.redaction import Redactor
+from coding_agent.runtime.state_store import StateStore
+from coding_agent.sources.base import Source
+from coding_agent.sources.lifecycle import lifecycle_labels, transition
+
+__all__ = ["Claim", "Intake"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A task this worker now holds: labelled processing, lease taken."""
+
+    task: Task
+    requester: str | None
+
+
+class Intake:
+    def __init__(
+        self,
+        store: StateStore,
+        owner: str,
+        lease_seconds: float,
+        redactor: Redactor,
+        language: Language,
+        allow_untrusted_triggers: bool,
+    ) -> None:
+        self._store = store
+        self._owner = owner
+        self._lease_seconds = lease_seconds
+        self._redactor = redactor
+        self._language = language
+        self._allow_untrusted = allow_untrusted_triggers
+
+    async def try_claim(self, source: Source, task: Task) -> Claim | None:
+        """Claim `task` for this worker, or return None when it is not ours to work."""
+        key = str(task.key)
+        if self._store.trigger_rejected(key, task.updated_at.isoformat()):
+            return None
+        if not self._store.acquire_lease(key, self._owner, self._lease_seconds):
+            log.info("%s: leased by another worker; skipped", key)
+            return None
+        try:
+            fresh = await source.get_task(task.key)
+            if not fresh.has_label(source.labels.bot_label):
+                log.info("%s: no longer carries %r; skipped", key, source.labels.bot_label)
+                self._store.release_lease(key, self._owner)
+                return None
+            requester = await source.find_trigger_user(task.key)
+            if not self._allow_untrusted and not await self._may_trigger(source, fresh, requester):
+                self._store.release_lease(key, self._owner)
+                return None
+            present = [label for label in fresh.labels if label in (source.labels.bot_label, *lifecycle_labels(source))]
+            await transition(source, task.key, source.labels.processing_label, present)
+            log.info("%s: claimed (requested by %s)", key, requester or "unknown")
+            return Claim(task=fresh, requester=requester)
+        except BaseException:
+            self._store.release_lease(key, self._owner)
+            raise
+
+    async def _may_trigger(self, source: Source, task: Task, requester: str | None) -> bool:
+        """Only users with write access may start the agent; others get one explanation."""
+        permission = await source.get_permission(task.key, requester) if requester else Permission.NONE
+        if permission.can_write:
+            return True
+        log.warning("%s: trigger by %s (%s access) refused", task.key, requester or "unknown user", permission.value)
+        text = (
+            notice("untrusted_trigger", self._language, user=requester)
+            if requester
+            else notice("unknown_trigger", self._language)
+        )
+        await source.post_comment(task.key, self._redactor.text(text))
+        # Remember the task as it is after our comment, so the next poll neither runs
+        # nor comments again until something changes (e.g. a maintainer re-labels it).
+        after = await source.get_task(task.key)
+        self._store.reject_trigger(str(task.key), after.updated_at.isoformat())
+        return False

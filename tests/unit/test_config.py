@@ -1,0 +1,106 @@
+"""Config loading: env substitution, overrides, and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from coding_agent.config import load_config, parse_config
+from coding_agent.errors import ConfigError
+
+MINIMAL = {
+    "task_source": "github",
+    "github": {"owner": "acme", "token": "${GH_TOKEN}"},
+    "llm": {"provider": "openai", "openai": {"model": "m", "base_url": "http://127.0.0.1:1/v1"}},
+}
+
+
+def test_env_substitution_and_overrides() -> None:
+    config = parse_config(MINIMAL, env={"GH_TOKEN": "from-subst", "GITHUB_BOT_NAME": "robot", "OPENAI_API_KEY": "k-123"})
+    assert config.github is not None
+    assert config.github.token is not None and config.github.token.get_secret_value() == "from-subst"
+    assert config.github.bot_name == "robot"
+    assert config.llm.openai is not None and config.llm.openai.api_key is not None
+    assert config.llm.openai.api_key.get_secret_value() == "k-123"
+    assert sorted(config.secrets()) == ["from-subst", "k-123"]
+
+
+def test_github_token_env_overrides_the_file() -> None:
+    config = parse_config(MINIMAL, env={"GH_TOKEN": "file", "GITHUB_TOKEN": "env"})
+    assert config.github is not None and config.github.token is not None
+    assert config.github.token.get_secret_value() == "env"
+
+
+def test_override_does_not_create_sections() -> None:
+    config = parse_config(MINIMAL, env={"GH_TOKEN": "t", "GITLAB_TOKEN": "g"})
+    assert config.gitlab is None
+
+
+def test_unset_variable_names_key_and_variable() -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config(MINIMAL, env={})
+    assert "github.token" in str(error.value) and "GH_TOKEN" in str(error.value)
+
+
+def test_missing_provider_is_named() -> None:
+    data = {**MINIMAL, "llm": {"openai": {"model": "m"}}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(data, env={"GH_TOKEN": "t"})
+    assert "llm.provider: required key is missing" in str(error.value)
+
+
+def test_unknown_key_is_named() -> None:
+    data = {**MINIMAL, "github": {**MINIMAL["github"], "ownr": "typo"}}
+    with pytest.raises(ConfigError) as error:
+        parse_config(data, env={"GH_TOKEN": "t"})
+    assert "github.ownr: unknown key" in str(error.value)
+
+
+def test_wrong_type_is_named() -> None:
+    data = {**MINIMAL, "workers": "many"}
+    with pytest.raises(ConfigError) as error:
+        parse_config(data, env={"GH_TOKEN": "t"})
+    assert "workers:" in str(error.value) and "integer" in str(error.value)
+
+
+def test_provider_without_section() -> None:
+    data = {**MINIMAL, "llm": {"provider": "ollama"}}
+    with pytest.raises(ConfigError, match="no llm.ollama section"):
+        parse_config(data, env={"GH_TOKEN": "t"})
+
+
+def test_gitlab_needs_a_scope() -> None:
+    data = {**MINIMAL, "task_source": ["github", "gitlab"], "gitlab": {"token": "x"}}
+    with pytest.raises(ConfigError, match="gitlab.group or gitlab.project_id"):
+        parse_config(data, env={"GH_TOKEN": "t"})
+
+
+def test_mcp_json_form_is_accepted() -> None:
+    data = {**MINIMAL, "mcpServers": {"fs": {"command": "npx", "args": ["-y", "pkg", "{workspace}"], "env": {"A": "1"}}}}
+    config = parse_config(data, env={"GH_TOKEN": "t"})
+    assert [(s.mcp_server_name, s.command, s.env) for s in config.mcp_servers] == [
+        ("fs", ["npx", "-y", "pkg", "{workspace}"], {"A": "1"})
+    ]
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "absent.yaml")
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("task_source: [github\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_example_config_is_valid() -> None:
+    example = Path(__file__).resolve().parents[2] / "config.example.yaml"
+    config = load_config(example, env={"GITHUB_TOKEN": "t"})
+    assert config.llm.provider == "ollama"
+    # Every top-level key of the example is a real key (and vice versa for documented ones).
+    documented = set(yaml.safe_load(example.read_text()))
+    assert documented <= set(type(config).model_fields)

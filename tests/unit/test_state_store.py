@@ -1,0 +1,111 @@
+"""The state store's leases and accounting, on SQLite and (when reachable) PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coding_agent.runtime.state_store import StateStore
+
+
+class FakeClock:
+    """An injectable clock, so lease expiry is tested without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FakeClock) -> Iterator[StateStore]:
+    state = StateStore(f"sqlite:///{tmp_path}/state.db", clock=clock)
+    yield state
+    state.close()
+
+
+def test_lease_is_exclusive_until_released(store: StateStore) -> None:
+    assert store.acquire_lease("github:a/b#1", "w1", 60)
+    assert not store.acquire_lease("github:a/b#1", "w2", 60)
+    assert store.acquire_lease("github:a/b#1", "w1", 60), "the holder may re-acquire"
+    store.release_lease("github:a/b#1", "w2")
+    assert store.lease_owner("github:a/b#1") == "w1", "only the owner releases"
+    store.release_lease("github:a/b#1", "w1")
+    assert store.acquire_lease("github:a/b#1", "w2", 60)
+
+
+def test_expired_lease_is_taken_over(store: StateStore, clock: FakeClock) -> None:
+    assert store.acquire_lease("k", "crashed", 60)
+    clock.now += 61
+    assert store.lease_owner("k") is None
+    assert store.acquire_lease("k", "w2", 60)
+    assert not store.renew_lease("k", "crashed", 60), "the old owner learns it lost the lease"
+    assert store.renew_lease("k", "w2", 60)
+
+
+def test_two_stores_on_one_file_share_leases(tmp_path: Path) -> None:
+    first = StateStore(f"sqlite:///{tmp_path}/shared.db")
+    second = StateStore(f"sqlite:///{tmp_path}/shared.db")
+    try:
+        assert first.acquire_lease("k", "a", 60)
+        assert not second.acquire_lease("k", "b", 60)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_runs_and_usage(store: StateStore) -> None:
+    store.start_run("u1", "github:a/b#1", "w1", "alice")
+    store.record_usage("u1", "github:a/b#1", 100, 20)
+    store.record_usage("u1", "github:a/b#1", 50, 5)
+    store.finish_run("u1", "done", 3)
+    [run] = store.runs("github:a/b#1")
+    assert (run.status, run.steps, run.prompt_tokens, run.completion_tokens, run.requester) == ("done", 3, 150, 25, "alice")
+    assert store.token_totals() == {"github:a/b#1": (150, 25)}
+
+
+def test_trigger_rejection_is_remembered_per_update(store: StateStore) -> None:
+    assert not store.trigger_rejected("k", "t1")
+    store.reject_trigger("k", "t1")
+    assert store.trigger_rejected("k", "t1")
+    assert not store.trigger_rejected("k", "t2"), "a change to the task re-opens the check"
+
+
+def _postgres_url() -> str | None:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return None
+    import socket
+
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        if probe.connect_ex(("127.0.0.1", 5432)) != 0:
+            return None
+    return "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def test_postgres_leases(clock: FakeClock) -> None:
+    url = _postgres_url()
+    if url is None:
+        pytest.skip("PostgreSQL (psycopg and 127.0.0.1:5432) not available")
+    store = StateStore(url, clock=clock)
+    try:
+        key = "github:pg/test#1"
+        store.release_lease(key, "a")
+        store.release_lease(key, "b")
+        assert store.acquire_lease(key, "a", 60)
+        assert not store.acquire_lease(key, "b", 60)
+        clock.now += 61
+        assert store.acquire_lease(key, "b", 60)
+        store.release_lease(key, "b")
+    finally:
+        store.close()
