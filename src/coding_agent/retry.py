@@ -8,18 +8,36 @@ retrying; everything else passes straight through.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from coding_agent.errors import TransientError
 
-__all__ = ["RetryPolicy", "retry_async"]
+__all__ = ["RetryPolicy", "retry_async", "parse_retry_after"]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,44 @@
+"""Build the LLM client the configuration asks for (SPEC 5)."""
+
+from __future__ import annotations
+
+from coding_agent.config import LLMConfig, OllamaConfig, OpenAICompatibleConfig
+from coding_agent.errors import ConfigError
+from coding_agent.llm.base import LLMClient
+from coding_agent.llm.ollama_client import OllamaClient
+from coding_agent.llm.openai_client import OpenAICompatibleClient
+from coding_agent.retry import RetryPolicy
+
+__all__ = ["create_llm_client"]
+
+_OPENAI_HOST = "api.openai.com"
+
+
+def create_llm_client(config: LLMConfig, retry: RetryPolicy) -> LLMClient:
+    """A fresh conversation with the configured provider; one per run."""
+    section = config.active
+    model = section.model or ""
+    if isinstance(section, OllamaConfig):
+        return OllamaClient(
+            model=model,
+            endpoint=section.endpoint,
+            retry=retry,
+            context_length=section.context_length,
+            max_tokens=section.max_tokens,
+            temperature=section.temperature,
+            timeout_seconds=section.timeout_seconds,
+        )
+    assert isinstance(section, OpenAICompatibleConfig)
+    api_key = section.api_key.get_secret_value() if section.api_key is not None else None
+    if not api_key and config.provider == "openai" and _OPENAI_HOST in section.base_url:
+        raise ConfigError("llm.openai.api_key is not set: set OPENAI_API_KEY or llm.openai.api_key: ${VAR}")
+    return OpenAICompatibleClient(
+        model=model,
+        base_url=section.base_url,
+        api_key=api_key,
+        retry=retry,
+        max_tokens=section.max_tokens,
+        temperature=section.temperature,
+        timeout_seconds=section.timeout_seconds,
+        provider=config.provider,
+    )

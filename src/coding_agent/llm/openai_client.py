@@ -1,0 +1,179 @@
+"""`provider: openai` and `provider: lmstudio`: any server speaking OpenAI chat completions.
+
+Uses the official SDK with its own retries switched off, so that the project's one retry
+policy (SPEC 4) decides, and translates the SDK's errors into `TransientError` /
+`LLMError` with messages that are safe to post on an issue.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import openai
+
+from coding_agent.errors import LLMError, TransientError
+from coding_agent.llm.base import LLMClient
+from coding_agent.llm.tool_names import (
+    RAW_ARGUMENTS_KEY,
+    ToolNameCodec,
+    answer_unanswered_tool_calls,
+    parse_tool_arguments,
+)
+from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolCallRequest, ToolSpec
+from coding_agent.redaction import Redactor
+from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
+
+__all__ = ["OpenAICompatibleClient", "LMSTUDIO_DEFAULT_API_KEY"]
+
+LMSTUDIO_DEFAULT_API_KEY = "lm-studio"
+_NO_API_KEY = "no-api-key"  # local OpenAI-compatible servers ignore the key, the SDK insists on one
+_MAX_SERVER_MESSAGE = 500
+
+
+def _server_message(body: object, fallback: str) -> str:
+    """The human part of an error body: OpenAI's `error.message`, Ollama's `error`, or text."""
+    message: object = None
+    if isinstance(body, dict):
+        error = body.get("error", body.get("message"))
+        message = error.get("message") if isinstance(error, dict) else error
+    elif isinstance(body, str):
+        message = body
+    text = str(message) if message else fallback
+    return text if len(text) <= _MAX_SERVER_MESSAGE else text[:_MAX_SERVER_MESSAGE] + "..."
+
+
+class OpenAICompatibleClient(LLMClient):
+    """A conversation with an OpenAI-compatible chat-completions server."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str,
+        api_key: str | None,
+        retry: RetryPolicy,
+        max_tokens: int = 4096,
+        temperature: float = 0.2,
+        timeout_seconds: float = 300,
+        provider: str = "openai",
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.provider = provider
+        self._retry = retry
+        self._max_tokens = max_tokens
+        self._temperature = temperature
+        self._base_url = base_url.rstrip("/")
+        self._api_key = api_key or (LMSTUDIO_DEFAULT_API_KEY if provider == "lmstudio" else _NO_API_KEY)
+        self._client = openai.AsyncOpenAI(
+            base_url=self._base_url, api_key=self._api_key, timeout=timeout_seconds, max_retries=0
+        )
+
+    async def _complete(self, messages: list[Message], tools: list[ToolSpec]) -> LLMReply:
+        codec = ToolNameCodec(tool.name for tool in tools)
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": [self._wire_message(message, codec) for message in answer_unanswered_tool_calls(messages)],
+            "max_tokens": self._max_tokens,
+            "temperature": self._temperature,
+        }
+        if tools:
+            request["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": codec.encode(tool.name),
+                        "description": tool.description,
+                        "parameters": tool.input_schema or {"type": "object", "properties": {}},
+                    },
+                }
+                for tool in tools
+            ]
+        started = time.monotonic()
+        response = await retry_async(
+            lambda: self._create(request), self._retry, f"llm POST {self._base_url}/chat/completions"
+        )
+        return self._reply(response, codec, time.monotonic() - started)
+
+    async def _create(self, request: dict[str, Any]) -> Any:
+        try:
+            return await self._client.chat.completions.create(**request)
+        except openai.APITimeoutError:
+            raise TransientError(f"{self.provider} request timed out") from None
+        except openai.APIConnectionError as error:
+            where = f"the {self.provider} server at {self._base_url}"
+            raise TransientError(f"cannot reach {where}: {error.message}") from None
+        except openai.APIStatusError as error:
+            raise self._status_error(error) from None
+        except openai.OpenAIError as error:
+            raise LLMError(Redactor([self._api_key]).text(f"{self.provider} request failed: {error}")) from None
+
+    def _status_error(self, error: openai.APIStatusError) -> Exception:
+        status = error.status_code
+        detail = _server_message(error.body, error.response.reason_phrase or "no details")
+        message = Redactor([self._api_key]).text(f"{self.provider} server answered HTTP {status}: {detail}")
+        if status >= 500 or status == 429:
+            return TransientError(message, retry_after=parse_retry_after(error.response.headers.get("retry-after")))
+        return LLMError(message)
+
+    def _reply(self, response: Any, codec: ToolNameCodec, duration: float) -> LLMReply:
+        if not response.choices:
+            raise LLMError(f"{self.provider} server returned no choices for model {self.model}")
+        message = response.choices[0].message
+        calls: list[ToolCallRequest] = []
+        for index, call in enumerate(message.tool_calls or []):
+            function = getattr(call, "function", None)
+            if function is None:  # a custom (non-function) tool call: not something we offered
+                continue
+            calls.append(
+                ToolCallRequest(
+                    id=call.id or f"call_{len(self.messages)}_{index}",
+                    name=codec.decode_or_keep(function.name),
+                    arguments=parse_tool_arguments(function.arguments),
+                )
+            )
+        usage = response.usage
+        return LLMReply(
+            content=message.content or "",
+            tool_calls=tuple(calls),
+            usage=TokenUsage(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else TokenUsage(),
+            duration_seconds=duration,
+        )
+
+    @staticmethod
+    def _wire_message(message: Message, codec: ToolNameCodec) -> dict[str, Any]:
+        """One history message in OpenAI form: encoded names, arguments as JSON text."""
+        role = message["role"]
+        if role == "tool":
+            content = message.get("content") or ""
+            return {"role": "tool", "tool_call_id": message.get("tool_call_id", ""), "content": content}
+        wire: dict[str, Any] = {"role": role, "content": message.get("content") or ""}
+        calls = message.get("tool_calls")
+        if role == "assistant" and calls:
+            wire["tool_calls"] = [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {
+                        "name": codec.encode(call["function"]["name"]),
+                        "arguments": _arguments_text(call["function"].get("arguments")),
+                    },
+                }
+                for call in calls
+            ]
+        return wire
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def _arguments_text(arguments: Any) -> str:
+    """Arguments as the model sent them: a raw string kept on parse failure goes back as is."""
+    if isinstance(arguments, str):
+        return arguments
+    if isinstance(arguments, dict) and set(arguments) == {RAW_ARGUMENTS_KEY}:
+        return str(arguments[RAW_ARGUMENTS_KEY])
+    return json.dumps(arguments or {}, ensure_ascii=False)
+

@@ -1,0 +1,376 @@
+"""The two ways a model answers (SPEC 4): JSON in text, or native tool calls.
+
+The agent loop talks to one `ReplyProtocol`: it puts `instructions()` in the system
+prompt, calls `prepare` once, turns every reply into a `Decision` with `parse`, answers
+an unusable reply with `correction_message`, and hands tool output back with
+`send_tool_result`. Everything protocol-specific stays in this module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from coding_agent.llm.base import LLMClient
+from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY
+from coding_agent.llm.types import LLMReply, ToolSpec
+
+__all__ = [
+    "ToolAction",
+    "Decision",
+    "ReplyProtocol",
+    "JsonTextProtocol",
+    "ToolCallsProtocol",
+    "JsonExtractionError",
+    "DONE_TOOL",
+    "create_protocol",
+    "strip_think",
+    "extract_json_object",
+]
+
+
+@dataclass(frozen=True)
+class ToolAction:
+    """One tool call the model asked for."""
+
+    tool: str  # real "server/tool" name
+    args: dict[str, Any]
+    call_id: str | None  # native tool-call id (None in the JSON-text protocol)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the model decided in one reply.
+
+    `done` with `actions` (a tool call next to `done`) means: run the actions, then
+    finish. `error` marks an unusable reply: no actions, not done; the loop answers with
+    `correction_message(error)`.
+    """
+
+    comment: str  # text to post on the issue (<think> blocks removed); may be ""
+    actions: tuple[ToolAction, ...]  # tool calls to run, in order (JSON protocol: 0 or 1)
+    done: bool
+    error: str | None = None
+
+
+class ReplyProtocol(Protocol):
+    name: str  # "json_text" | "tool_calls"
+    uses_native_tools: bool
+
+    def instructions(self) -> str:
+        """How to reply, for the system prompt."""
+        ...
+
+    def prepare(self, llm: LLMClient, tools: list[ToolSpec]) -> None:
+        """Offer the tools natively (tool_calls) or not at all (json_text)."""
+        ...
+
+    def parse(self, reply: LLMReply) -> Decision: ...
+
+    def correction_message(self, error: str) -> str:
+        """A short user message asking the model to fix its reply."""
+        ...
+
+    def send_tool_result(self, llm: LLMClient, action: ToolAction, output: str, is_error: bool) -> None: ...
+
+
+# --- <think> blocks -------------------------------------------------------------------
+
+_THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>", re.IGNORECASE | re.DOTALL)
+_THINK_CLOSE = re.compile(r"</(?:think|thinking)>", re.IGNORECASE)
+_THINK_OPEN = re.compile(r"<(?:think|thinking)>", re.IGNORECASE)
+
+
+def strip_think(text: str) -> str:
+    """`text` without reasoning blocks, which are never posted.
+
+    Besides whole `<think>...</think>` blocks: a closing tag without an opening one (chat
+    templates that put `<think>` in the prompt) drops everything before it, and an opening
+    tag that is never closed (a reply cut off while thinking) drops everything after it.
+    """
+    text = _THINK_BLOCK.sub("", text)
+    closing = None
+    for closing in _THINK_CLOSE.finditer(text):
+        pass
+    if closing is not None:
+        text = text[closing.end() :]
+    opening = _THINK_OPEN.search(text)
+    if opening is not None:
+        text = text[: opening.start()]
+    return text.strip()
+
+
+# --- JSON extraction ------------------------------------------------------------------
+
+
+class JsonExtractionError(ValueError):
+    """No usable JSON object in a reply; the message is meant for the model."""
+
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n`]*\n(.*?)```", re.DOTALL)
+_PREFERRED_KEYS = frozenset({"command", "done"})
+
+
+def _object_end(text: str, start: int) -> int | None:
+    """Index after the `}` closing the object that opens at `start`, strings respected."""
+    depth = 0
+    in_string = False
+    escaped = False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    return None
+
+
+def _without_trailing_commas(text: str) -> str:
+    """`{"a": 1,}` -> `{"a": 1}`, leaving commas inside strings alone."""
+    out: list[str] = []
+    in_string = False
+    escaped = False
+    for index, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+            out.append(char)
+            continue
+        if char == '"':
+            in_string = True
+        elif char == ",":
+            rest = text[index + 1 :].lstrip()
+            if rest[:1] in ("}", "]"):
+                continue
+        out.append(char)
+    return "".join(out)
+
+
+def _load(candidate: str) -> Any:
+    try:
+        return json.loads(candidate, strict=False)
+    except json.JSONDecodeError:
+        return json.loads(_without_trailing_commas(candidate), strict=False)
+
+
+def _find_object(text: str) -> dict[str, Any]:
+    """The first JSON object in `text` with `command` or `done`, else the first object."""
+    first: dict[str, Any] | None = None
+    first_problem: str | None = None
+    position = text.find("{")
+    while position != -1:
+        end = _object_end(text, position)
+        if end is None:
+            first_problem = first_problem or "the JSON object is not closed (was the reply cut off?)"
+            position = text.find("{", position + 1)
+            continue
+        try:
+            value = _load(text[position:end])
+        except json.JSONDecodeError as error:
+            first_problem = first_problem or f"invalid JSON: {error.msg} at character {error.pos}"
+            position = text.find("{", position + 1)
+            continue
+        if isinstance(value, dict):
+            if _PREFERRED_KEYS & value.keys():
+                return value
+            first = first if first is not None else value
+        position = text.find("{", end)
+    if first is not None:
+        return first
+    raise JsonExtractionError(first_problem or "no JSON object found in the reply")
+
+
+def extract_json_object(text: str) -> dict[str, Any]:
+    """The reply's JSON object: from a ```json fence if any, else from the surrounding prose."""
+    text = strip_think(text)
+    if not text:
+        raise JsonExtractionError("the reply is empty (or only a <think> block)")
+    fences = [(language.lower(), body) for language, body in _FENCE.findall(text)]
+    ordered = [body for language, body in fences if language == "json"] + [
+        body for language, body in fences if language != "json"
+    ]
+    for body in ordered:
+        try:
+            return _find_object(body)
+        except JsonExtractionError:
+            continue
+    return _find_object(text)
+
+
+# --- JSON in text ---------------------------------------------------------------------
+
+_JSON_INSTRUCTIONS = """\
+Reply with exactly one JSON object and nothing else:
+- to run a tool:
+  {"comment": "<what you do next and why; posted on the issue>",
+   "command": {"tool": "<server>/<tool>", "args": {<the tool's arguments>}}}
+- when the task is finished:
+  {"done": true, "comment": "<summary of what was done; posted on the issue>"}
+Run one command per reply. The next message gives you the command's output as `previous_output`."""
+
+_JSON_REMINDER = "Answer with one JSON object: the next command, or {\"done\": true, \"comment\": ...}."
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _command_action(command: Any) -> ToolAction:
+    """The `command` of a JSON reply as an action; ValueError says what is wrong with it."""
+    if not isinstance(command, dict):
+        raise ValueError('"command" must be an object {"tool": "<server>/<tool>", "args": {...}}')
+    tool = command.get("tool")
+    if not isinstance(tool, str) or not tool.strip():
+        raise ValueError('"command.tool" must be a tool name like "<server>/<tool>"')
+    args = command.get("args", command.get("arguments", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            pass
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise ValueError('"command.args" must be an object of the tool\'s arguments')
+    return ToolAction(tool=tool.strip(), args=args, call_id=None)
+
+
+class JsonTextProtocol:
+    """For models without tool calling: one JSON object per reply (seed 003 section 8)."""
+
+    name = "json_text"
+    uses_native_tools = False
+
+    def instructions(self) -> str:
+        return _JSON_INSTRUCTIONS
+
+    def prepare(self, llm: LLMClient, tools: list[ToolSpec]) -> None:
+        llm.set_tools([])  # the tools are described in the system prompt instead
+
+    def parse(self, reply: LLMReply) -> Decision:
+        try:
+            data = extract_json_object(reply.content)
+        except JsonExtractionError as error:
+            return Decision(comment="", actions=(), done=False, error=str(error))
+        command = data.get("command")
+        comment = data.get("comment")
+        if comment is None and isinstance(command, dict):
+            comment = command.get("comment")
+        if _truthy(data.get("done")):
+            actions: tuple[ToolAction, ...] = ()
+            if command is not None:
+                try:
+                    actions = (_command_action(command),)
+                except ValueError:
+                    actions = ()
+            return Decision(comment=_text(comment), actions=actions, done=True)
+        if command is None:
+            return Decision(comment="", actions=(), done=False, error='the JSON has neither "command" nor "done": true')
+        try:
+            action = _command_action(command)
+        except ValueError as error:
+            return Decision(comment="", actions=(), done=False, error=str(error))
+        return Decision(comment=_text(comment), actions=(action,), done=False)
+
+    def correction_message(self, error: str) -> str:
+        return f"Your last reply could not be used: {error}.\n{_JSON_INSTRUCTIONS}"
+
+    def send_tool_result(self, llm: LLMClient, action: ToolAction, output: str, is_error: bool) -> None:
+        previous = {"tool": action.tool, "args": action.args, "is_error": is_error, "output": output}
+        payload = json.dumps({"previous_output": previous}, ensure_ascii=False, indent=2)
+        llm.send_user_message(f"{payload}\n{_JSON_REMINDER}")
+
+
+# --- native tool calls ----------------------------------------------------------------
+
+DONE_TOOL = ToolSpec(
+    name="done",
+    description="Finish the task. Call it once the work is complete (or cannot be completed).",
+    input_schema={
+        "type": "object",
+        "properties": {"comment": {"type": "string", "description": "Summary of what was done; posted on the issue."}},
+        "required": ["comment"],
+    },
+)
+
+_TOOL_INSTRUCTIONS = """\
+Work on the task with the offered tools. In the text of each reply, say briefly what you do \
+next and why: it is posted on the issue. When the task is finished, call the `done` tool with \
+a summary of what was done as `comment`."""
+
+
+class ToolCallsProtocol:
+    """For models with native tool calling: the MCP tools plus a `done` function."""
+
+    name = "tool_calls"
+    uses_native_tools = True
+
+    def instructions(self) -> str:
+        return _TOOL_INSTRUCTIONS
+
+    def prepare(self, llm: LLMClient, tools: list[ToolSpec]) -> None:
+        llm.set_tools([*(tool for tool in tools if tool.name != DONE_TOOL.name), DONE_TOOL])
+
+    def parse(self, reply: LLMReply) -> Decision:
+        text = strip_think(reply.content)
+        if not reply.tool_calls:
+            if not text:
+                return Decision(comment="", actions=(), done=False, error="the reply had neither a tool call nor text")
+            return Decision(comment=text, actions=(), done=True)  # a final message ends the task
+        problems: list[str] = []
+        actions: list[ToolAction] = []
+        done_comment: str | None = None
+        for call in reply.tool_calls:
+            if RAW_ARGUMENTS_KEY in call.arguments:
+                raw = str(call.arguments[RAW_ARGUMENTS_KEY])
+                problems.append(f"the arguments of {call.name} are not a JSON object: {raw[:200]}")
+            elif call.name == DONE_TOOL.name:
+                done_comment = _text(call.arguments.get("comment"))
+            else:
+                actions.append(ToolAction(tool=call.name, args=dict(call.arguments), call_id=call.id))
+        if problems:
+            return Decision(comment="", actions=(), done=False, error="; ".join(problems))
+        if done_comment is not None:
+            return Decision(comment=done_comment or text, actions=tuple(actions), done=True)
+        return Decision(comment=text, actions=tuple(actions), done=False)
+
+    def correction_message(self, error: str) -> str:
+        return (
+            f"Your last reply could not be used: {error}. None of its tool calls were run. "
+            "Call one of the offered tools with a JSON object of arguments, or call `done` with a comment."
+        )
+
+    def send_tool_result(self, llm: LLMClient, action: ToolAction, output: str, is_error: bool) -> None:
+        text = f"[error] {output}" if is_error else output
+        if action.call_id is None:  # not a native call: nothing to pair the answer with
+            llm.send_user_message(f"Output of {action.tool}:\n{text}")
+            return
+        llm.send_tool_result(action.call_id, action.tool, text)
+
+
+def create_protocol(function_calling: bool) -> ReplyProtocol:
+    """The protocol for `llm.function_calling`."""
+    return ToolCallsProtocol() if function_calling else JsonTextProtocol()

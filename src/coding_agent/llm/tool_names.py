@@ -1,0 +1,181 @@
+"""Tool calls on the wire: function names and argument strings.
+
+MCP tools are named `server/tool`, but OpenAI-style function names allow only
+`[A-Za-z0-9_-]{1,64}`. The codec maps each real name to a legal wire name and back, so
+the model sees legal names while the rest of the agent only ever sees real ones.
+
+The encoding is chosen so that a wire name can be found from the real name alone
+(`wire_candidates`): the replay model server has only the offered wire names and the
+real name in its script, and must answer with the name the client offered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from coding_agent.llm.types import Message
+
+__all__ = [
+    "ToolNameCodec",
+    "UnknownToolNameError",
+    "MAX_WIRE_NAME_LENGTH",
+    "RAW_ARGUMENTS_KEY",
+    "wire_candidates",
+    "match_offered_name",
+    "parse_tool_arguments",
+    "answer_unanswered_tool_calls",
+]
+
+MAX_WIRE_NAME_LENGTH = 64
+_ILLEGAL = re.compile(r"[^A-Za-z0-9_-]")
+_HASH_LENGTH = 8
+
+# Arguments the model sent that are not a JSON object are kept as text under this key, so
+# the reply survives and the reply protocol can tell the model what was wrong.
+RAW_ARGUMENTS_KEY = "__raw_arguments__"
+
+
+class UnknownToolNameError(ValueError):
+    """A wire name that no offered tool encodes to (the model made one up)."""
+
+
+def _plain(real: str) -> str:
+    """`server/tool` -> `server__tool`, every other illegal character -> `_`."""
+    return _ILLEGAL.sub("_", real.replace("/", "__"))
+
+
+def _hashed(real: str) -> str:
+    """The plain form cut to fit, plus a suffix that depends on the real name only."""
+    digest = hashlib.sha1(real.encode("utf-8")).hexdigest()[:_HASH_LENGTH]
+    stem = _plain(real)[: MAX_WIRE_NAME_LENGTH - _HASH_LENGTH - 1]
+    return f"{stem}_{digest}"
+
+
+def wire_candidates(real: str) -> tuple[str, ...]:
+    """The wire names `real` may have been given, most likely first."""
+    plain = _plain(real)
+    if plain and len(plain) <= MAX_WIRE_NAME_LENGTH:
+        return (plain, _hashed(real))
+    return (_hashed(real),)
+
+
+def match_offered_name(real: str, offered: Iterable[str]) -> str | None:
+    """The offered wire name that stands for `real`, or None when none does."""
+    names = set(offered)
+    if real in names:
+        return real
+    for candidate in wire_candidates(real):
+        if candidate in names:
+            return candidate
+    return None
+
+
+class ToolNameCodec:
+    """Reversible mapping of a fixed set of real tool names to legal wire names.
+
+    A name whose plain form is legal and unique keeps it (`workspace__create`); names that
+    are too long, empty, or collide with another name's plain form all get a hash suffix,
+    so the result does not depend on the order the names were given in.
+    """
+
+    def __init__(self, real_names: Iterable[str]) -> None:
+        reals = list(dict.fromkeys(real_names))
+        plain_counts: dict[str, int] = {}
+        for real in reals:
+            plain_counts[_plain(real)] = plain_counts.get(_plain(real), 0) + 1
+        self._to_wire: dict[str, str] = {}
+        for real in reals:
+            plain = _plain(real)
+            legal = bool(plain) and len(plain) <= MAX_WIRE_NAME_LENGTH and plain_counts[plain] == 1
+            self._to_wire[real] = plain if legal else _hashed(real)
+        self._to_real: dict[str, str] = {}
+        for real, wire in self._to_wire.items():
+            if wire in self._to_real:  # a hash suffix equal to another name's plain form
+                raise ValueError(f"tool names {self._to_real[wire]!r} and {real!r} encode to the same name {wire!r}")
+            self._to_real[wire] = real
+
+    @property
+    def real_names(self) -> list[str]:
+        return list(self._to_wire)
+
+    @property
+    def wire_names(self) -> list[str]:
+        return list(self._to_real)
+
+    def encode(self, real: str) -> str:
+        """The wire name of `real`; a name outside the set gets its deterministic form."""
+        known = self._to_wire.get(real)
+        if known is not None:
+            return known
+        return wire_candidates(real)[0]
+
+    def decode(self, wire: str) -> str:
+        """The real name behind `wire`; a real name given as is is accepted too."""
+        real = self._to_real.get(wire)
+        if real is not None:
+            return real
+        if wire in self._to_wire:
+            return wire
+        offered = ", ".join(sorted(self._to_real)) or "none"
+        raise UnknownToolNameError(f"unknown tool name {wire!r} (offered: {offered})")
+
+    def decode_or_keep(self, wire: str) -> str:
+        """The real name, or `wire` unchanged when the model made a name up.
+
+        Used on replies: an unknown name is not a transport failure; the tool hub reports
+        it to the model as an unknown tool, so that the model can change course.
+        """
+        try:
+            return self.decode(wire)
+        except UnknownToolNameError:
+            return wire
+
+
+def parse_tool_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
+    """Arguments of a tool call as a dict; text that is not a JSON object is kept raw."""
+    if raw is None:
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return {RAW_ARGUMENTS_KEY: raw}
+    return value if isinstance(value, dict) else {RAW_ARGUMENTS_KEY: raw}
+
+
+def answer_unanswered_tool_calls(messages: list[Message], note: str = "not run") -> list[Message]:
+    """A copy of `messages` where every assistant tool call has a tool message answering it.
+
+    Strict servers (OpenAI) reject a history in which a tool call is not answered before
+    the next user or assistant turn. That happens when a reply was unusable (bad arguments,
+    a `done` next to other calls) and the loop answered with a correction instead.
+    """
+    result: list[Message] = []
+    pending: list[tuple[str, str]] = []
+
+    def flush() -> None:
+        for call_id, name in pending:
+            result.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": note})
+        pending.clear()
+
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            answered = message.get("tool_call_id")
+            pending[:] = [(call_id, name) for call_id, name in pending if call_id != answered]
+            result.append(message)
+            continue
+        flush()
+        result.append(message)
+        if role == "assistant":
+            for call in message.get("tool_calls") or []:
+                pending.append((str(call.get("id", "")), str(call.get("function", {}).get("name", ""))))
+    # Calls of the last assistant turn stay pending: the loop is about to answer them.
+    return result

@@ -1,0 +1,567 @@
+"""The replay model server: a scripted stand-in for OpenAI, LM Studio and Ollama.
+
+Tests, benchmarks and `coding-agent demo` run the real provider clients against it over
+real HTTP. One script drives every provider and both reply protocols: a scripted tool
+call becomes a native tool call when the request offers tools, and the JSON-text reply
+of seed 003 section 8 when it does not.
+
+Script format (YAML, JSON or a dict)::
+
+    model: replay-model         # optional name reported by /v1/models and /api/tags
+    latency_seconds: 0          # optional fixed delay per reply (benchmarks)
+    replies:                    # consumed in order, per conversation
+      - tool: workspace/create
+        args: {path: hello.txt, content: "hi"}
+        comment: "Creating the file"
+      - text: "no json here"    # literal assistant text; may come with raw `tool_calls`
+        tool_calls: [{name: workspace__create, arguments: "{not json"}]
+      - done: "Finished: wrote hello.txt"
+      - status: 503             # answer with an HTTP error, then move on
+        retry_after: 1
+    conversations:              # optional, chosen by a substring of the first user message
+      - match: "#7"
+        replies: [...]
+
+A conversation is identified by its first user message; each has its own cursor, so
+concurrent runs on one script do not interfere. An exhausted script answers `done`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Union
+
+import yaml
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from coding_agent.llm.tool_names import match_offered_name, wire_candidates
+from coding_agent.testing.http_server import BackgroundServer
+
+__all__ = [
+    "RawToolCall",
+    "ReplayStep",
+    "ConversationScript",
+    "ReplayScript",
+    "RecordedRequest",
+    "ReplayModel",
+    "ReplaySandbox",
+    "ScriptSource",
+    "create_replay_app",
+    "EXHAUSTED_COMMENT",
+]
+
+EXHAUSTED_COMMENT = "The replay script is exhausted: there are no more scripted replies."
+StepKind = Literal["tool", "text", "done", "status"]
+_KINDS: tuple[StepKind, ...] = ("tool", "text", "done", "status")
+_STEP_KEYS = frozenset({"tool", "args", "comment", "text", "tool_calls", "done", "status", "retry_after", "message"})
+
+
+# --- the script -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RawToolCall:
+    """A tool call sent exactly as written (wire name, arguments possibly invalid JSON)."""
+
+    name: str
+    arguments: str | dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReplayStep:
+    """One scripted reply."""
+
+    kind: StepKind
+    tool: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+    comment: str = ""
+    text: str = ""
+    tool_calls: tuple[RawToolCall, ...] = ()
+    status: int = 0
+    retry_after: float | None = None
+    message: str = ""
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> ReplayStep:
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"replay script {where}: a reply must be a mapping, not {type(raw).__name__}")
+        unknown = sorted(set(raw) - _STEP_KEYS)
+        if unknown:
+            raise ValueError(f"replay script {where}: unknown key(s) {', '.join(unknown)}")
+        kinds = [kind for kind in _KINDS if kind in raw]
+        if not kinds and "tool_calls" in raw:
+            kinds = ["text"]
+        if len(kinds) != 1:
+            raise ValueError(f"replay script {where}: a reply needs exactly one of tool, text, done, status")
+        kind = kinds[0]
+        comment = str(raw.get("comment") or "")
+        if kind == "tool":
+            args = raw.get("args") or {}
+            if not isinstance(raw["tool"], str) or not isinstance(args, Mapping):
+                raise ValueError(f"replay script {where}: tool must be a name and args a mapping")
+            return cls(kind="tool", tool=raw["tool"], args=dict(args), comment=comment)
+        if kind == "text":
+            raw_calls = raw.get("tool_calls") or []
+            calls = tuple(_raw_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(raw_calls))
+            return cls(kind="text", text=str(raw.get("text") or ""), tool_calls=calls)
+        if kind == "done":
+            done = raw["done"]
+            return cls(kind="done", comment=comment if done is True or done is None else str(done))
+        status = raw["status"]
+        if not isinstance(status, int) or not 400 <= status <= 599:
+            raise ValueError(f"replay script {where}: status must be an HTTP error code (400-599)")
+        retry_after = raw.get("retry_after")
+        return cls(
+            kind="status",
+            status=status,
+            retry_after=float(retry_after) if retry_after is not None else None,
+            message=str(raw.get("message") or f"replay script: scripted HTTP {status}"),
+        )
+
+
+def _raw_call(raw: Any, where: str) -> RawToolCall:
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
+        raise ValueError(f"replay script {where}: a raw tool call needs a name")
+    arguments = raw.get("arguments", {})
+    if not isinstance(arguments, (str, Mapping)):
+        raise ValueError(f"replay script {where}: arguments must be a string or a mapping")
+    return RawToolCall(name=raw["name"], arguments=arguments if isinstance(arguments, str) else dict(arguments))
+
+
+def _steps(raw: Any, where: str) -> tuple[ReplayStep, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError(f"replay script {where}: must be a list of replies")
+    return tuple(ReplayStep.from_dict(step, f"{where}[{index}]") for index, step in enumerate(raw))
+
+
+@dataclass(frozen=True)
+class ConversationScript:
+    """Replies for the conversations whose first user message contains `match`."""
+
+    match: str
+    replies: tuple[ReplayStep, ...]
+
+
+@dataclass(frozen=True)
+class ReplayScript:
+    replies: tuple[ReplayStep, ...] = ()
+    conversations: tuple[ConversationScript, ...] = ()
+    latency_seconds: float = 0.0
+    model: str = "replay-model"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplayScript:
+        if not isinstance(data, Mapping):
+            raise ValueError("replay script: the top level must be a mapping")
+        unknown = sorted(set(data) - {"replies", "conversations", "latency_seconds", "model"})
+        if unknown:
+            raise ValueError(f"replay script: unknown key(s) {', '.join(unknown)}")
+        conversations = []
+        for index, raw in enumerate(data.get("conversations") or []):
+            if not isinstance(raw, Mapping) or not isinstance(raw.get("match"), str):
+                raise ValueError(f"replay script conversations[{index}]: needs a `match` string and `replies`")
+            conversations.append(
+                ConversationScript(raw["match"], _steps(raw.get("replies"), f"conversations[{index}].replies"))
+            )
+        return cls(
+            replies=_steps(data.get("replies"), "replies"),
+            conversations=tuple(conversations),
+            latency_seconds=float(data.get("latency_seconds") or 0),
+            model=str(data.get("model") or "replay-model"),
+        )
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ReplayScript:
+        """A YAML or JSON script file (JSON is YAML)."""
+        return cls.from_dict(yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
+
+    def replies_for(self, first_user_message: str) -> tuple[ReplayStep, ...]:
+        for conversation in self.conversations:
+            if conversation.match in first_user_message:
+                return conversation.replies
+        return self.replies
+
+
+ScriptSource = Union[ReplayScript, Mapping[str, Any], str, Path]
+
+
+def _load_script(source: ScriptSource) -> ReplayScript:
+    if isinstance(source, ReplayScript):
+        return source
+    if isinstance(source, Mapping):
+        return ReplayScript.from_dict(source)
+    return ReplayScript.from_file(source)
+
+
+# --- the state ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request as the model server received it, for assertions on what was sent."""
+
+    path: str
+    body: dict[str, Any]
+    conversation: str
+    headers: dict[str, str] = field(default_factory=dict)  # names in lower case
+
+
+@dataclass(frozen=True)
+class _Call:
+    id: str
+    name: str
+    arguments: str | dict[str, Any]
+
+    def arguments_text(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments, ensure_ascii=False)
+
+    def arguments_object(self) -> dict[str, Any] | str:
+        """Ollama sends arguments as an object; text that is not one goes as it is."""
+        if isinstance(self.arguments, dict):
+            return self.arguments
+        try:
+            value = json.loads(self.arguments)
+        except json.JSONDecodeError:
+            return self.arguments
+        return value if isinstance(value, dict) else self.arguments
+
+
+@dataclass(frozen=True)
+class _Rendered:
+    content: str
+    calls: tuple[_Call, ...]
+
+
+def _message_text(content: Any) -> str:
+    """Text of a message content: a string, or OpenAI's list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return ""
+
+
+def _first_user_message(messages: Iterable[Any]) -> str:
+    for message in messages:
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            return _message_text(message.get("content"))
+    return ""
+
+
+def _estimate_tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+class ReplayModel:
+    """The script plus the state of every conversation and the requests received."""
+
+    def __init__(self, script: ScriptSource) -> None:
+        self.script = _load_script(script)
+        self._lock = threading.Lock()
+        self._cursors: dict[str, int] = {}
+        self._requests: list[RecordedRequest] = []
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def reset(self) -> None:
+        """Forget every conversation and recorded request."""
+        with self._lock:
+            self._cursors.clear()
+            self._requests.clear()
+
+    def load(self, script: ScriptSource) -> None:
+        """Play `script` from now on, from a clean state (one server, many scenarios)."""
+        loaded = _load_script(script)
+        with self._lock:
+            self.script = loaded
+            self._cursors.clear()
+            self._requests.clear()
+
+    def take_step(
+        self, path: str, body: dict[str, Any], messages: list[Any], headers: Mapping[str, str] | None = None
+    ) -> tuple[str, int, ReplayStep]:
+        """Record the request and advance its conversation: (conversation id, index, step)."""
+        first = _first_user_message(messages)
+        conversation = hashlib.sha1(first.encode("utf-8")).hexdigest()[:12]
+        replies = self.script.replies_for(first)
+        with self._lock:
+            recorded = RecordedRequest(path, body, conversation, {k.lower(): v for k, v in (headers or {}).items()})
+            self._requests.append(recorded)
+            index = self._cursors.get(conversation, 0)
+            self._cursors[conversation] = index + 1
+        step = replies[index] if index < len(replies) else ReplayStep(kind="done", comment=EXHAUSTED_COMMENT)
+        return conversation, index, step
+
+    @staticmethod
+    def render(step: ReplayStep, offered: list[str], call_prefix: str) -> _Rendered:
+        """The reply for a request that offered the functions `offered` (empty: JSON text)."""
+        if step.kind == "text":
+            calls = tuple(
+                _Call(f"{call_prefix}_{i}", call.name, call.arguments) for i, call in enumerate(step.tool_calls)
+            )
+            return _Rendered(step.text, calls)
+        if step.kind == "tool":
+            if not offered:
+                command = {"tool": step.tool, "args": step.args}
+                return _Rendered(json.dumps({"comment": step.comment, "command": command}, ensure_ascii=False), ())
+            name = match_offered_name(step.tool, offered) or wire_candidates(step.tool)[0]
+            return _Rendered(step.comment, (_Call(f"{call_prefix}_0", name, step.args),))
+        # done
+        if not offered:
+            return _Rendered(json.dumps({"done": True, "comment": step.comment}, ensure_ascii=False), ())
+        done_name = match_offered_name("done", offered)
+        if done_name is None:  # tools offered but no `done` function: a final message ends the task
+            return _Rendered(step.comment, ())
+        return _Rendered("", (_Call(f"{call_prefix}_0", done_name, {"comment": step.comment}),))
+
+
+# --- the HTTP app ---------------------------------------------------------------------
+
+
+def _offered_names(body: Mapping[str, Any]) -> list[str]:
+    names = []
+    for tool in body.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            names.append(function["name"])
+    return names
+
+
+def _pieces(text: str, size: int = 16) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _usage(body: Mapping[str, Any], rendered: _Rendered) -> tuple[int, int]:
+    prompt = _estimate_tokens(json.dumps(body.get("messages") or [], ensure_ascii=False))
+    completion = _estimate_tokens(rendered.content + "".join(call.arguments_text() for call in rendered.calls))
+    return prompt, completion
+
+
+def _error_response(step: ReplayStep, openai_form: bool) -> Response:
+    headers = {"Retry-After": f"{step.retry_after:g}"} if step.retry_after is not None else {}
+    if openai_form:
+        body: dict[str, Any] = {"error": {"message": step.message, "type": "replay_error", "code": step.status}}
+    else:
+        body = {"error": step.message}
+    return JSONResponse(body, status_code=step.status, headers=headers)
+
+
+async def _json_body(request: Request) -> dict[str, Any] | Response:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return JSONResponse({"error": {"message": "request body is not JSON"}}, status_code=400)
+    if not isinstance(body, dict):
+        return JSONResponse({"error": {"message": "request body must be a JSON object"}}, status_code=400)
+    return body
+
+
+def _openai_message(rendered: _Rendered) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": rendered.content or None}
+    if rendered.calls:
+        message["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments_text()}}
+            for call in rendered.calls
+        ]
+    return message
+
+
+async def _openai_stream(
+    base: dict[str, Any], rendered: _Rendered, usage: dict[str, int] | None
+) -> AsyncIterator[str]:
+    """Chat-completion chunks as OpenAI streams them: role, text and tool-call deltas, usage."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        payload = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+    yield chunk({"role": "assistant", "content": ""})
+    for piece in _pieces(rendered.content):
+        yield chunk({"content": piece})
+    for index, call in enumerate(rendered.calls):
+        head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+        yield chunk({"tool_calls": [head]})
+        for piece in _pieces(call.arguments_text()):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield chunk({}, "tool_calls" if rendered.calls else "stop")
+    if usage is not None:
+        yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+def _ollama_message(rendered: _Rendered, content: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if rendered.calls:
+        message["tool_calls"] = [
+            {"function": {"name": call.name, "arguments": call.arguments_object()}} for call in rendered.calls
+        ]
+    return message
+
+
+async def _ndjson(lines: list[dict[str, Any]]) -> AsyncIterator[str]:
+    for line in lines:
+        yield json.dumps(line, ensure_ascii=False) + "\n"
+
+
+def create_replay_app(model: ReplayModel) -> Starlette:
+    """The ASGI app serving `model` on the OpenAI and Ollama paths."""
+
+    async def delay() -> None:
+        if model.script.latency_seconds > 0:
+            await asyncio.sleep(model.script.latency_seconds)  # simulated model latency
+
+    async def chat_completions(request: Request) -> Response:
+        body = await _json_body(request)
+        if isinstance(body, Response):
+            return body
+        conversation, index, step = model.take_step(request.url.path, body, body.get("messages") or [], request.headers)
+        await delay()
+        if step.kind == "status":
+            return _error_response(step, openai_form=True)
+        rendered = model.render(step, _offered_names(body), f"call_{conversation[:8]}_{index}")
+        prompt, completion = _usage(body, rendered)
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        base = {
+            "id": f"chatcmpl-{conversation}-{index}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": str(body.get("model") or model.script.model),
+        }
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            stream_base = {**base, "object": "chat.completion.chunk"}
+            return StreamingResponse(
+                _openai_stream(stream_base, rendered, usage if include_usage else None), media_type="text/event-stream"
+            )
+        finish = "tool_calls" if rendered.calls else "stop"
+        choice = {"index": 0, "message": _openai_message(rendered), "finish_reason": finish, "logprobs": None}
+        return JSONResponse({**base, "choices": [choice], "usage": usage})
+
+    async def ollama_chat(request: Request) -> Response:
+        body = await _json_body(request)
+        if isinstance(body, Response):
+            return body
+        conversation, index, step = model.take_step(request.url.path, body, body.get("messages") or [], request.headers)
+        await delay()
+        if step.kind == "status":
+            return _error_response(step, openai_form=False)
+        rendered = model.render(step, _offered_names(body), f"call_{conversation[:8]}_{index}")
+        prompt, completion = _usage(body, rendered)
+        base = {
+            "model": str(body.get("model") or model.script.model),
+            "created_at": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
+        }
+        final = {
+            **base,
+            "done": True,
+            "done_reason": "stop",
+            "total_duration": 0,
+            "load_duration": 0,
+            "prompt_eval_count": prompt,
+            "prompt_eval_duration": 0,
+            "eval_count": completion,
+            "eval_duration": 0,
+        }
+        if not body.get("stream", True):  # Ollama streams unless told otherwise
+            return JSONResponse({**final, "message": _ollama_message(rendered, rendered.content)})
+        lines = [
+            {**base, "message": {"role": "assistant", "content": piece}, "done": False}
+            for piece in _pieces(rendered.content)
+        ]
+        if rendered.calls:
+            lines.append({**base, "message": _ollama_message(rendered, ""), "done": False})
+        lines.append({**final, "message": {"role": "assistant", "content": ""}})
+        return StreamingResponse(_ndjson(lines), media_type="application/x-ndjson")
+
+    async def openai_models(request: Request) -> Response:
+        entry = {"id": model.script.model, "object": "model", "created": 0, "owned_by": "replay"}
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    async def ollama_tags(request: Request) -> Response:
+        details = {"format": "gguf", "family": "replay", "parameter_size": "0B", "quantization_level": "none"}
+        entry = {
+            "name": model.script.model,
+            "model": model.script.model,
+            "modified_at": "1970-01-01T00:00:00Z",
+            "size": 0,
+            "digest": hashlib.sha256(model.script.model.encode()).hexdigest(),
+            "details": details,
+        }
+        return JSONResponse({"models": [entry]})
+
+    async def ollama_version(request: Request) -> Response:
+        return JSONResponse({"version": "0.0.0-replay"})
+
+    async def recorded(request: Request) -> Response:
+        items = [{"path": r.path, "conversation": r.conversation, "body": r.body} for r in model.requests]
+        return JSONResponse({"requests": items})
+
+    async def reset(request: Request) -> Response:
+        model.reset()
+        return JSONResponse({"reset": True})
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/models", openai_models, methods=["GET"]),
+            Route("/api/chat", ollama_chat, methods=["POST"]),
+            Route("/api/tags", ollama_tags, methods=["GET"]),
+            Route("/api/version", ollama_version, methods=["GET"]),
+            Route("/_replay/requests", recorded, methods=["GET"]),
+            Route("/_replay/reset", reset, methods=["POST"]),
+        ]
+    )
+
+
+class ReplaySandbox:
+    """The replay model server on a free loopback port: `with ReplaySandbox(script) as s: s.url`."""
+
+    def __init__(self, script: ScriptSource) -> None:
+        self.model = ReplayModel(script)
+        self._server = BackgroundServer(create_replay_app(self.model))
+
+    @property
+    def url(self) -> str:
+        """Root URL: Ollama's endpoint."""
+        return self._server.url
+
+    @property
+    def openai_base_url(self) -> str:
+        """Base URL for OpenAI-compatible clients (`llm.openai.base_url`, `llm.lmstudio.base_url`)."""
+        return f"{self._server.url}/v1"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        return self.model.requests
+
+    def start(self) -> ReplaySandbox:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> ReplaySandbox:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
