@@ -1,0 +1,125 @@
+"""The ASGI application of the GitLab testing server: faults, auth, routing, request log.
+
+Routing works on the raw (still percent-encoded) path because GitLab, and python-gitlab,
+name projects and groups by URL-encoded full path (`group%2Fproject`): decoding first, as
+Starlette's router does, would turn that one segment into two.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from coding_agent.testing.faults import FaultInjector
+from coding_agent.testing.gitlab.endpoints import ROUTES, Handler
+from coding_agent.testing.gitlab.models import RequestRecord, User
+from coding_agent.testing.gitlab.state import GitLabState
+from coding_agent.testing.gitlab.web import ApiError, Call, error_response, parse_body
+
+__all__ = ["create_gitlab_app", "GitLabApp", "API_PREFIX"]
+
+API_PREFIX = "/api/v4"
+
+_SEGMENT_PATTERNS = {"kind": "issues|merge_requests"}
+
+
+@dataclass(frozen=True)
+class _Route:
+    method: str
+    pattern: re.Pattern[str]
+    handler: Handler
+
+
+def _compile(template: str) -> re.Pattern[str]:
+    def group(match: re.Match[str]) -> str:
+        name = match[1]
+        return f"(?P<{name}>{_SEGMENT_PATTERNS.get(name, '[^/]+')})"
+
+    return re.compile("^" + re.sub(r"\{(\w+)\}", group, template) + "/?$")
+
+
+class GitLabApp:
+    """Answers `/api/v4/...` from a `GitLabState`; `faults` are consulted before anything else."""
+
+    def __init__(self, state: GitLabState, faults: FaultInjector | None = None) -> None:
+        self.state = state
+        self.faults = faults
+        self._routes = [_Route(method, _compile(template), handler) for method, template, handler in ROUTES]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        user: User | None = None
+        try:
+            response: Response | None = await self.faults.apply(request) if self.faults else None
+            if response is None:
+                user = self._authenticate(request)
+                response = await self._dispatch(request, user)
+        except ApiError as error:
+            response = error_response(error)
+        self.state.log_request(
+            RequestRecord(
+                request.method,
+                request.url.path,
+                request.url.query,
+                response.status_code,
+                user.username if user else None,
+            )
+        )
+        await response(scope, receive, send)
+
+    def _authenticate(self, request: Request) -> User:
+        token = request.headers.get("private-token")
+        authorization = request.headers.get("authorization", "")
+        if token is None and authorization.lower().startswith("bearer "):
+            token = authorization[7:].strip()
+        user = self.state.user_by_token(token) if token else None
+        if user is None:
+            raise ApiError(401, "401 Unauthorized")
+        return user
+
+    async def _dispatch(self, request: Request, user: User) -> Response:
+        root_path = str(request.scope.get("root_path", ""))
+        raw_path = scope_raw_path(request.scope)
+        if root_path and raw_path.startswith(root_path):
+            raw_path = raw_path[len(root_path) :]  # mounted under a prefix: route on the rest
+        if not raw_path.startswith(API_PREFIX + "/"):
+            raise ApiError(404, "404 Not Found")
+        relative = raw_path[len(API_PREFIX) :]
+        allowed = False
+        for route in self._routes:
+            match = route.pattern.match(relative)
+            if match is None:
+                continue
+            allowed = True
+            if route.method != request.method:
+                continue
+            params: dict[str, Any] = await parse_body(request)
+            path_params = {name: unquote(value) for name, value in match.groupdict().items()}
+            base_url = f"{request.url.scheme}://{request.url.netloc}{root_path}"
+            call = Call(request, path_params, params, user, base_url, raw_path)
+            with self.state.lock:
+                return route.handler(self.state, call)
+        if allowed:
+            raise ApiError(405, "405 Method Not Allowed")
+        raise ApiError(404, "404 Not Found")
+
+
+def scope_raw_path(scope: Scope) -> str:
+    """The path as the client sent it (percent-encoding intact)."""
+    raw = scope.get("raw_path")
+    if raw:
+        return raw.decode("latin-1").split("?", 1)[0]
+    return str(scope["path"])
+
+
+def create_gitlab_app(state: GitLabState, faults: FaultInjector | None = None) -> GitLabApp:
+    """The ASGI app serving `state`; pass the `FaultInjector` tests use to inject 5xx/429."""
+    return GitLabApp(state, faults)

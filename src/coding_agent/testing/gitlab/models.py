@@ -1,0 +1,195 @@
+"""Records of the GitLab testing server's world: users, groups, projects, items, notes.
+
+Plain mutable dataclasses: only `GitLabState` changes them, under its lock, and its
+readers hand out deep copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+__all__ = [
+    "GUEST",
+    "REPORTER",
+    "DEVELOPER",
+    "MAINTAINER",
+    "OWNER",
+    "DEFAULT_LABEL_COLOR",
+    "ItemKind",
+    "normalise_kind",
+    "User",
+    "Group",
+    "Project",
+    "Label",
+    "Note",
+    "Discussion",
+    "LabelEvent",
+    "Item",
+    "RequestRecord",
+    "Clock",
+]
+
+GUEST, REPORTER, DEVELOPER, MAINTAINER, OWNER = 10, 20, 30, 40, 50
+DEFAULT_LABEL_COLOR = "#6699cc"
+
+ItemKind = Literal["issue", "mr"]
+
+_KIND_ALIASES: dict[str, ItemKind] = {
+    "issue": "issue",
+    "issues": "issue",
+    "mr": "mr",
+    "merge_request": "mr",
+    "merge_requests": "mr",
+}
+
+
+def normalise_kind(kind: str) -> ItemKind:
+    try:
+        return _KIND_ALIASES[kind]
+    except KeyError:
+        raise ValueError(f"unknown item kind {kind!r}: expected 'issue' or 'mr'") from None
+
+
+@dataclass
+class User:
+    id: int
+    username: str
+    name: str
+    tokens: set[str]
+    created_at: datetime
+    bot: bool = False
+
+
+@dataclass
+class Group:
+    id: int
+    full_path: str
+    name: str
+    parent_id: int | None
+    created_at: datetime
+    members: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class Label:
+    id: int
+    name: str
+    color: str
+    description: str = ""
+
+
+@dataclass
+class Note:
+    id: int
+    author_id: int
+    body: str
+    system: bool
+    created_at: datetime
+    updated_at: datetime
+    kind: ItemKind
+    noteable_id: int
+    noteable_iid: int
+    project_id: int
+    discussion_id: str
+    type: str | None = None  # None (individual note), "DiscussionNote" or "DiffNote"
+    position: dict[str, Any] | None = None
+
+
+@dataclass
+class Discussion:
+    id: str
+    individual_note: bool
+    note_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class LabelEvent:
+    id: int
+    user_id: int
+    label_id: int
+    label_name: str
+    action: Literal["add", "remove"]
+    created_at: datetime
+
+
+@dataclass
+class Item:
+    """An issue or a merge request: GitLab gives both an `iid` per project and a global `id`."""
+
+    kind: ItemKind
+    id: int
+    iid: int
+    project_id: int
+    title: str
+    description: str
+    author_id: int
+    created_at: datetime
+    updated_at: datetime
+    labels: list[str] = field(default_factory=list)
+    assignee_ids: list[int] = field(default_factory=list)
+    state: str = "opened"
+    closed_at: datetime | None = None
+    merged_at: datetime | None = None
+    source_branch: str | None = None
+    target_branch: str | None = None
+    notes: dict[int, Note] = field(default_factory=dict)
+    discussions: dict[str, Discussion] = field(default_factory=dict)
+    label_events: list[LabelEvent] = field(default_factory=list)
+
+    @property
+    def draft(self) -> bool:
+        lowered = self.title.lower()
+        return lowered.startswith(("draft:", "[draft]", "(draft)"))
+
+
+@dataclass
+class Project:
+    id: int
+    path_with_namespace: str
+    namespace_id: int
+    default_branch: str
+    description: str
+    created_at: datetime
+    members: dict[int, int] = field(default_factory=dict)
+    labels: dict[str, Label] = field(default_factory=dict)
+    issues: dict[int, Item] = field(default_factory=dict)
+    merge_requests: dict[int, Item] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str:
+        return self.path_with_namespace.rsplit("/", 1)[-1]
+
+    def items(self, kind: ItemKind) -> dict[int, Item]:
+        return self.issues if kind == "issue" else self.merge_requests
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request the server answered, for tests and benchmarks that count requests."""
+
+    method: str
+    path: str
+    query: str
+    status: int
+    username: str | None
+
+    @property
+    def not_modified(self) -> bool:
+        return self.status == 304
+
+
+class Clock:
+    """Strictly increasing UTC timestamps (millisecond steps), so ordering by time is total."""
+
+    def __init__(self) -> None:
+        self._last = datetime.now(UTC).replace(microsecond=0)
+
+    def now(self) -> datetime:
+        current = datetime.now(UTC)
+        current = current.replace(microsecond=current.microsecond // 1000 * 1000)
+        if current <= self._last:
+            current = self._last + timedelta(milliseconds=1)
+        self._last = current
+        return current

@@ -1,0 +1,53 @@
+"""A GitLab testing server running on a loopback port, for tests, benchmarks and the demo."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from coding_agent.testing.faults import FaultInjector
+from coding_agent.testing.gitlab.app import API_PREFIX, create_gitlab_app
+from coding_agent.testing.gitlab.state import GitLabState
+from coding_agent.testing.http_server import BackgroundServer
+
+__all__ = ["GitLabSandbox"]
+
+
+class GitLabSandbox:
+    """State + app + `BackgroundServer` in one `with` block.
+
+    `url` is the instance URL (what python-gitlab and `gitlab.api_url` take); `api_url`
+    adds `/api/v4`. Seed `state` before or after entering; both are live.
+    """
+
+    def __init__(self, state: GitLabState | None = None, faults: FaultInjector | None = None) -> None:
+        self.state = state or GitLabState()
+        self.faults = faults or FaultInjector()
+        self.app = create_gitlab_app(self.state, self.faults)
+        self._server: BackgroundServer | None = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the GitLab sandbox is not running: use it inside `with GitLabSandbox() as sandbox:`")
+        return self._server.url
+
+    @property
+    def api_url(self) -> str:
+        return self.url + API_PREFIX
+
+    def start(self) -> GitLabSandbox:
+        self._server = BackgroundServer(self.app).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> GitLabSandbox:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
