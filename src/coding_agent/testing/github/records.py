@@ -1,0 +1,168 @@
+"""Immutable records the GitHub testing server keeps: users, repositories, issues, comments.
+
+Records are frozen and replaced on change, so a reader (a test, the HTTP layer) can hold
+one without copying and without seeing it change under it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from urllib.parse import parse_qsl
+
+__all__ = [
+    "PERMISSION_LEVELS",
+    "UserRecord",
+    "LabelRecord",
+    "RepoRecord",
+    "IssueRecord",
+    "CommentRecord",
+    "ReviewCommentRecord",
+    "EventRecord",
+    "RequestRecord",
+    "RateLimitRecord",
+]
+
+# GitHub's repository roles, weakest first; the index orders them.
+PERMISSION_LEVELS: tuple[str, ...] = ("read", "triage", "write", "maintain", "admin")
+
+
+@dataclass(frozen=True)
+class UserRecord:
+    id: int
+    login: str
+    created_at: datetime
+    bot: bool = False
+
+    @property
+    def type(self) -> str:
+        return "Bot" if self.bot else "User"
+
+
+@dataclass(frozen=True)
+class LabelRecord:
+    id: int
+    name: str
+    color: str = "ededed"
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class RepoRecord:
+    id: int
+    owner: str
+    name: str
+    default_branch: str
+    private: bool
+    created_at: datetime
+    description: str | None = None
+    clone_url: str | None = None
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.owner}/{self.name}"
+
+
+@dataclass(frozen=True)
+class IssueRecord:
+    """An issue or, with `is_pull`, a pull request: GitHub numbers both in one sequence."""
+
+    id: int
+    repo: str
+    number: int
+    title: str
+    body: str
+    author: str
+    created_at: datetime
+    updated_at: datetime
+    labels: tuple[str, ...] = ()
+    assignees: tuple[str, ...] = ()
+    state: str = "open"
+    closed_at: datetime | None = None
+    is_pull: bool = False
+    pull_id: int | None = None
+    head: str | None = None
+    head_owner: str | None = None
+    base: str | None = None
+    head_sha: str | None = None
+    base_sha: str | None = None
+    draft: bool = False
+    merged: bool = False
+
+
+@dataclass(frozen=True)
+class CommentRecord:
+    id: int
+    repo: str
+    number: int
+    author: str
+    body: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ReviewCommentRecord:
+    """A PR review comment; `in_reply_to_id` points at the thread's root, as on GitHub."""
+
+    id: int
+    repo: str
+    number: int
+    author: str
+    body: str
+    path: str
+    line: int | None
+    created_at: datetime
+    updated_at: datetime
+    commit_id: str
+    in_reply_to_id: int | None = None
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """An issue event: `labeled`/`unlabeled` carry `label`, `assigned`/`unassigned` `assignee`."""
+
+    id: int
+    repo: str
+    number: int
+    event: str
+    actor: str
+    created_at: datetime
+    label: str | None = None
+    label_color: str | None = None
+    assignee: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request as the server answered it; `not_modified` marks a 304."""
+
+    method: str
+    path: str
+    query: str
+    status: int
+    login: str | None = None
+    fault: bool = False
+
+    @property
+    def not_modified(self) -> bool:
+        return self.status == 304
+
+    @property
+    def params(self) -> dict[str, str]:
+        """The decoded query parameters (the last value of each)."""
+        return dict(parse_qsl(self.query, keep_blank_values=True))
+
+    @property
+    def target(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+@dataclass
+class RateLimitRecord:
+    """The primary rate limit of the sandbox: one bucket for every authenticated request."""
+
+    limit: int = 5000
+    remaining: int = 5000
+    reset: int = 0
+    used: int = field(default=0)

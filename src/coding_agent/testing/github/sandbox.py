@@ -1,0 +1,45 @@
+"""A whole sandbox GitHub in one `with`: state, fault injector, app and a live server.
+
+Tests, benchmarks and `coding-agent demo` use it; `url` is what githubkit takes as
+`base_url` (it stands in for https://api.github.com).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from coding_agent.testing.faults import FaultInjector
+from coding_agent.testing.github.app import create_github_app
+from coding_agent.testing.github.state import GitHubState
+from coding_agent.testing.http_server import BackgroundServer
+
+__all__ = ["GitHubSandbox"]
+
+
+class GitHubSandbox:
+    """Serve a `GitHubState` on a loopback port; `state` and `faults` stay in the caller's hands."""
+
+    def __init__(self, state: GitHubState | None = None, faults: FaultInjector | None = None) -> None:
+        self.state = state or GitHubState()
+        self.faults = faults or FaultInjector()
+        self.app = create_github_app(self.state, self.faults)
+        self._server = BackgroundServer(self.app)
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    def start(self) -> GitHubSandbox:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> GitHubSandbox:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
