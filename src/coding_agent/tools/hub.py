@@ -1,0 +1,645 @@
+"""The MCP tool hub: every configured server started once per run, called through live sessions.
+
+Starting a server per call costs hundreds of milliseconds (DESIGN "Known pitfalls"), so
+each server gets one long-lived runner task that owns its process and its
+`ClientSession` for the whole run: anyio cancel scopes must be entered and left in the
+same task, and only the runner ever enters or leaves them. Calls from any other task go
+straight to the session (requests are multiplexed by id), so a call costs what a bare
+client's call costs plus a cancel scope.
+
+The process is spawned here rather than through `mcp.client.stdio.stdio_client`, for two
+reasons: that helper merges parts of the parent environment into the child's (tokens live
+there), and it hides the process, whose id the restart logic and the tests need. The
+stdio framing below mirrors that helper: one JSON-RPC message per line.
+
+A server that dies (or whose session breaks) is restarted once and the call retried; if
+it dies again it is reported down, and the other servers keep working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+from anyio.abc import Process
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.text import TextReceiveStream
+from mcp import ClientSession
+from mcp import types as mcp_types
+from mcp.shared.exceptions import McpError
+from mcp.shared.message import SessionMessage
+
+from coding_agent.config import MCPServerConfig, ToolsConfig
+from coding_agent.errors import ToolError
+from coding_agent.llm.types import ToolSpec
+from coding_agent.tools.sandbox import contains_secret, scrubbed_environment
+from coding_agent.tools.types import ToolResult
+
+__all__ = ["ToolHub", "cap_output", "render_content"]
+
+logger = logging.getLogger(__name__)
+
+_STOP_GRACE_SECONDS = 2.0
+_STDERR_TAIL_LINES = 20
+_WORKSPACE_PLACEHOLDER = "{workspace}"
+
+
+class _Broken(Exception):
+    """The session can no longer carry requests: the process died or the pipes closed."""
+
+
+class _ServerDown(Exception):
+    """The server died again after its one restart."""
+
+
+def _redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _describe(error: BaseException) -> str:
+    """The class name of the first real error, looking inside exception groups."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error.__class__.__name__
+
+
+def cap_output(text: str, max_chars: int) -> tuple[str, int]:
+    """Cut `text` to `max_chars`, keeping the start and the end, and say how much was cut.
+
+    Three quarters of the budget go to the head and a quarter to the tail: the start shows
+    what the output is, the end usually holds the verdict (the failing assertion, the exit
+    status).
+    """
+    if len(text) <= max_chars:
+        return text, 0
+    head = max_chars * 3 // 4
+    tail = max_chars - head
+    cut = len(text) - head - tail
+    tail_text = text[-tail:] if tail else ""
+    return f"{text[:head]}\n[... {cut} characters cut ...]\n{tail_text}", cut
+
+
+def render_content(result: mcp_types.CallToolResult) -> str:
+    """The text of a tool result: text parts joined, anything else described in a line."""
+    parts: list[str] = []
+    for item in result.content:
+        if isinstance(item, mcp_types.TextContent):
+            parts.append(item.text)
+        elif isinstance(item, mcp_types.ImageContent):
+            parts.append(f"[image content: {item.mimeType}, {len(item.data)} base64 characters, not shown]")
+        elif isinstance(item, mcp_types.AudioContent):
+            parts.append(f"[audio content: {item.mimeType}, {len(item.data)} base64 characters, not shown]")
+        elif isinstance(item, mcp_types.EmbeddedResource):
+            resource = item.resource
+            if isinstance(resource, mcp_types.TextResourceContents):
+                parts.append(f"[resource {resource.uri}]\n{resource.text}")
+            else:
+                parts.append(f"[binary resource {resource.uri} ({resource.mimeType or 'unknown type'}), not shown]")
+        elif isinstance(item, mcp_types.ResourceLink):
+            parts.append(f"[resource link: {item.uri}]")
+        else:
+            parts.append(f"[{getattr(item, 'type', 'unknown')} content, not shown]")
+    if not parts and result.structuredContent is not None:
+        parts.append(json.dumps(result.structuredContent, ensure_ascii=False, indent=2))
+    return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """How to start one server: the resolved command line, environment and directory."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+    @property
+    def program(self) -> str:
+        return self.argv[0]
+
+
+class _Connection:
+    """One server process and its session, owned by the task running `run()`.
+
+    Other tasks only call `call_tool`; `stop` asks the runner to leave its contexts.
+    """
+
+    def __init__(self, launch: _Launch, secrets: Sequence[str]) -> None:
+        self._launch = launch
+        self._secrets = secrets
+        self.pid: int | None = None
+        self.tools: list[mcp_types.Tool] = []
+        self.startup_error: ToolError | None = None
+        self.ready = asyncio.Event()  # set when usable, or when startup failed
+        self._wake = asyncio.Event()  # stop requested or the process exited
+        self._finished = asyncio.Event()
+        self._session: ClientSession | None = None
+        self._closed = False
+        self._inflight: set[anyio.CancelScope] = set()
+        self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self._process: Process | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._scope = anyio.CancelScope()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"mcp-server:{self._launch.name}")
+
+    def request_stop(self) -> None:
+        """Ask the runner to leave (without waiting): safe to call from any task, even a cancelled one."""
+        self._wake.set()
+        if not self.ready.is_set():
+            self._scope.cancel()  # still in the handshake: nothing graceful to wait for
+
+    async def stop(self) -> None:
+        """Leave the session and end the process (stdin closed, then SIGTERM, then SIGKILL)."""
+        self.request_stop()
+        if self._task is not None:
+            await self._finished.wait()
+
+    @property
+    def alive(self) -> bool:
+        return self._session is not None and not self._closed
+
+    def _fail(self, reason: str) -> None:
+        self.startup_error = ToolError(
+            f"MCP server {self._launch.name!r} (command {self._launch.program!r}) could not be started: {reason}"
+        )
+        if self._stderr_tail:
+            logger.warning(
+                "MCP server %s stderr before it failed:\n%s",
+                self._launch.name,
+                _redact("\n".join(self._stderr_tail), self._secrets),
+            )
+
+    async def _run(self) -> None:
+        launch = self._launch
+        try:
+            process = await anyio.open_process(
+                launch.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=launch.env,
+                cwd=launch.cwd,
+                start_new_session=True,  # its own process group: stop() reaches its children too
+            )
+        except FileNotFoundError:
+            self._fail("command not found")
+            self._end()
+            return
+        except PermissionError:
+            self._fail("permission denied")
+            self._end()
+            return
+        except OSError as error:
+            self._fail(error.strerror or error.__class__.__name__)
+            self._end()
+            return
+        self._process = process
+        self.pid = process.pid
+        try:
+            with self._scope:
+                await self._serve(process)
+        except Exception as error:  # the runner reports, it never raises
+            logger.warning("MCP server %s session ended: %s", launch.name, _describe(error))
+        finally:
+            self._closed = True
+            # A server that never finished its handshake gets no polite stdin-EOF wait.
+            graceful = self.ready.is_set() and self.startup_error is None
+            with anyio.CancelScope(shield=True):
+                await self._terminate(process, graceful)
+            self._end()
+
+    def _end(self) -> None:
+        self._closed = True
+        self._session = None
+        for scope in list(self._inflight):
+            scope.cancel()
+        self.ready.set()
+        self._finished.set()
+
+    async def _serve(self, process: Process) -> None:
+        read_writer: MemoryObjectSendStream[SessionMessage | Exception]
+        read_stream: MemoryObjectReceiveStream[SessionMessage | Exception]
+        write_stream: MemoryObjectSendStream[SessionMessage]
+        write_reader: MemoryObjectReceiveStream[SessionMessage]
+        read_writer, read_stream = anyio.create_memory_object_stream(0)
+        write_stream, write_reader = anyio.create_memory_object_stream(0)
+        async with anyio.create_task_group() as pumps:
+            pumps.start_soon(self._pump_stdout, process, read_writer)
+            pumps.start_soon(self._pump_stdin, process, write_reader)
+            pumps.start_soon(self._drain_stderr, process)
+            pumps.start_soon(self._watch_exit, process)
+            try:
+                async with ClientSession(read_stream, write_stream) as session:
+                    try:
+                        await session.initialize()
+                        self.tools = await self._list_tools(session)
+                    except Exception as error:  # reported through startup_error
+                        await self._startup_failed(process, error)
+                        return
+                    self._session = session
+                    self.ready.set()
+                    await self._wake.wait()
+                    self._closed = True
+                    self._session = None
+                    for scope in list(self._inflight):
+                        scope.cancel()
+            finally:
+                self._closed = True
+                self._session = None
+                pumps.cancel_scope.cancel()
+                await write_stream.aclose()
+                await read_stream.aclose()
+
+    async def _startup_failed(self, process: Process, error: Exception) -> None:
+        # A closed connection usually means the process died; give it a moment to be reaped
+        # so that the message can say so and give the exit code.
+        with anyio.move_on_after(1.0):
+            await process.wait()
+        if process.returncode is not None:
+            self._fail(f"it exited during startup (exit code {process.returncode})")
+        elif isinstance(error, McpError):
+            self._fail(f"the MCP handshake failed: {_redact(error.error.message, self._secrets)}")
+        else:
+            self._fail(f"the MCP handshake failed ({error.__class__.__name__})")
+
+    @staticmethod
+    async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        while True:
+            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.nextCursor
+            if not cursor:
+                return tools
+
+    async def _terminate(self, process: Process, graceful: bool) -> None:
+        """End the process politely (stdin EOF), then firmly; always reap it (no zombies)."""
+        if process.stdin is not None:
+            with contextlib.suppress(Exception):  # already closed or broken: nothing to do
+                await process.stdin.aclose()
+        if graceful and process.returncode is None:
+            with anyio.move_on_after(_STOP_GRACE_SECONDS):
+                await process.wait()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if process.returncode is not None:
+                break
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, sig)
+            with anyio.move_on_after(_STOP_GRACE_SECONDS):
+                await process.wait()
+        # Children the server left behind in its group would outlive the run otherwise.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
+
+    async def _watch_exit(self, process: Process) -> None:
+        await process.wait()
+        if not self._wake.is_set():
+            logger.warning("MCP server %s exited (code %s)", self._launch.name, process.returncode)
+        self._closed = True
+        self._wake.set()
+
+    async def _pump_stdout(
+        self, process: Process, read_writer: MemoryObjectSendStream[SessionMessage | Exception]
+    ) -> None:
+        assert process.stdout is not None
+        async with read_writer:
+            buffer = ""
+            try:
+                async for chunk in TextReceiveStream(process.stdout, encoding="utf-8", errors="replace"):
+                    lines = (buffer + chunk).split("\n")
+                    buffer = lines.pop()
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        try:
+                            message = mcp_types.JSONRPCMessage.model_validate_json(line)
+                        except ValueError:
+                            logger.debug("MCP server %s wrote a non-JSON-RPC line", self._launch.name)
+                            continue
+                        await read_writer.send(SessionMessage(message))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+                pass
+
+    async def _pump_stdin(self, process: Process, write_reader: MemoryObjectReceiveStream[SessionMessage]) -> None:
+        assert process.stdin is not None
+        async with write_reader:
+            try:
+                async for message in write_reader:
+                    data = message.message.model_dump_json(by_alias=True, exclude_none=True)
+                    await process.stdin.send((data + "\n").encode("utf-8"))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                self._closed = True
+                self._wake.set()
+
+    async def _drain_stderr(self, process: Process) -> None:
+        """Read the server's stderr so that a chatty server never blocks on a full pipe."""
+        assert process.stderr is not None
+        try:
+            async for chunk in TextReceiveStream(process.stderr, encoding="utf-8", errors="replace"):
+                for line in chunk.splitlines():
+                    if line.strip():
+                        self._stderr_tail.append(line)
+                        logger.debug("MCP server %s: %s", self._launch.name, _redact(line, self._secrets))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+            pass
+
+    # -- calls -----------------------------------------------------------------------
+    async def call_tool(self, tool: str, arguments: dict[str, Any], timeout: float) -> mcp_types.CallToolResult | None:
+        """The server's result, or None on timeout. Raises `_Broken` when the session is gone."""
+        session = self._session
+        if session is None or self._closed:
+            raise _Broken
+        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
+        self._inflight.add(scope)
+        try:
+            with scope:
+                return await session.call_tool(tool, arguments)
+        except McpError as error:
+            if error.error.code == mcp_types.CONNECTION_CLOSED:
+                raise _Broken from None
+            raise
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+            raise _Broken from None
+        finally:
+            self._inflight.discard(scope)
+        if self._closed:
+            raise _Broken  # the runner cancelled us because the session ended
+        return None
+
+
+class _Server:
+    """One configured server across restarts: its tools, its live connection, its one restart."""
+
+    def __init__(self, config: MCPServerConfig, launch: _Launch, secrets: Sequence[str], max_restarts: int) -> None:
+        self.config = config
+        self.launch = launch
+        self._secrets = secrets
+        self._restarts_left = max_restarts
+        self._lock = asyncio.Lock()
+        self.connection: _Connection | None = None  # only ever a connection that finished its handshake
+        self._starting: _Connection | None = None
+        self.down = False
+
+    async def start(self, timeout: float) -> _Connection:
+        connection = _Connection(self.launch, self._secrets)
+        self._starting = connection
+        connection.start()
+        try:
+            await asyncio.wait_for(asyncio.shield(connection.ready.wait()), timeout)
+        except TimeoutError:
+            await connection.stop()
+            raise ToolError(
+                f"MCP server {self.launch.name!r} (command {self.launch.program!r}) could not be started: "
+                f"it did not finish the MCP handshake within {timeout:g}s"
+            ) from None
+        except BaseException:
+            await connection.stop()
+            raise
+        finally:
+            self._starting = None
+        if connection.startup_error is not None:
+            await connection.stop()
+            raise connection.startup_error
+        self.connection = connection
+        return connection
+
+    def _connections(self) -> list[_Connection]:
+        return [c for c in (self.connection, self._starting) if c is not None]
+
+    def request_stop(self) -> None:
+        for connection in self._connections():
+            connection.request_stop()
+
+    async def stop(self) -> None:
+        for connection in self._connections():
+            await connection.stop()
+
+    async def call(
+        self, tool: str, arguments: dict[str, Any], timeout: float, startup_timeout: float
+    ) -> mcp_types.CallToolResult | None:
+        """Call on the live connection; restart once if it is broken, then give up for good."""
+        connection = self.connection
+        if self.down or connection is None:
+            raise _ServerDown
+        try:
+            return await connection.call_tool(tool, arguments, timeout)
+        except _Broken:
+            pass
+        async with self._lock:
+            if self.down:
+                raise _ServerDown
+            if self.connection is connection:  # nobody restarted it while we waited
+                await connection.stop()
+                if self._restarts_left <= 0:
+                    self.down = True
+                    raise _ServerDown
+                self._restarts_left -= 1
+                logger.warning("MCP server %s stopped; restarting it once", self.launch.name)
+                try:
+                    await self.start(startup_timeout)
+                except ToolError as error:
+                    logger.warning("%s", error)
+                    self.down = True
+                    raise _ServerDown from None
+            current = self.connection
+        assert current is not None
+        try:
+            return await current.call_tool(tool, arguments, timeout)
+        except _Broken:
+            async with self._lock:
+                if self.connection is current and self._restarts_left <= 0:
+                    self.down = True
+                    await current.stop()
+            raise _ServerDown from None
+
+
+def _matches(patterns: list[str] | None, server: str, tool: str) -> bool:
+    if patterns is None:
+        return True
+    return any(fnmatch.fnmatchcase(tool, p) or fnmatch.fnmatchcase(f"{server}/{tool}", p) for p in patterns)
+
+
+class ToolHub:
+    """All MCP servers of one run, as one flat set of `server/tool` tools.
+
+    Use as `async with ToolHub(...) as hub:`. The servers live in runner tasks of their
+    own, so `call` may come from any task of the same event loop, concurrently too.
+    `secrets` are values (tokens, API keys) that must never appear in a server's
+    environment; a variable holding one is left out, whatever its name.
+    """
+
+    def __init__(
+        self,
+        servers: list[MCPServerConfig],
+        settings: ToolsConfig,
+        workspace: Path,
+        secrets: Sequence[str] = (),
+        *,
+        max_restarts: int = 1,
+    ) -> None:
+        self._settings = settings
+        self._workspace = Path(workspace).resolve()
+        self._secrets = tuple(secret for secret in secrets if secret)
+        self._servers = [_Server(config, self._launch(config), self._secrets, max_restarts) for config in servers]
+        self._index: dict[str, tuple[_Server, str]] = {}
+        self._specs: list[ToolSpec] = []
+        self._closed = False
+
+    def _launch(self, config: MCPServerConfig) -> _Launch:
+        workspace = str(self._workspace)
+        argv = [item.replace(_WORKSPACE_PLACEHOLDER, workspace) for item in config.command]
+        extra = {key: value.replace(_WORKSPACE_PLACEHOLDER, workspace) for key, value in config.env.items()}
+        withheld = sorted(key for key, value in extra.items() if contains_secret(value, self._secrets))
+        if withheld:
+            logger.warning(
+                "MCP server %s: env %s withheld because it holds a secret the tools must not see",
+                config.mcp_server_name,
+                ", ".join(withheld),
+            )
+        env = scrubbed_environment(extra, self._secrets)
+        return _Launch(config.mcp_server_name, argv, env, self._workspace)
+
+    async def __aenter__(self) -> ToolHub:
+        if not self._workspace.is_dir():
+            raise ToolError(f"the workspace {self._workspace} does not exist; MCP servers cannot start there")
+        timeout = self._settings.startup_timeout_seconds
+        try:
+            results = await asyncio.gather(*(server.start(timeout) for server in self._servers), return_exceptions=True)
+        except BaseException:
+            await self._stop_all()
+            raise
+        errors = [result for result in results if isinstance(result, BaseException)]
+        if errors:
+            await self._stop_all()
+            for error in errors:
+                if not isinstance(error, ToolError):
+                    raise error
+            raise errors[0]
+        self._build_index()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._closed = True  # no restart may bring a server back after this
+        await self._stop_all()
+
+    async def _stop_all(self) -> None:
+        # Signal every runner first, synchronously: even if this task is being cancelled,
+        # the runners (tasks of their own) still shut their servers down.
+        for server in self._servers:
+            server.request_stop()
+        with anyio.CancelScope(shield=True):
+            await asyncio.gather(*(server.stop() for server in self._servers), return_exceptions=True)
+
+    def _build_index(self) -> None:
+        self._index.clear()
+        self._specs.clear()
+        for server in self._servers:
+            assert server.connection is not None
+            name = server.config.mcp_server_name
+            allow = server.config.tools_allow
+            for tool in server.connection.tools:
+                if not _matches(allow, name, tool.name):
+                    continue
+                full = f"{name}/{tool.name}"
+                self._index[full] = (server, tool.name)
+                self._specs.append(ToolSpec(full, tool.description or "", dict(tool.inputSchema)))
+            for pattern in allow or ():
+                if not any(_matches([pattern], name, tool.name) for tool in server.connection.tools):
+                    logger.warning("MCP server %s: tools_allow entry %r matches no tool", name, pattern)
+
+    @property
+    def tool_specs(self) -> list[ToolSpec]:
+        return list(self._specs)
+
+    @property
+    def system_prompts(self) -> dict[str, str]:
+        return {server.config.mcp_server_name: server.config.system_prompt for server in self._servers}
+
+    def server_pids(self) -> dict[str, int]:
+        """The process id of each live server (for diagnostics and tests)."""
+        pids: dict[str, int] = {}
+        for server in self._servers:
+            connection = server.connection
+            if connection is not None and connection.alive and connection.pid is not None:
+                pids[server.config.mcp_server_name] = connection.pid
+        return pids
+
+    def _result(self, name: str, text: str, started: float, is_error: bool) -> ToolResult:
+        # A tool may print a secret it found (a config file, an error echoing a header);
+        # the model and the issue comments must never see it.
+        text = _redact(text, self._secrets)
+        capped, cut = cap_output(text, self._settings.max_output_chars)
+        return ToolResult(
+            name=name,
+            text=capped,
+            is_error=is_error,
+            duration_seconds=time.perf_counter() - started,
+            output_chars=len(text),
+            cut_chars=cut,
+        )
+
+    async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
+        """Call `server/tool`. Every failure is a result with `is_error`, for the model to read."""
+        started = time.perf_counter()
+        entry = self._index.get(name)
+        if entry is None:
+            known = ", ".join(sorted(self._index)) or "none"
+            return self._result(name, f"unknown tool {name!r}. Known tools: {known}", started, True)
+        if self._closed:
+            return self._result(name, "the tool hub is closed: this run's MCP servers were stopped", started, True)
+        if not isinstance(args, dict):
+            return self._result(name, f"the arguments of {name} must be a JSON object", started, True)
+        server, tool = entry
+        timeout = self._settings.call_timeout_seconds
+        try:
+            result = await server.call(tool, args, timeout, self._settings.startup_timeout_seconds)
+        except _ServerDown:
+            message = (
+                f"MCP server {server.config.mcp_server_name!r} is down: it stopped, was restarted once and "
+                "stopped again. Its tools cannot be used in this run; the other tools still work."
+            )
+            return self._result(name, message, started, True)
+        except McpError as error:
+            text = _redact(error.error.message, self._secrets)
+            return self._result(name, f"tool {name} failed: {text}", started, True)
+        except Exception as error:  # e.g. a result that breaks its own output schema
+            return self._result(name, f"tool {name} failed: {error.__class__.__name__}", started, True)
+        if result is None:
+            message = (
+                f"tool {name} timed out after {timeout:g}s and its result was abandoned; "
+                "try a smaller or quicker request"
+            )
+            return self._result(name, message, started, True)
+        return self._result(name, render_content(result), started, bool(result.isError))

@@ -1,0 +1,291 @@
+"""Scrubbed environments and sandboxed shell commands for tool processes.
+
+Tokens live in the agent's own environment (GITHUB_TOKEN, OPENAI_API_KEY, ...). A tool
+process — an MCP server, or a shell command the model asked for — must never inherit
+them, so environments are built from a short allow-list, never from a copy of
+`os.environ` with a few names removed (a deny-list always misses the next token).
+
+Shell commands run inside bubblewrap when it is installed and works here: no network,
+the workspace read-write, the rest of the system read-only, a private /tmp and PID
+namespace (so a timeout kills everything the command started). Where bwrap is missing
+or cannot create namespaces (some containers), the command runs as a plain subprocess in
+its own process group with the same scrubbed environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+__all__ = [
+    "ALLOWED_ENV_VARS",
+    "CommandResult",
+    "SandboxMode",
+    "bwrap_usable",
+    "command_environment",
+    "contains_secret",
+    "run_command",
+    "sandbox_argv",
+    "scrubbed_environment",
+]
+
+logger = logging.getLogger(__name__)
+
+# What a tool process may inherit from its parent: enough to find programs, pick a locale
+# and a home, nothing that usually carries a credential.
+ALLOWED_ENV_VARS: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "NODE_PATH",
+    "PYTHONPATH",
+)
+
+SandboxMode = Literal["auto", "bwrap", "none"]
+
+# Variables set for every shell command: no pager or prompt can hang a command that has
+# no terminal, and the model sees plain output.
+_COMMAND_DEFAULTS: dict[str, str] = {
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "GIT_TERMINAL_PROMPT": "0",
+    "TERM": "dumb",
+}
+
+_KILL_GRACE_SECONDS = 5.0
+
+
+def contains_secret(value: str, secrets: Sequence[str]) -> bool:
+    """Whether `value` contains any non-empty secret (empty strings would match everything)."""
+    return any(secret and secret in value for secret in secrets)
+
+
+def scrubbed_environment(
+    extra: Mapping[str, str] | None = None,
+    secrets: Sequence[str] = (),
+    source: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The allow-listed part of `source` (default `os.environ`) plus `extra`.
+
+    Any variable whose value contains one of `secrets` is left out, whether it came from
+    the parent or from `extra`: a configured server env must not smuggle a forge token
+    into a tool process either. Shell functions exported by bash (`() {...`) are dropped.
+    """
+    source = os.environ if source is None else source
+    env: dict[str, str] = {}
+    for name in ALLOWED_ENV_VARS:
+        value = source.get(name)
+        if value is not None and not value.startswith("()"):
+            env[name] = value
+    env.update(extra or {})
+    return {name: value for name, value in env.items() if not contains_secret(value, secrets)}
+
+
+def _shell() -> str:
+    return shutil.which("bash") or "/bin/sh"
+
+
+def sandbox_argv(command: str, root: Path) -> list[str]:
+    """The bwrap command line that runs `command` with `root` as the only writable tree.
+
+    Mount order matters: the private /tmp comes before the workspace bind, so a workspace
+    that lives under /tmp is still visible.
+    """
+    bwrap = shutil.which("bwrap") or "bwrap"
+    root_text = str(root)
+    return [
+        bwrap,
+        "--ro-bind", "/", "/",
+        "--dev", "/dev",
+        "--proc", "/proc",
+        "--tmpfs", "/tmp",
+        "--bind", root_text, root_text,
+        "--unshare-all",  # includes the network: no connections in or out
+        "--die-with-parent",
+        "--new-session",
+        "--chdir", root_text,
+        "--",
+        _shell(), "-c", command,
+    ]  # fmt: skip
+
+
+@functools.lru_cache(maxsize=8)
+def bwrap_usable(root: Path) -> bool:
+    """Whether bwrap exists and can build its namespaces here (probed once per root)."""
+    if shutil.which("bwrap") is None:
+        return False
+    try:
+        completed = subprocess.run(
+            sandbox_argv("true", root),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=scrubbed_environment(),
+            timeout=15,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        logger.warning("bwrap is installed but could not run (%s); commands run unsandboxed", error)
+        return False
+    if completed.returncode != 0:
+        reason = completed.stderr.decode(errors="replace").strip()[:200]
+        logger.warning("bwrap cannot create a sandbox here (%s); commands run unsandboxed", reason)
+        return False
+    return True
+
+
+def command_environment(sandboxed: bool, source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of one shell command: allow-listed variables plus fixed defaults.
+
+    Inside bwrap only /tmp (private) and the workspace are writable, so HOME and TMPDIR
+    point at /tmp; tools that write caches under HOME keep working.
+    """
+    env = scrubbed_environment(source=source)
+    env.update(_COMMAND_DEFAULTS)
+    if sandboxed:
+        env["HOME"] = "/tmp"
+        env["TMPDIR"] = "/tmp"
+    return env
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a shell command did. `output` is stdout and stderr interleaved, head and tail kept."""
+
+    exit_code: int | None
+    output: str
+    timed_out: bool
+    cut_bytes: int
+    sandboxed: bool
+    duration_seconds: float
+
+
+class _CappedBuffer:
+    """Keeps the first `head` and the last `tail` bytes of a stream of any length.
+
+    The head shows what the command started with; the tail holds the summary lines
+    (test failures, the last error) that matter most.
+    """
+
+    def __init__(self, head: int, tail: int) -> None:
+        self._head_limit = head
+        self._tail_limit = tail
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self._head_limit - len(self._head)
+        if room > 0:
+            self._head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self._tail += chunk
+            if len(self._tail) > self._tail_limit:
+                del self._tail[: len(self._tail) - self._tail_limit]
+
+    def text(self) -> tuple[str, int]:
+        """The kept output and how many bytes were dropped in the middle."""
+        cut = self.total - len(self._head) - len(self._tail)
+        head = self._head.decode(errors="replace")
+        tail = self._tail.decode(errors="replace")
+        if cut <= 0:
+            return head + tail, 0
+        return f"{head}\n[... {cut} bytes of output cut ...]\n{tail}", cut
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+async def _drain(stream: asyncio.StreamReader, buffer: _CappedBuffer) -> None:
+    while chunk := await stream.read(65536):
+        buffer.add(chunk)
+
+
+async def run_command(
+    command: str,
+    root: Path,
+    timeout_seconds: float,
+    mode: SandboxMode = "auto",
+    max_output_bytes: int = 40000,
+    source_env: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> CommandResult:
+    """Run `command` through the shell in `root`, sandboxed per `mode`, with a timeout.
+
+    `extra_env` is added to the scrubbed environment (the caller's own fixed settings,
+    never inherited values). The command gets its own session (process group); on timeout, and after it ends, the
+    whole group is killed so that nothing it started in the background outlives it.
+    """
+    if mode == "bwrap":
+        sandboxed = True
+    elif mode == "none":
+        sandboxed = False
+    else:
+        sandboxed = await asyncio.to_thread(bwrap_usable, root)
+    argv = sandbox_argv(command, root) if sandboxed else [_shell(), "-c", command]
+    env = command_environment(sandboxed, source_env)
+    env.update(extra_env or {})
+    buffer = _CappedBuffer(head=max_output_bytes // 4, tail=max_output_bytes - max_output_bytes // 4)
+    started = time.monotonic()
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=root,
+        env=env,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    reader = asyncio.create_task(_drain(process.stdout, buffer))
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(process.wait(), timeout_seconds)
+        except TimeoutError:
+            timed_out = True
+        _kill_group(process.pid)
+        await process.wait()
+        # Everything in the group is dead, so the pipe reaches EOF at once; the deadline
+        # only guards against a process that escaped the group and kept the pipe open.
+        try:
+            await asyncio.wait_for(asyncio.shield(reader), _KILL_GRACE_SECONDS)
+        except TimeoutError:
+            reader.cancel()
+    finally:
+        if process.returncode is None:
+            _kill_group(process.pid)
+        if not reader.done():
+            reader.cancel()
+    output, cut = buffer.text()
+    return CommandResult(
+        exit_code=None if timed_out else process.returncode,
+        output=output,
+        timed_out=timed_out,
+        cut_bytes=cut,
+        sandboxed=sandboxed,
+        duration_seconds=time.monotonic() - started,
+    )
