@@ -1,0 +1,133 @@
+"""`coding-agent demo`: one whole task on this machine with nothing configured (SPEC 12).
+
+A sandbox GitHub (the testing server), the real built-in MCP workspace server, and the
+replay model (a scripted model that says so), or the operator's own model with `--llm`.
+It prints each event as it happens and ends with the issue's labels and comments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+from coding_agent.config import LLMConfig, parse_config
+from coding_agent.logging_setup import configure_logging
+from coding_agent.redaction import Redactor
+from coding_agent.runtime.service import AgentService
+from coding_agent.testing.github import GitHubSandbox
+from coding_agent.testing.replay_model import ReplaySandbox, ReplayScript
+
+__all__ = ["run_demo", "DEMO_REPO", "DEMO_BOT", "DEMO_USER"]
+
+DEMO_REPO = "demo/hello-world"
+DEMO_USER = "octocat"
+DEMO_BOT = "coding-agent-bot"
+_DEMO_TOKEN = "demo-bot-token-not-a-secret"
+
+
+def _demo_script() -> ReplayScript:
+    text = resources.files("coding_agent.testing").joinpath("scripts/demo.yaml").read_text(encoding="utf-8")
+    return ReplayScript.from_dict(yaml.safe_load(text))
+
+
+def _config(forge_url: str, llm: dict[str, Any], directory: Path) -> dict[str, Any]:
+    return {
+        "task_source": "github",
+        "github": {"api_url": forge_url, "token": _DEMO_TOKEN, "owner": "demo", "bot_name": DEMO_BOT},
+        "llm": llm,
+        "workspace": {"base_dir": str(directory / "workspaces")},
+        "context_storage": {"base_dir": str(directory / "contexts")},
+        "logging": {"dir": str(directory / "logs")},
+        "database": {"url": f"sqlite:///{directory / 'state.db'}"},
+        "retry": {"base_delay_seconds": 0.2},
+        "max_llm_process_num": 20,
+    }
+
+
+def _seed(sandbox: GitHubSandbox) -> int:
+    state = sandbox.state
+    state.add_user(DEMO_USER)
+    state.add_user(DEMO_BOT, token=_DEMO_TOKEN, bot=True)
+    state.add_repo(DEMO_REPO)
+    state.set_permission(DEMO_REPO, DEMO_USER, "admin")
+    state.set_permission(DEMO_REPO, DEMO_BOT, "write")
+    number = state.create_issue(
+        DEMO_REPO,
+        "Add a greeting script",
+        "Please add `hello.py` that prints `Hello, world!` when run, with a small function we can reuse.",
+        author=DEMO_USER,
+    )
+    state.add_label(DEMO_REPO, number, "coding agent", actor=DEMO_USER)
+    return number
+
+
+def _print_outcome(sandbox: GitHubSandbox, number: int, workspaces: Path) -> None:
+    issue = sandbox.state.issue(DEMO_REPO, number)
+    typer.echo("")
+    typer.echo(f"Issue {DEMO_REPO}#{number}: {issue.title}")
+    typer.echo(f"  labels: {', '.join(issue.labels) or 'none'}")
+    for comment in sandbox.state.comments(DEMO_REPO, number):
+        typer.echo(f"  --- comment by @{comment.author}")
+        for line in comment.body.strip().splitlines():
+            typer.echo(f"  | {line}")
+    written = sorted(path for path in workspaces.rglob("*") if path.is_file() and ".git" not in path.parts)
+    if written:
+        typer.echo("  files in the run's workspace:")
+        for path in written:
+            typer.echo(f"    {path}")
+
+
+def run_demo(llm: LLMConfig | None, keep: Path | None) -> int:
+    """Run the demo; return the process exit code."""
+    directory = keep or Path(tempfile.mkdtemp(prefix="coding-agent-demo-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    with GitHubSandbox() as forge:
+        number = _seed(forge)
+        if llm is None:
+            replay: ReplaySandbox | None = ReplaySandbox(_demo_script()).start()
+            llm_section: dict[str, Any] = {
+                "provider": "openai",
+                "function_calling": True,
+                "openai": {"base_url": replay.openai_base_url, "api_key": "replay", "model": "replay-model"},
+            }
+        else:
+            replay = None
+            llm_section = llm.model_dump(mode="json", exclude_none=True)
+            for name in ("openai", "lmstudio"):
+                section = getattr(llm, name)
+                if section is not None and section.api_key is not None:
+                    llm_section[name]["api_key"] = section.api_key.get_secret_value()
+        try:
+            config = parse_config(_config(forge.url, llm_section, directory), source="demo")
+            configure_logging(config.logging, Redactor(config.secrets()), console=True)
+            typer.echo(f"Sandbox GitHub at {forge.url}; issue {DEMO_REPO}#{number} labelled 'coding agent' by @{DEMO_USER}.")
+            typer.echo("Model: " + ("the replay model (scripted)" if replay else f"{llm.provider} {llm.active.model}"))  # type: ignore[union-attr]
+            typer.echo(f"Files of this demo: {directory}")
+            report = asyncio.run(_run_once(config))
+        finally:
+            if replay is not None:
+                replay.stop()
+        _print_outcome(forge, number, directory / "workspaces")
+    ok = bool(report.results) and all(result.status == "done" for result in report.results)
+    if not ok:
+        typer.echo("The demo task did not finish as done; see the comments above and the log in " f"{directory / 'logs'}.", err=True)
+    return 0 if ok else 1
+
+
+async def _run_once(config: Any) -> Any:
+    service = AgentService(config)
+    try:
+        return await service.run_cycle()
+    finally:
+        await service.aclose()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run_demo(None, None))

@@ -1,0 +1,96 @@
+"""`coding-agent run --once` through the CLI, on GitHub and GitLab issues, PRs and MRs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from coding_agent.testing.replay_model import ReplaySandbox
+
+from .conftest import (
+    HELLO_SCRIPT,
+    SECRETS,
+    ForgeUnderTest,
+    Kind,
+    llm_section,
+    run_cli,
+    write_config,
+)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("kind", ["issue", "change"])
+def test_labelled_task_ends_done(forge: ForgeUnderTest, kind: Kind, replay: ReplaySandbox, tmp_path: Path) -> None:
+    number = forge.open_task(kind, "Add a greeting file", "Please add hello.txt with a greeting.")
+    setup = write_config(tmp_path, [forge], llm_section(replay))
+
+    result = run_cli(setup, "run", "--once")
+
+    assert result.returncode == 0, result.stderr
+    labels = forge.labels(kind, number)
+    assert "coding agent done" in labels
+    assert "coding agent" not in labels and "coding agent processing" not in labels
+    bodies = [body for _, body in forge.comments(kind, number)]
+    assert "Writing hello.txt now." in bodies, "the step's comment is on the task"
+    assert bodies[-1] == "Wrote hello.txt with a greeting.", "the done comment is the final comment"
+
+    [run_dir] = setup.completed_runs()
+    messages = _read_jsonl(run_dir / "messages.jsonl")
+    tools = _read_jsonl(run_dir / "tools.jsonl")
+    assert messages[0]["role"] == "system" and messages[1]["role"] == "user"
+    assert [t["tool"] for t in tools] == ["workspace/create"] and not tools[0]["is_error"]
+    metadata = json.loads((run_dir / "metadata.json").read_text())
+    assert metadata["status"] == "done" and metadata["task_key"].startswith(f"{forge.name}:acme/widgets")
+    written = Path(metadata["workspace"]) / "hello.txt"
+    assert written.read_text() == "hello from the agent\n", "the tool call really wrote the file"
+    assert not (setup.contexts / "running").exists() or not any((setup.contexts / "running").iterdir())
+
+
+def test_second_run_finds_nothing_to_do(github_forge: ForgeUnderTest, replay: ReplaySandbox, tmp_path: Path) -> None:
+    number = github_forge.open_task("issue", "Once only", "Do it once.")
+    setup = write_config(tmp_path, [github_forge], llm_section(replay))
+    assert run_cli(setup, "run", "--once").returncode == 0
+    requests_after_first = len(replay.requests)
+
+    second = run_cli(setup, "run", "--once")
+
+    assert second.returncode == 0
+    assert len(replay.requests) == requests_after_first, "a done task is not worked again"
+    assert len(setup.completed_runs()) == 1
+    assert github_forge.labels("issue", number).count("coding agent done") == 1
+
+
+def test_no_secret_in_logs_comments_or_contexts(
+    github_forge: ForgeUnderTest, gitlab_forge: ForgeUnderTest, tmp_path: Path
+) -> None:
+    """Even a model that echoes a secret and runs `env` leaks nothing anywhere we write."""
+    leaky = {
+        "replies": [
+            {"tool": "workspace/run", "args": {"command": "env"}, "comment": f"My key might be {SECRETS[2]}"},
+            {"done": f"Finished; tokens {SECRETS[0]} {SECRETS[1]} should never show."},
+        ]
+    }
+    github_number = github_forge.open_task("issue", "Leak test", "Run env.")
+    gitlab_number = gitlab_forge.open_task("issue", "Leak test", "Run env.")
+    with ReplaySandbox(leaky) as model:
+        setup = write_config(tmp_path, [github_forge, gitlab_forge], llm_section(model))
+        result = run_cli(setup, "run", "--once")
+    assert result.returncode == 0, result.stderr
+    assert "coding agent done" in github_forge.labels("issue", github_number)
+    assert "coding agent done" in gitlab_forge.labels("issue", gitlab_number)
+
+    written = [path for path in setup.directory.rglob("*") if path.is_file() and path.suffix != ".db"]
+    assert any(path.parent == setup.logs for path in written), "the run wrote a log file"
+    haystacks = {str(path): path.read_text(errors="replace") for path in written}
+    haystacks["stdout"] = result.stdout + result.stderr
+    for forge, number in ((github_forge, github_number), (gitlab_forge, gitlab_number)):
+        haystacks[f"{forge.name} comments"] = "\n".join(body for _, body in forge.comments("issue", number))
+    assert "***" in haystacks["github comments"], "the echoed secret was masked, not dropped"
+    for secret in SECRETS:
+        for where, text in haystacks.items():
+            assert secret not in text, f"a secret leaked into {where}"
