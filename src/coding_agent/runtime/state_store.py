@@ -28,7 +28,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 __all__ = ["StateStore", "RunRecord", "new_owner_id"]
@@ -105,8 +105,8 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     # WAL lets readers and one writer work at once; busy_timeout makes concurrent
     # processes wait for the write lock instead of failing with "database is locked".
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.close()
 
 
@@ -121,7 +121,21 @@ class StateStore:
         self._engine: Engine = create_engine(url, future=True, pool_pre_ping=True)
         if url.startswith("sqlite"):
             event.listen(self._engine, "connect", _sqlite_pragmas)
-        _Base.metadata.create_all(self._engine)
+        self._create_tables()
+
+    def _create_tables(self) -> None:
+        """Create missing tables; tolerate another process creating them at the same moment."""
+        # Each lost race means the other process created one more table, so this ends.
+        attempts = len(_Base.metadata.tables) + 2
+        for attempt in range(attempts):
+            try:
+                _Base.metadata.create_all(self._engine)
+                return
+            except (OperationalError, IntegrityError, ProgrammingError):
+                # CREATE TABLE raced with another process's (SQLite: "already exists";
+                # PostgreSQL: a duplicate in pg_type). The next checkfirst pass sees them.
+                if attempt == attempts - 1:
+                    raise
 
     @contextmanager
     def _session(self) -> Iterator[Session]:
