@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from coding_agent.errors import ConfigError
+from coding_agent.tools.builtin import builtin_workspace_server
 
 __all__ = [
     "AgentConfig",
@@ -191,7 +192,7 @@ class AgentConfig(_Strict):
     gitlab: GitLabConfig | None = None
     llm: LLMConfig
     max_llm_process_num: int = Field(default=50, gt=0)
-    mcp_servers: list[MCPServerConfig] = Field(default_factory=list)
+    mcp_servers: list[MCPServerConfig] = Field(default_factory=lambda: [MCPServerConfig(**builtin_workspace_server())])
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     workers: int = Field(default=1, ge=1)

@@ -95,7 +95,7 @@ def run_demo(llm: LLMConfig | None, keep: Path | None) -> int:
             llm_section: dict[str, Any] = {
                 "provider": "openai",
                 "function_calling": True,
-                "openai": {"base_url": replay.openai_base_url, "api_key": "replay", "model": "replay-model"},
+                "openai": {"base_url": replay.openai_base_url, "api_key": "demo-replay-key", "model": "replay-model"},
             }
         else:
             replay = None

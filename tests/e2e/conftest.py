@@ -22,6 +22,7 @@ import yaml
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.gitlab import GitLabSandbox
 from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.tools.builtin import builtin_workspace_server
 
 GITHUB_BOT_TOKEN = "ghp_" + "E2eGithubBotToken0123456789abcdef"
 GITLAB_BOT_TOKEN = "glpat-" + "E2eGitlabBotToken0123"
@@ -158,11 +159,7 @@ def replay() -> Iterator[ReplaySandbox]:
 
 
 def workspace_server() -> dict[str, Any]:
-    return {
-        "mcp_server_name": "workspace",
-        "command": [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"],
-        "system_prompt": "The workspace tools edit files and run commands in the repository.",
-    }
+    return builtin_workspace_server()
 
 
 def llm_section(replay: ReplaySandbox, provider: str = "openai", function_calling: bool = True) -> dict[str, Any]:

@@ -93,3 +93,50 @@ def test_npm_filesystem_server_as_a_configured_tool_server(github_forge: GitHubF
     assert "coding agent done" in github_forge.labels("issue", number)
     [workspace] = list(setup.workspaces.iterdir())
     assert (workspace / "notes.md").read_text() == "# Notes\nwritten through the npm server\n"
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    """Poll `condition` until it holds or `timeout` passes (no fixed sleeps)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_serve_picks_up_new_tasks_and_stops_on_sigterm(github_forge: GitHubForge, tmp_path: Path) -> None:
+    import os
+    import signal
+
+    from .conftest import HELLO_SCRIPT, secret_env
+
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = write_config(tmp_path, [github_forge], llm_section(model), scheduling={"interval_seconds": 0.2})
+        process = subprocess.Popen(
+            [sys.executable, "-m", "coding_agent.cli", "serve", "--config", str(setup.config_path)],
+            cwd=tmp_path,
+            env={**os.environ, **secret_env()},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            number = github_forge.open_task("issue", "Opened while serving", "Please add hello.txt.")
+            _wait_for(lambda: "coding agent done" in github_forge.labels("issue", number), 60, "the task to end done")
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert process.returncode == 0, process.stderr.read() if process.stderr else ""
+
+
+def test_demo_runs_a_whole_task(tmp_path: Path) -> None:
+    result = _cli("demo", "--dir", str(tmp_path / "demo"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "labels: coding agent done" in result.stdout
+    assert "(replay model) Done: added `hello.py`" in result.stdout
+    [workspace] = list((tmp_path / "demo" / "workspaces").iterdir())
+    assert "Hello" in (workspace / "hello.py").read_text()

@@ -24,24 +24,11 @@ from typing import ClassVar
 import anyio.to_thread
 from mcp.server.fastmcp import FastMCP
 
+from coding_agent.tools.builtin import WORKSPACE_SYSTEM_PROMPT
 from coding_agent.tools.paths import PathOutsideWorkspace, is_inside, relative_display, resolve_in_root
 from coding_agent.tools.sandbox import CommandResult, SandboxMode, run_command
 
 __all__ = ["WORKSPACE_SYSTEM_PROMPT", "Workspace", "WorkspaceError", "create_server", "main"]
-
-WORKSPACE_SYSTEM_PROMPT = """\
-The workspace tools work on the repository checked out for this task; paths are relative
-to its root (absolute paths inside it work too, nothing outside it does).
-- Look before you edit: `list_files` and `search` to find code, `view` to read a file
-  with line numbers (use `view_range` for long files).
-- Edit with `str_replace` (old_str must match the file exactly, whitespace included, and
-  occur once; add surrounding lines to make it unique), `insert` to add lines after a
-  line number, `create` for new files (it overwrites an existing file).
-- `run` executes a shell command in the root (no network, so nothing can be downloaded;
-  output is capped, long commands time out). Use it to build and run the tests.
-- `git_status` and `git_diff` show what you changed. Do not commit or push: the agent
-  commits and opens the pull request when you are done.
-"""
 
 VIEW_MAX_LINES = 2000
 LINE_MAX_CHARS = 2000
