@@ -12,8 +12,9 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -21,6 +22,9 @@ from coding_agent.config import DEFAULT_CONFIG_PATH, AgentConfig, load_config
 from coding_agent.errors import AgentError, ConfigError
 from coding_agent.logging_setup import configure_logging
 from coding_agent.redaction import Redactor
+
+if TYPE_CHECKING:
+    from coding_agent.runtime.service import AgentService, CycleReport
 
 __all__ = ["app", "main"]
 
@@ -59,27 +63,50 @@ async def _run_service(config: AgentConfig, once: bool) -> int:
     from coding_agent.runtime.service import AgentService
 
     service = AgentService(config)
+    stop = asyncio.Event()
+    _pause_on_signals(service, stop)
     try:
         if once:
-            report = await service.run_cycle()
-            for result in report.results:
-                typer.echo(f"{result.task_key}: {result.status} after {result.steps} step(s)")
-            for error in report.errors:
-                typer.echo(error, err=True)
+            _echo_report(await service.run_cycle())
             return 0
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
         await service.serve(stop)
         return 0
     finally:
         await service.aclose()
 
 
+def _pause_on_signals(service: AgentService, stop: asyncio.Event) -> None:
+    """The first SIGTERM/SIGINT stops polling and pauses the running tasks at their next
+    step (SPEC 8.3); a second one ends the process at once (the tasks are then taken
+    over after their lease expires)."""
+    loop = asyncio.get_running_loop()
+
+    def first(signum: int) -> None:
+        log.info("signal %d: pausing the running tasks, then exiting", signum)
+        service.request_shutdown()
+        stop.set()
+        for each in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(each)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, first, signum)
+
+
+def _echo_report(report: CycleReport) -> None:
+    for result in report.results:
+        typer.echo(f"{result.task_key}: {result.status} after {result.steps} step(s)")
+    for error in report.errors:
+        typer.echo(error, err=True)
+
+
 def _run(config: AgentConfig, once: bool) -> None:
+    _exit_with(config, _run_service(config, once))
+
+
+def _exit_with(config: AgentConfig, work: Coroutine[Any, Any, int]) -> None:
+    """Run `work` and exit with its code; an agent error is one line on stderr, exit 1."""
     try:
-        code = asyncio.run(_run_service(config, once))
+        code = asyncio.run(work)
     except AgentError as error:
         log.error("agent could not run: %s", error)
         raise _fail(Redactor(config.secrets()).text(str(error)), 1) from None
@@ -119,6 +146,195 @@ def status(config: ConfigOption = None) -> None:
             )
     finally:
         store.close()
+
+
+TaskArgument = Annotated[
+    Optional[str], typer.Argument(help="A task key, e.g. 'github:owner/repo#12' or 'gitlab:group/project!34'.")
+]
+
+
+def _task_key(text: str) -> str:
+    from coding_agent.domain.tasks import TaskKey
+
+    try:
+        return str(TaskKey.parse(text))
+    except ValueError as error:
+        raise _fail(str(error), 2) from None
+
+
+async def _continue_runs(config: AgentConfig, only: set[str] | None) -> int:
+    from coding_agent.runtime.service import AgentService
+
+    service = AgentService(config)
+    _pause_on_signals(service, asyncio.Event())
+    try:
+        report = await service.continue_runs(only)
+        if not report.results and not report.errors:
+            typer.echo("nothing to resume now")
+        _echo_report(report)
+        return 0
+    finally:
+        await service.aclose()
+
+
+@app.command()
+def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:
+    """Pause TASK at its next step, or every task (the pause signal file) without TASK.
+
+    A paused TASK waits for `coding-agent resume TASK`. While the signal file exists,
+    running tasks pause and none starts; they resume once it is removed.
+    """
+    from coding_agent.agent.steering import pause_signal_path
+    from coding_agent.runtime.state_store import StateStore
+
+    settings = _load(config)
+    if not settings.pause_resume.enabled:
+        raise _fail("pause_resume.enabled is false in the configuration", 2)
+    if task is None:
+        path = pause_signal_path(settings)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        typer.echo(f"pause signal set ({path}): running tasks pause at their next step")
+        return
+    key = _task_key(task)
+    store = StateStore(settings.database.url)
+    try:
+        if not store.runs_with_status("running", key):
+            raise _fail(f"{key} has no running run to pause", 1)
+        store.request_control(key, "pause")
+    finally:
+        store.close()
+    typer.echo(f"{key}: pause requested; it pauses at its next step")
+
+
+@app.command()
+def resume(
+    task: TaskArgument = None,
+    queue: Annotated[
+        bool, typer.Option("--queue", help="Only lift the pause; a running `serve` or the next `run --once` continues.")
+    ] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Lift the pause of TASK (or of everything), then continue paused runs from their next step.
+
+    Without TASK the pause signal file is removed too. With --queue the runs are left to
+    a running `serve` or the next `run --once`.
+    """
+    from coding_agent.agent.steering import pause_signal_path
+    from coding_agent.runtime.state_store import StateStore
+
+    settings = _load(config)
+    path = pause_signal_path(settings)
+    key = _task_key(task) if task is not None else None
+    store = StateStore(settings.database.url)
+    try:
+        if key is None and path.exists():
+            path.unlink()
+            typer.echo(f"pause signal removed ({path})")
+        store.release_holds(key)
+        paused = store.runs_with_status("paused", key)
+    finally:
+        store.close()
+    if key is not None and not paused:
+        typer.echo(f"{key} has no paused run")
+    if key is not None and path.exists():
+        typer.echo(f"note: the pause signal {path} is present; nothing resumes until it is removed")
+    if not queue:
+        _exit_with(settings, _continue_runs(settings, {key} if key else None))
+
+
+@app.command()
+def stop(task: Annotated[str, typer.Argument(help="The task key to stop.")], config: ConfigOption = None) -> None:
+    """Stop TASK for good, as unassigning the bot does (stop comment, stopped label).
+
+    A running run stops at its next step; a paused one is stopped now.
+    """
+    from coding_agent.runtime.state_store import StateStore
+
+    settings = _load(config)
+    key = _task_key(task)
+    store = StateStore(settings.database.url)
+    try:
+        running = store.runs_with_status("running", key)
+        paused = store.runs_with_status("paused", key)
+        if not running and not paused:
+            raise _fail(f"{key} has no running or paused run to stop", 1)
+        store.request_control(key, "stop")
+        if paused:
+            store.release_holds(key)
+    finally:
+        store.close()
+    if running:
+        typer.echo(f"{key}: stop requested; it stops at its next step")
+        return
+    _exit_with(settings, _continue_runs(settings, {key}))
+
+
+memory_app = typer.Typer(help="What the agent remembers of each repository (SPEC 9.2).", no_args_is_help=True)
+app.add_typer(memory_app, name="memory")
+RepoArgument = Annotated[
+    Optional[str], typer.Argument(help="A repository: 'owner/repo', or 'github:owner/repo' / 'gitlab:group/project'.")
+]
+
+
+@memory_app.command("list")
+def memory_list(repo: RepoArgument = None, config: ConfigOption = None) -> None:
+    """Show the memories of REPO (or of every repository)."""
+    import time
+
+    from coding_agent.context.memory_admin import memory_listing
+    from coding_agent.context.memory_store import MemoryStore
+    from coding_agent.runtime.state_store import StateStore
+
+    settings = _load(config)
+    store = StateStore(settings.database.url)
+    try:
+        lines = memory_listing(MemoryStore(store.engine), repo, settings.memory.active_channel_days, time.time())
+    finally:
+        store.close()
+    typer.echo("\n".join(lines))
+
+
+@memory_app.command("clear")
+def memory_clear(
+    repo: RepoArgument = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Clear every repository's memories without asking.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Forget the memories of REPO (without REPO: of every repository, after confirmation)."""
+    from coding_agent.context.memory_admin import clear_memories
+    from coding_agent.context.memory_store import MemoryStore
+    from coding_agent.runtime.state_store import StateStore
+
+    settings = _load(config)
+    if repo is None and not yes and not typer.confirm("Forget every repository's memories?", default=False):
+        raise _fail("nothing cleared", 1)
+    store = StateStore(settings.database.url)
+    try:
+        channels, rows = clear_memories(MemoryStore(store.engine), repo)
+    finally:
+        store.close()
+    if repo is not None and channels == 0:
+        raise _fail(f"no memories of {repo}", 1)
+    typer.echo(f"cleared the memories of {channels} repositor{'y' if channels == 1 else 'ies'} ({rows} record(s))")
+
+
+@app.command()
+def cleanup(config: ConfigOption = None) -> None:
+    """Remove completed contexts (and thread memories) older than context_storage.cleanup_days."""
+    from coding_agent.runtime.cleanup import Cleanup
+    from coding_agent.runtime.state_store import StateStore
+
+    settings = _load(config)
+    store = StateStore(settings.database.url)
+    try:
+        report = Cleanup(settings, store).run()
+    finally:
+        store.close()
+    typer.echo(
+        f"removed {report.contexts_removed} completed context(s) and {report.thread_memories_removed} thread memorie(s)"
+        f" older than {settings.context_storage.cleanup_days:g} day(s)"
+    )
 
 
 @app.command("mcp-workspace")

@@ -29,6 +29,10 @@ __all__ = [
     "OllamaConfig",
     "MCPServerConfig",
     "ToolsConfig",
+    "TaskStopConfig",
+    "CommentDetectionConfig",
+    "PauseResumeConfig",
+    "ProgressCommentConfig",
     "load_config",
     "parse_config",
     "DEFAULT_CONFIG_PATH",
@@ -144,7 +148,16 @@ class ToolsConfig(_Strict):
 
 
 class WorkspaceConfig(_Strict):
+    """The run's clone of the repository and how its result is delivered (SPEC 7)."""
+
     base_dir: str = "workspaces"
+    # `git clone --depth`: 1 (shallow) is enough to commit and push; 0 clones the full history.
+    clone_depth: int = Field(default=1, ge=0)
+    # Each of AGENTS.md, CLAUDE.md, .github/copilot-instructions.md enters the system
+    # prompt cut to this many bytes; 0 leaves them out.
+    rules_max_bytes: int = Field(default=16384, ge=0)
+    # Upper bound of one git command (clone, push ...) run by the agent itself.
+    git_timeout_seconds: float = Field(default=300, gt=0)
 
 
 class SchedulingConfig(_Strict):
@@ -154,6 +167,44 @@ class SchedulingConfig(_Strict):
 
 class ContextStorageConfig(_Strict):
     base_dir: str = "contexts"
+    # Above this share of the provider's context_length (estimated tokens), older
+    # messages are summarised; below it the history is append-only (prefix caching).
+    compression_threshold: float = Field(default=0.7, gt=0, le=1)
+    keep_recent_messages: int = Field(default=5, ge=1)
+    cleanup_days: float = Field(default=30, gt=0)
+
+
+# Whole words or phrases that mark a comment as "we are done here" (SPEC 9.1).
+DEFAULT_COMPLETION_KEYWORDS: tuple[str, ...] = (
+    "done",
+    "thanks",
+    "thank you",
+    "lgtm",
+    "looks good",
+    "resolved",
+    "ありがとう",
+    "ありがとうございます",
+    "ありがとうございました",
+    "完了",
+    "解決",
+)
+
+
+class CommentHandlingConfig(_Strict):
+    """How the task's comments become the conversation (SPEC 9.1) and follow-ups (SPEC 3)."""
+
+    max_comment_count: int = Field(default=10, ge=0)
+    completion_keywords: list[str] = Field(default_factory=lambda: list(DEFAULT_COMPLETION_KEYWORDS))
+    followup_days: float = Field(default=7, gt=0)
+
+
+class MemoryConfig(_Strict):
+    """Memories the model writes after each run (SPEC 9.2)."""
+
+    enabled: bool = True
+    channel_messages_limit: int = Field(default=50, ge=1)
+    active_channel_days: float = Field(default=7, gt=0)
+    thread_memory_days: float = Field(default=7, gt=0)
 
 
 class LoggingConfig(_Strict):
@@ -183,6 +234,36 @@ class RetryConfig(_Strict):
     max_delay_seconds: float = Field(default=60.0, ge=0)
 
 
+class TaskStopConfig(_Strict):
+    """Stop a run when the bot is unassigned (SPEC 8.2, seed 002)."""
+
+    enabled: bool = True
+    # 0 disables the check; N checks on iterations 1, 1+N, 1+2N, ...
+    check_interval: int = Field(default=1, ge=0)
+    # Never re-read the assignees more often than this (the first check always runs).
+    min_check_interval_seconds: float = Field(default=30, ge=0)
+
+
+class CommentDetectionConfig(_Strict):
+    """Forward comments posted while a run works to the model (SPEC 8.1, seed 000)."""
+
+    enabled: bool = True
+
+
+class PauseResumeConfig(_Strict):
+    """Pause and resume (SPEC 8.3). `signal_file` defaults to <context_storage.base_dir>/pause_signal."""
+
+    enabled: bool = True
+    signal_file: str | None = None
+
+
+class ProgressCommentConfig(_Strict):
+    """One progress comment per run, edited in place (SPEC 8.4)."""
+
+    enabled: bool = True
+    min_edit_interval_seconds: float = Field(default=5, ge=0)
+
+
 SourceName = Literal["github", "gitlab"]
 
 
@@ -203,7 +284,14 @@ class AgentConfig(_Strict):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     security: SecurityConfig = Field(default_factory=SecurityConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
+    task_stop: TaskStopConfig = Field(default_factory=TaskStopConfig)
+    comment_detection: CommentDetectionConfig = Field(default_factory=CommentDetectionConfig)
+    pause_resume: PauseResumeConfig = Field(default_factory=PauseResumeConfig)
+    progress_comment: ProgressCommentConfig = Field(default_factory=ProgressCommentConfig)
     language: Literal["en", "ja"] = "en"
+    comment_handling: CommentHandlingConfig = Field(default_factory=CommentHandlingConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    persona: str | None = None
 
     @model_validator(mode="before")
     @classmethod

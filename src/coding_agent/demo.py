@@ -1,8 +1,9 @@
 """`coding-agent demo`: one whole task on this machine with nothing configured (SPEC 12).
 
-A sandbox GitHub (the testing server), the real built-in MCP workspace server, and the
-replay model (a scripted model that says so), or the operator's own model with `--llm`.
-It prints each event as it happens and ends with the issue's labels and comments.
+A sandbox GitHub (the testing server, with a real git repository behind it), the real
+built-in MCP workspace server, and the replay model (a scripted model that says so), or
+the operator's own model with `--llm`. It prints each event as it happens and ends with
+the issue's labels and comments and the draft pull request that holds the change.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def _seed(sandbox: GitHubSandbox) -> int:
     state.add_user(DEMO_USER)
     state.add_user(DEMO_BOT, token=_DEMO_TOKEN, bot=True)
     state.add_repo(DEMO_REPO)
+    state.init_repo(DEMO_REPO, files={"README.md": "# hello-world\n\nThe repository of `coding-agent demo`.\n"})
     state.set_permission(DEMO_REPO, DEMO_USER, "admin")
     state.set_permission(DEMO_REPO, DEMO_BOT, "write")
     number = state.create_issue(
@@ -77,11 +79,15 @@ def _print_outcome(sandbox: GitHubSandbox, number: int, workspaces: Path) -> Non
         typer.echo(f"  --- comment by @{comment.author}")
         for line in comment.body.strip().splitlines():
             typer.echo(f"  | {line}")
-    written = sorted(path for path in workspaces.rglob("*") if path.is_file() and ".git" not in path.parts)
-    if written:
-        typer.echo("  files in the run's workspace:")
-        for path in written:
-            typer.echo(f"    {path}")
+    for pull in sandbox.state.pulls(DEMO_REPO):
+        files = sandbox.state.git.changed_files(DEMO_REPO, pull.base or "main", pull.head or "")
+        typer.echo("")
+        typer.echo(f"Pull request {DEMO_REPO}#{pull.number}{' (draft)' if pull.draft else ''}: {pull.title}")
+        typer.echo(f"  branch: {pull.head} -> {pull.base}")
+        typer.echo(f"  files changed: {', '.join(files) or 'none'}")
+        typer.echo(f"  url: {sandbox.url}/{DEMO_REPO}/pull/{pull.number}")
+    if workspaces.is_dir():
+        typer.echo(f"  the run's workspace (a clone): {', '.join(str(path) for path in sorted(workspaces.iterdir()))}")
 
 
 def run_demo(llm: LLMConfig | None, keep: Path | None) -> int:

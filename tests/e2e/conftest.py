@@ -237,3 +237,11 @@ def load_for_service(setup: AgentSetup) -> Any:
     from coding_agent.config import load_config
 
     return load_config(setup.config_path, env={**os.environ, **secret_env()})
+
+
+PROGRESS_HEADER = "## 🤖 coding-agent progress"
+
+
+def progress_comments(bodies: list[str]) -> list[str]:
+    """The progress comments among `bodies` (SPEC 8.4: one per run, step comments inside)."""
+    return [body for body in bodies if body.startswith(PROGRESS_HEADER)]

@@ -138,5 +138,6 @@ def test_demo_runs_a_whole_task(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "labels: coding agent done" in result.stdout
     assert "(replay model) Done: added `hello.py`" in result.stdout
+    assert "Pull request demo/hello-world#2 (draft)" in result.stdout and "files changed: hello.py" in result.stdout
     [workspace] = list((tmp_path / "demo" / "workspaces").iterdir())
     assert "Hello" in (workspace / "hello.py").read_text()

@@ -16,7 +16,16 @@ from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.testing.faults import Fault
 from coding_agent.testing.replay_model import ReplaySandbox
 
-from .conftest import HELLO_SCRIPT, READER, GitHubForge, llm_section, load_for_service, run_cli, write_config
+from .conftest import (
+    HELLO_SCRIPT,
+    READER,
+    GitHubForge,
+    llm_section,
+    load_for_service,
+    progress_comments,
+    run_cli,
+    write_config,
+)
 
 
 def _run_cycle(setup_config: object) -> CycleReport:
@@ -46,7 +55,8 @@ def test_every_provider_and_protocol_drives_the_loop(
     [run_dir] = setup.completed_runs()
     metadata_workspace = next(setup.workspaces.iterdir())
     assert (metadata_workspace / "hello.txt").read_text() == "hello from the agent\n"
-    assert len(requests) == 2
+    assert len(requests) == 3, "two turns, then the memory request (memory.enabled is on by default)"
+    assert "update your notes about the repository acme/widgets" in requests[2].body["messages"][-1]["content"]
     expected_path = "/api/chat" if provider == "ollama" else "/v1/chat/completions"
     assert {r.path for r in requests} == {expected_path}
     offered_tools = requests[0].body.get("tools")
@@ -85,7 +95,8 @@ def test_forge_503_twice_then_ok_still_ends_done(github_forge: GitHubForge, repl
     assert [r.status for r in report.results] == ["done"]
     assert github_forge.sandbox.faults.injected == 2
     bodies = [body for _, body in github_forge.comments("issue", number)]
-    assert bodies.count("Writing hello.txt now.") == 1, "a retried comment is posted once"
+    [progress] = progress_comments(bodies)
+    assert "Writing hello.txt now." in progress, "a retried comment is posted once, with the step in it"
     assert "coding agent done" in github_forge.labels("issue", number)
 
 

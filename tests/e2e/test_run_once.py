@@ -15,6 +15,7 @@ from .conftest import (
     ForgeUnderTest,
     Kind,
     llm_section,
+    progress_comments,
     run_cli,
     write_config,
 )
@@ -36,8 +37,10 @@ def test_labelled_task_ends_done(forge: ForgeUnderTest, kind: Kind, replay: Repl
     assert "coding agent done" in labels
     assert "coding agent" not in labels and "coding agent processing" not in labels
     bodies = [body for _, body in forge.comments(kind, number)]
-    assert "Writing hello.txt now." in bodies, "the step's comment is on the task"
-    assert bodies[-1] == "Wrote hello.txt with a greeting.", "the done comment is the final comment"
+    [progress] = progress_comments(bodies)
+    assert "Writing hello.txt now." in progress, "the step's comment is folded into the progress comment"
+    assert "✅ done" in progress, "the progress comment ends in the final state"
+    assert bodies[-1].startswith("Wrote hello.txt with a greeting."), "the done comment is the final comment"
 
     [run_dir] = setup.completed_runs()
     messages = _read_jsonl(run_dir / "messages.jsonl")

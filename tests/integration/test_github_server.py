@@ -47,6 +47,7 @@ async def test_githubkit_parses_every_endpoint(sandbox: GitHubSandbox) -> None:
     pull = state.create_pull(REPO, "Add feature", "PR body", "alice", head="feature", labels=["coding agent"])
     state.add_comment(REPO, issue, "alice", "first")
     root = state.add_review_comment(REPO, pull, "alice", "nit", "src/app.py", 12)
+    state.create_branch(REPO, "topic")
     github = _github(sandbox)  # githubkit's namespaces hold it only weakly
     rest = github.rest
     owner, name = REPO.split("/")
@@ -286,6 +287,7 @@ def test_triage_is_needed_to_label(sandbox: GitHubSandbox) -> None:
 
 def test_a_second_pull_for_the_same_branch_is_refused(sandbox: GitHubSandbox, http: httpx.Client) -> None:
     body = {"title": "T", "head": "acme:topic", "base": "main", "body": "Closes #1", "draft": True}
+    sandbox.state.create_branch(REPO, "topic")
     first = http.post(f"/repos/{REPO}/pulls", json=body)
     second = http.post(f"/repos/{REPO}/pulls", json=body)
     assert first.status_code == 201 and first.json()["draft"] is True

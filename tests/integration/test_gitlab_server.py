@@ -265,6 +265,7 @@ def test_group_listing_filters(gl: gitlab.Gitlab, sandbox: GitLabSandbox) -> Non
 
 def test_create_merge_request_conflict_and_source_branch_filter(gl: gitlab.Gitlab, sandbox: GitLabSandbox) -> None:
     mrs = gl.projects.get(PROJECT, lazy=True).mergerequests
+    sandbox.state.create_branch(PROJECT, "agent/fix-1")
     created = mrs.create(
         {"source_branch": "agent/fix-1", "target_branch": "main", "title": "Draft: Fix 1", "labels": ["coding agent"]}
     )

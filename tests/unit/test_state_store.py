@@ -109,3 +109,59 @@ def test_postgres_leases(clock: FakeClock) -> None:
         store.release_lease(key, "b")
     finally:
         store.close()
+
+
+# -- steering: pause/resume, takeover, operator requests, final comment guard ------------
+
+
+def test_a_paused_run_is_claimed_once(tmp_path: Path, store: StateStore, clock: FakeClock) -> None:
+    store.start_run("r1", "k", "w1", None)
+    store.pause_run("r1", 3, hold=False)
+    other = StateStore(f"sqlite:///{tmp_path}/state.db", clock=clock)
+    try:
+        assert [run.uuid for run in store.resumable_runs()] == ["r1"]
+        wins = [store.claim_run("r1", "w2", "paused"), other.claim_run("r1", "w3", "paused")]
+    finally:
+        other.close()
+    assert wins == [True, False]
+    [run] = store.runs()
+    assert run.status == "running" and run.owner == "w2" and run.steps == 3
+    assert store.resumable_runs() == []
+
+
+def test_a_held_pause_waits_for_release(store: StateStore) -> None:
+    store.start_run("r1", "k1", "w", None)
+    store.start_run("r2", "k2", "w", None)
+    store.pause_run("r1", 1, hold=True)
+    store.pause_run("r2", 1, hold=True)
+    assert store.resumable_runs() == []
+    assert store.release_holds("k1") == 1
+    assert [run.task_key for run in store.resumable_runs()] == ["k1"]
+    assert store.release_holds() == 1
+    assert len(store.resumable_runs()) == 2
+
+
+def test_orphans_are_expired_leases_and_running_runs_without_a_lease(store: StateStore, clock: FakeClock) -> None:
+    store.acquire_lease("crashed", "dead", 10)
+    store.acquire_lease("alive", "w", 100)
+    store.start_run("r-alive", "alive", "w", None)
+    store.start_run("r-lost", "lost", "dead", None)  # its expired lease was taken and released by an intake
+    clock.now += 50
+    assert sorted(store.orphaned_tasks()) == ["crashed", "lost"]
+
+
+def test_operator_requests_and_final_marks(store: StateStore) -> None:
+    store.request_control("k", "stop")
+    store.request_control("k", "pause")
+    assert store.control_request("k") == "stop", "a stop is never downgraded to a pause"
+    store.clear_control_request("k")
+    assert store.control_request("k") is None
+
+    store.record_final("r", "done", "first")
+    store.record_final("r", "failed", "second")
+    marks = store.run_marks("r")
+    assert (marks.final_status, marks.final_body, marks.final_posted) == ("done", "first", False)
+    store.mark_final_posted("r")
+    store.set_progress_comment("r", "55")
+    marks = store.run_marks("r")
+    assert marks.final_posted and marks.progress_comment_id == "55"

@@ -21,9 +21,20 @@ from coding_agent.agent.notices import Language, notice
 from coding_agent.context.storage import RunContextFiles
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import ReplyProtocol, ToolAction
+from coding_agent.llm.types import LLMReply
 from coding_agent.tools.types import ToolResult
 
-__all__ = ["Checkpoint", "Steering", "NoSteering", "Reporter", "ToolRunner", "LoopLimits", "LoopOutcome", "run_loop"]
+__all__ = [
+    "Checkpoint",
+    "Steering",
+    "NoSteering",
+    "ContextCompressor",
+    "Reporter",
+    "ToolRunner",
+    "LoopLimits",
+    "LoopOutcome",
+    "run_loop",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +58,12 @@ class NoSteering:
 
     async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> None:
         return None
+
+
+class ContextCompressor(Protocol):
+    async def maybe_compress(self, llm: LLMClient, files: RunContextFiles) -> bool:
+        """Summarise older messages when the prompt is over its threshold (SPEC 9.3)."""
+        ...
 
 
 class Reporter(Protocol):
@@ -93,11 +110,19 @@ async def run_loop(
     steering: Steering | None = None,
     on_step: Callable[[int], None] = lambda steps: None,
     clock: Callable[[], float] = time.monotonic,
+    compressor: ContextCompressor | None = None,
+    start_steps: int = 0,
+    pending_reply: LLMReply | None = None,
 ) -> LoopOutcome:
-    """Drive the conversation whose system prompt and task prompt are already in `llm`."""
+    """Drive the conversation whose system prompt and task prompt are already in `llm`.
+
+    A continued run (resumed, or taken over) passes the steps it had done as
+    `start_steps`, and, when it stopped between a reply and its action, that reply as
+    `pending_reply`: it is acted on without asking the model again.
+    """
     steering = steering or NoSteering()
     started = clock()
-    steps = 0
+    steps = start_steps
     invalid_in_a_row = 0
     failures: dict[str, int] = {}
     last_failure = ""
@@ -106,18 +131,23 @@ async def run_loop(
         return LoopOutcome("failed", notice(name, language, **values), steps)
 
     while True:
-        await steering.checkpoint(Checkpoint.ITERATION_START, llm)
-        if steps >= limits.max_steps:
-            return failed("limit_steps", limit=limits.max_steps)
-        if limits.max_tokens is not None and llm.usage.total_tokens >= limits.max_tokens:
-            return failed("limit_tokens", limit=limits.max_tokens)
-        if limits.max_seconds is not None and clock() - started >= limits.max_seconds:
-            return failed("limit_seconds", limit=limits.max_seconds)
+        if pending_reply is not None:
+            reply, pending_reply = pending_reply, None
+        else:
+            await steering.checkpoint(Checkpoint.ITERATION_START, llm)
+            if steps >= limits.max_steps:
+                return failed("limit_steps", limit=limits.max_steps)
+            if limits.max_tokens is not None and llm.usage.total_tokens >= limits.max_tokens:
+                return failed("limit_tokens", limit=limits.max_tokens)
+            if limits.max_seconds is not None and clock() - started >= limits.max_seconds:
+                return failed("limit_seconds", limit=limits.max_seconds)
 
-        reply = await llm.get_response()
-        steps += 1
-        on_step(steps)
-        files.sync_messages(llm.messages)
+            if compressor is not None:
+                await compressor.maybe_compress(llm, files)
+            reply = await llm.get_response()
+            steps += 1
+            on_step(steps)
+            files.sync_messages(llm.messages)
         decision = protocol.parse(reply)
         if decision.error is not None:
             invalid_in_a_row += 1
@@ -128,7 +158,10 @@ async def run_loop(
             continue
         invalid_in_a_row = 0
 
+        history = len(llm.messages)
         await steering.checkpoint(Checkpoint.AFTER_REPLY, llm)
+        if decision.done and not decision.actions and len(llm.messages) > history:
+            continue  # comments arrived as the model finished: it answers them first (SPEC 8.1)
         if decision.comment and not decision.done:
             await reporter.step_comment(decision.comment)
 

@@ -45,10 +45,63 @@ _NOTICES: dict[str, dict[Language, str]] = {
         "en": "coding-agent did not start: it could not tell who applied the trigger label, so it could not check their access. A maintainer (write access or above) must apply it.",
         "ja": "coding-agent は開始しませんでした: トリガーラベルを付けたユーザーが分からず、権限を確認できませんでした。書き込み権限以上を持つメンバーが付け直してください。",
     },
+    "followup_ack": {
+        "en": "Thank you, @{user}! Glad it helps. I consider this conversation finished; mention me again if anything else comes up.",
+        "ja": "@{user} さん、ありがとうございます！この会話はこれで完了とします。ほかに何かあれば、またメンションしてください。",
+    },
     "repeated_failure": {
         "en": "Note: this exact call ({tool} with the same arguments) has now failed {count} times in a row. Do not repeat it; change your approach.",
         "ja": "注意: この呼び出し（{tool}、同じ引数）は {count} 回連続で失敗しています。繰り返さず、方針を変えてください。",
     },
+    # -- steering (SPEC 8): stop, pause, progress ---------------------------------------
+    "stopped": {
+        "en": "## ⛔ Task stopped\n\n{reason}\n\n**Stopped at:** {time}\n**LLM turns:** {turns}\n\nTo start again, assign the coding agent again and apply the `{label}` label.",
+        "ja": "## ⛔ タスク停止\n\n{reason}\n\n**停止時刻:** {time}\n**LLM対話回数:** {turns}\n\nタスクを再開する場合は、コーディングエージェントを再度アサインし、\n`{label}` ラベルを付与してください。",
+    },
+    "stop_reason_unassigned": {
+        "en": "The coding agent was unassigned, so it stopped working on this task.",
+        "ja": "コーディングエージェントのアサインが解除されたため、タスクを停止しました。",
+    },
+    "stop_reason_operator": {
+        "en": "An operator stopped the coding agent (`coding-agent stop`).",
+        "ja": "オペレーターがコーディングエージェントを停止しました（`coding-agent stop`）。",
+    },
+    "paused": {
+        "en": "## ⏸️ Task paused\n\n{reason}\n\n**Paused at:** {time}\n**LLM turns so far:** {turns}\n\nThe work so far is saved. {resume}",
+        "ja": "## ⏸️ タスク一時停止\n\n{reason}\n\n**一時停止時刻:** {time}\n**これまでのLLM対話回数:** {turns}\n\nここまでの作業は保存されています。{resume}",
+    },
+    "pause_reason_signal": {
+        "en": "The operator's pause signal is set.",
+        "ja": "オペレーターの一時停止シグナルが設定されています。",
+    },
+    "pause_reason_operator": {
+        "en": "An operator paused the coding agent (`coding-agent pause`).",
+        "ja": "オペレーターがコーディングエージェントを一時停止しました（`coding-agent pause`）。",
+    },
+    "pause_reason_shutdown": {
+        "en": "The coding agent is shutting down.",
+        "ja": "コーディングエージェントが終了処理中です。",
+    },
+    "resume_auto": {
+        "en": "It continues from the next step once the agent runs again without the pause signal.",
+        "ja": "一時停止シグナルがない状態でエージェントが再び動くと、次のステップから再開します。",
+    },
+    "resume_manual": {
+        "en": "It continues from the next step after `coding-agent resume {key}`.",
+        "ja": "`coding-agent resume {key}` の後、次のステップから再開します。",
+    },
+    "progress_header": {"en": "## 🤖 coding-agent progress", "ja": "## 🤖 coding-agent 進捗"},
+    "progress_status": {"en": "**Status:** {state} · {steps} step(s)", "ja": "**状態:** {state} · {steps} ステップ"},
+    "progress_updated": {"en": "**Updated:** {time} · run `{run}`", "ja": "**更新:** {time} · 実行 `{run}`"},
+    "progress_steps": {"en": "### Steps", "ja": "### ステップ"},
+    "progress_earlier": {"en": "- … {count} earlier step(s)", "ja": "- … ほか {count} ステップ"},
+    "progress_actions": {"en": "### Last actions", "ja": "### 直近の操作"},
+    "progress_running": {"en": "🔄 working", "ja": "🔄 作業中"},
+    "progress_paused": {"en": "⏸️ paused", "ja": "⏸️ 一時停止中"},
+    "progress_done": {"en": "✅ done", "ja": "✅ 完了"},
+    "progress_failed": {"en": "❌ failed", "ja": "❌ 失敗"},
+    "progress_stopped": {"en": "⛔ stopped", "ja": "⛔ 停止"},
+    "progress_abandoned": {"en": "⚠️ interrupted (taken over by a new run)", "ja": "⚠️ 中断（新しい実行が引き継ぎ）"},
 }
 
 

@@ -8,15 +8,13 @@ user turn. Untrusted authors' text is wrapped here, once (SPEC 3).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import jinja2
 
 from coding_agent.domain.tasks import Comment, Task, Thread
 from coding_agent.llm.types import ToolSpec
 
-__all__ = ["render_system_prompt", "render_task_prompt", "wrap_untrusted", "RenderedComment"]
+__all__ = ["render_system_prompt", "render_task_prompt", "wrap_untrusted", "template", "task_kind_words"]
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("coding_agent.agent", "prompts"),
@@ -34,14 +32,13 @@ def wrap_untrusted(author: str, text: str) -> str:
     return f'<untrusted-content author="{author}">\n{safe}\n</untrusted-content>'
 
 
-@dataclass(frozen=True)
-class RenderedComment:
-    author: str
-    created_at: str
-    body: str
+def template(name: str) -> jinja2.Template:
+    """A template of `prompts/`, for every prompt module: one environment, one set of rules."""
+    return _ENV.get_template(name)
 
 
-def _kind_words(task: Task) -> tuple[str, str]:
+def task_kind_words(task: Task) -> tuple[str, str]:
+    """("Issue", "issue"), ("Pull request", "pull request") or ("Merge request", "merge request")."""
     if not task.key.is_change:
         return "Issue", "issue"
     return ("Pull request", "pull request") if task.key.forge == "github" else ("Merge request", "merge request")
@@ -54,9 +51,11 @@ def render_system_prompt(
     protocol_instructions: str,
     show_schemas: bool,
     language: str = "en",
+    repository_rules: Mapping[str, str] | None = None,
 ) -> str:
-    """The system prompt: rules, reply protocol, tool list and each MCP server's own prompt."""
-    _, noun = _kind_words(task)
+    """The system prompt: rules, reply protocol, tool list, each MCP server's own prompt,
+    and the repository's own rule files (path -> text, already size-capped)."""
+    _, noun = task_kind_words(task)
     return _ENV.get_template("system.j2").render(
         task_kind=noun,
         forge_title=_FORGE_TITLES[task.key.forge],
@@ -66,6 +65,7 @@ def render_system_prompt(
         protocol_instructions=protocol_instructions.strip(),
         show_schemas=show_schemas,
         language=language,
+        repository_rules=dict(repository_rules or {}),
     )
 
 
@@ -75,25 +75,11 @@ def render_task_prompt(
     threads: list[Thread],
     is_trusted: Callable[[str], bool],
 ) -> str:
-    """The first user turn: the issue or PR/MR, its comments and review threads."""
+    """The first user turn with every comment and thread, and no memories.
 
-    def body_of(author: str, text: str) -> str:
-        text = text.strip() or "(empty)"
-        return text if is_trusted(author) else wrap_untrusted(author, text)
+    A shortcut over `context.first_turn.build_first_turn`, which renders the structures
+    of SPEC 9; imported here, not at the top, because that module builds on this one.
+    """
+    from coding_agent.context.first_turn import build_first_turn
 
-    def rendered(comment: Comment) -> RenderedComment:
-        return RenderedComment(comment.author, comment.created_at.isoformat(), body_of(comment.author, comment.body))
-
-    title, noun = _kind_words(task)
-    context: dict[str, Any] = {
-        "task": task,
-        "kind_title": title,
-        "kind_noun": noun,
-        "description": body_of(task.author, task.body),
-        "comments": [rendered(comment) for comment in comments],
-        "threads": [
-            {"id": thread.id, "path": thread.path, "line": thread.line, "comments": [rendered(c) for c in thread.comments]}
-            for thread in threads
-        ],
-    }
-    return _ENV.get_template("task.j2").render(**context)
+    return build_first_turn(task, comments, threads, is_trusted)

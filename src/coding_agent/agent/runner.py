@@ -9,17 +9,24 @@ happened (never a stack trace or a secret), and its context moved to `completed/
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from coding_agent.agent.loop import LoopLimits, LoopOutcome, run_loop
 from coding_agent.agent.notices import notice
-from coding_agent.agent.prompting import render_system_prompt, render_task_prompt
+from coding_agent.agent.prompting import render_system_prompt
+from coding_agent.agent.reply_thread import request_thread
+from coding_agent.agent.steering import Continuation, LeaseLost, RunControl, RunControls, RunInterrupted
 from coding_agent.config import AgentConfig
+from coding_agent.context.compression import Compressor, model_summarizer
+from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
+from coding_agent.context.memory import MemoryKeeper
+from coding_agent.context.memory_store import MemoryStore
 from coding_agent.context.storage import ContextStorage, RunContextFiles
-from coding_agent.domain.tasks import Permission, Task, TaskKey
+from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
@@ -31,6 +38,7 @@ from coding_agent.sources.base import Source
 from coding_agent.sources.factory import retry_policy
 from coding_agent.sources.lifecycle import transition
 from coding_agent.tools.hub import ToolHub
+from coding_agent.workspace.session import RunWorkspace
 
 __all__ = ["TaskRunner", "RunResult", "IssueReporter"]
 
@@ -47,17 +55,25 @@ class RunResult:
 
 
 class IssueReporter:
-    """Posts the run's comments on the task, redacted."""
+    """Posts the run's comments on the task, redacted.
+
+    `thread_id` set: the run was asked from that review thread, so the final comment is
+    a reply there (SPEC 7; see `reply_thread.py`).
+    """
 
     def __init__(self, source: Source, key: TaskKey, redactor: Redactor) -> None:
         self._source = source
         self._key = key
         self._redactor = redactor
+        self.thread_id: str | None = None
 
     async def step_comment(self, text: str) -> None:
         await self._source.post_comment(self._key, self._redactor.text(text))
 
     async def final_comment(self, text: str) -> None:
+        if self.thread_id is not None:
+            await self._source.reply_in_thread(self._key, self.thread_id, self._redactor.text(text))
+            return
         await self._source.post_comment(self._key, self._redactor.text(text))
 
 
@@ -93,39 +109,63 @@ class TaskRunner:
         redactor: Redactor,
         owner: str,
         llm_factory: Callable[[], LLMClient] | None = None,
+        controls: RunControls | None = None,
     ) -> None:
         self._config = config
         self._store = store
         self._redactor = redactor
         self._owner = owner
         self._storage = ContextStorage(config.context_storage.base_dir, redactor)
+        self._controls = controls or RunControls(config, store, redactor, owner)
         self._llm_factory = llm_factory or (lambda: create_llm_client(config.llm, retry_policy(config)))
+        self._memories = (
+            MemoryKeeper(MemoryStore(store.engine), config.memory, redactor, time.time) if config.memory.enabled else None
+        )
 
-    async def run(self, source: Source, task: Task, requester: str | None) -> RunResult:
-        """Work `task` (already claimed by this worker) to its end; release its lease."""
+    async def run(
+        self, source: Source, task: Task, requester: str | None, continuation: Continuation | None = None
+    ) -> RunResult:
+        """Work `task` (already claimed by this worker) to its end; release its lease.
+
+        `continuation`: an existing run to carry on (resumed after a pause, or taken over
+        after its worker died) instead of starting a new one.
+        """
         config = self._config
         key = str(task.key)
-        run_uuid = str(uuid.uuid4())
-        workspace = Path(config.workspace.base_dir).resolve() / run_uuid
-        workspace.mkdir(parents=True, exist_ok=True)
-        files = self._storage.start_run(
-            run_uuid,
-            task_key=key,
-            requester=requester,
-            provider=config.llm.provider,
-            model=config.llm.active.model,
-            protocol="tool_calls" if config.llm.function_calling else "json_text",
-            workspace=str(workspace),
-        )
-        self._store.start_run(run_uuid, key, self._owner, requester)
-        log.info("%s: run %s started", key, run_uuid)
+        reopened = continuation.reopen(self._storage) if continuation is not None else None
+        if reopened is not None:
+            files, workspace = reopened
+            run_uuid = files.run_uuid
+        else:
+            continuation = None
+            run_uuid = str(uuid.uuid4())
+            workspace = Path(config.workspace.base_dir).resolve() / run_uuid
+            workspace.mkdir(parents=True, exist_ok=True)
+            files = self._storage.start_run(
+                run_uuid,
+                task_key=key,
+                requester=requester,
+                provider=config.llm.provider,
+                model=config.llm.active.model,
+                protocol="tool_calls" if config.llm.function_calling else "json_text",
+                workspace=str(workspace),
+            )
+            self._store.start_run(run_uuid, key, self._owner, requester)
         reporter = IssueReporter(source, task.key, self._redactor)
-        outcome = LoopOutcome("failed", "", 0)
+        control = RunControl(self._controls, source, task, files, workspace, requester, reporter, continuation)
+        log.info("%s: run %s %s", key, run_uuid, "continued" if continuation is not None else "started")
+        outcome = LoopOutcome("failed", "", control.steps)
         llm: LLMClient | None = None
+        interruption: RunInterrupted | None = None
         try:
             llm = self._llm_factory()
             llm.on_usage(lambda usage: self._record_usage(run_uuid, key, usage))
-            outcome = await self._work(source, task, llm, files, reporter, workspace)
+            recorded = control.recorded_outcome()
+            outcome = recorded or await self._work(source, task, llm, files, reporter, workspace, requester, control)
+            if self._memories is not None and recorded is None:
+                await self._memories.after_run(llm, task.key, run_uuid, outcome.status, outcome.comment)
+        except RunInterrupted as error:  # pause, stop, lease lost: steering's endings (SPEC 8)
+            interruption = error
         except AgentError as error:
             message = self._redactor.text(str(error))
             log.error("%s: run %s failed: %s", key, run_uuid, message)
@@ -139,7 +179,12 @@ class TaskRunner:
             if llm is not None:
                 files.sync_messages(llm.messages)
                 await llm.aclose()
-        status = await self._publish(source, task, reporter, outcome)
+        if interruption is not None:
+            status, context_dir = await control.interrupted(interruption, llm)
+            return RunResult(run_uuid, key, status, control.steps, context_dir)
+        control.record_outcome(outcome)
+        status = await self._publish(source, task, control.reporter(), outcome)
+        await control.finished(status)
         files.write_metadata(status=status, steps=outcome.steps)
         context_dir = files.move_to("completed")
         self._store.finish_run(run_uuid, status, outcome.steps, None if status == "done" else outcome.comment)
@@ -155,6 +200,8 @@ class TaskRunner:
         files: RunContextFiles,
         reporter: IssueReporter,
         workspace: Path,
+        requester: str | None,
+        control: RunControl,
     ) -> LoopOutcome:
         config = self._config
         comments = await source.list_comments(task.key)
@@ -162,6 +209,11 @@ class TaskRunner:
         trust = _TrustCache()
         authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
         await trust.load(source, task.key, authors)
+        reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
+        clone = RunWorkspace(
+            source, task, workspace, config.workspace, retry_policy(config), self._redactor, files.directory / "checkout.json"
+        )
+        await clone.prepare()
         protocol = create_protocol(config.llm.function_calling)
         async with ToolHub(config.mcp_servers, config.tools, workspace, self._redactor.secrets) as hub:
             llm.send_system_prompt(
@@ -172,30 +224,67 @@ class TaskRunner:
                     protocol.instructions(),
                     show_schemas=not protocol.uses_native_tools,
                     language=config.language,
+                    repository_rules=clone.rules(),
                 )
             )
-            llm.send_user_message(render_task_prompt(task, comments, threads, trust))
+            if not control.restore(llm):  # a continued run has its history already
+                llm.send_user_message(self._first_turn(source, task, comments, threads, trust, files.run_uuid))
             protocol.prepare(llm, hub.tool_specs)
+            await control.begin(comments, threads, trust)
             limits = LoopLimits(
                 max_steps=config.max_llm_process_num,
                 max_tokens=config.budget.max_tokens,
                 max_seconds=config.budget.max_seconds,
             )
-            return await run_loop(
+            outcome = await run_loop(
                 llm,
                 protocol,
-                hub,
+                control.tools(hub),
                 files,
-                reporter,
+                control.reporter(),
                 limits,
                 language=config.language,
-                on_step=lambda steps: self._heartbeat(str(task.key), files.run_uuid, steps),
+                steering=control,
+                on_step=lambda steps: (self._heartbeat(str(task.key), files.run_uuid, steps), control.on_step(steps)),
+                compressor=self._compressor(str(task.key), files.run_uuid),
+                start_steps=control.steps,
+                pending_reply=control.pending_reply(llm),
             )
+        if outcome.status == "done":  # SPEC 7: commit, push, open or update the PR/MR
+            final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language)
+            outcome = replace(outcome, comment=final)
+        return outcome
+
+    def _first_turn(
+        self, source: Source, task: Task, comments: list[Comment], threads: list[Thread], trust: _TrustCache, run_uuid: str
+    ) -> str:
+        """The task, its conversation and review threads, and the memories (SPEC 9.1, 9.2)."""
+        handling = self._config.comment_handling
+        settings = FirstTurnSettings(
+            bot_name=source.bot_name,
+            max_comment_count=handling.max_comment_count,
+            completion_keywords=tuple(handling.completion_keywords),
+            channel_messages_limit=self._config.memory.channel_messages_limit,
+            persona=self._config.persona,
+        )
+        # A task whose previous run ended done is worked again: a follow-up (SPEC 3).
+        previous = [run for run in self._store.runs(str(task.key)) if run.uuid != run_uuid]
+        followup = bool(previous) and previous[-1].status == "done"
+        return build_first_turn(task, comments, threads, trust, settings, self._memories, followup)
+
+    def _compressor(self, key: str, run_uuid: str) -> Compressor:
+        storage = self._config.context_storage
+        return Compressor(
+            self._config.llm.active.context_length,
+            storage.compression_threshold,
+            storage.keep_recent_messages,
+            model_summarizer(self._llm_factory, lambda usage: self._record_usage(run_uuid, key, usage)),
+        )
 
     def _heartbeat(self, key: str, run_uuid: str, steps: int) -> None:
         """Keep the lease alive while the run makes progress."""
         if not self._store.renew_lease(key, self._owner, self._config.scheduling.lease_seconds):
-            log.warning("%s: lease lost to another worker during run %s", key, run_uuid)
+            raise LeaseLost(f"lease of {key} lost to another worker during run {run_uuid}")
         self._store.update_run(run_uuid, steps=steps)
 
     def _record_usage(self, run_uuid: str, key: str, usage: TokenUsage) -> None:

@@ -2,7 +2,8 @@
 
 `contexts/running/<uuid>/` while the run works, then `completed/` (or `paused/`):
 `metadata.json`, `messages.jsonl` (the full history, append-only), `current.jsonl`
-(what is sent to the model now), `tools.jsonl` (every tool call). Everything written
+(what is sent to the model now), `summaries.jsonl` (compressions), `tools.jsonl`
+(every tool call). Everything written
 passes through the redactor: a secret in a tool's output never lands on disk.
 """
 
@@ -50,9 +51,20 @@ class RunContextFiles:
         if new:
             self._append_jsonl("messages.jsonl", new)
             self._written_messages = len(messages)
+        self._write_current(messages)
+
+    def _write_current(self, messages: list[dict[str, Any]]) -> None:
         current = self.directory / "current.jsonl"
         current.write_text("")
         self._append_jsonl("current.jsonl", messages)
+
+    def record_summary(self, summary: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+        """After a compression: the summary goes to summaries.jsonl, `messages` (what is sent
+        now) to current.jsonl; messages.jsonl, already synced, keeps the full history and
+        grows from here with whatever follows `messages`."""
+        self._append_jsonl("summaries.jsonl", [summary])
+        self._written_messages = len(messages)
+        self._write_current(messages)
 
     def record_tool_call(
         self, tool: str, args: dict[str, Any], is_error: bool, output_chars: int, cut_chars: int, duration: float
@@ -93,8 +105,34 @@ class ContextStorage:
     def start_run(self, run_uuid: str, **metadata: Any) -> RunContextFiles:
         directory = self.root / RUNNING / run_uuid
         directory.mkdir(parents=True, exist_ok=False)
-        for name in ("messages.jsonl", "current.jsonl", "tools.jsonl"):
+        for name in ("messages.jsonl", "current.jsonl", "summaries.jsonl", "tools.jsonl"):
             (directory / name).touch()
         files = RunContextFiles(self.root, directory, run_uuid, self._redactor)
         files.write_metadata(uuid=run_uuid, status=RUNNING, started_at=time.time(), **metadata)
+        return files
+
+    def find_run(self, run_uuid: str) -> Path | None:
+        """The directory of an unfinished run (`running/` or `paused/`), if it is here."""
+        for state in (RUNNING, PAUSED):
+            directory = self.root / state / run_uuid
+            if directory.is_dir():
+                return directory
+        return None
+
+    def reopen(self, run_uuid: str, written_messages: int) -> RunContextFiles | None:
+        """An unfinished run's files, moved back to `running/` (a resume or a takeover).
+
+        `written_messages`: how many messages of the restored history messages.jsonl
+        already holds, so that syncing appends only what follows.
+        """
+        directory = self.find_run(run_uuid)
+        if directory is None:
+            return None
+        files = RunContextFiles(self.root, directory, run_uuid, self._redactor)
+        files._written_messages = written_messages
+        try:
+            files._metadata = json.loads((directory / "metadata.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+        files.move_to(RUNNING)
         return files

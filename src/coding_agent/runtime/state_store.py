@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import (
+    Boolean,
     Float,
     Integer,
+    MetaData,
     String,
     Text,
     create_engine,
@@ -31,7 +33,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-__all__ = ["StateStore", "RunRecord", "new_owner_id"]
+__all__ = ["StateStore", "RunRecord", "RunMarks", "new_owner_id", "create_tables", "TableStore"]
 
 
 class _Base(DeclarativeBase):
@@ -70,6 +72,35 @@ class _TokenUsage(_Base):
     recorded_at: Mapped[float] = mapped_column(Float)
 
 
+class _RunRequest(_Base):
+    """An operator's request to the run working a task (`coding-agent pause|stop TASK`).
+
+    The worker sees it at its next steering checkpoint, whatever machine it runs on, and
+    removes it once it has paused or stopped.
+    """
+
+    __tablename__ = "run_requests"
+    task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    requested_at: Mapped[float] = mapped_column(Float)
+
+
+class _RunMark(_Base):
+    """What a run must never do twice, kept where a worker taking over can read it.
+
+    The progress comment to keep editing, whether a pause waits for an explicit
+    `resume`, and the outcome being published with whether its final comment is out.
+    """
+
+    __tablename__ = "run_marks"
+    run_uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    progress_comment_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    resume_hold: Mapped[bool] = mapped_column(Boolean, default=False)
+    final_status: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    final_body: Mapped[str | None] = mapped_column(Text, nullable=True)
+    final_posted: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
 class _TriggerRejection(_Base):
     """A task whose trigger was refused, at the `updated_at` seen then (so we comment once)."""
 
@@ -93,6 +124,33 @@ class RunRecord:
     error: str | None
 
 
+@dataclass(frozen=True)
+class RunMarks:
+    """A run's guards (see `_RunMark`); all empty for a run that has none yet."""
+
+    progress_comment_id: str | None = None
+    resume_hold: bool = False
+    final_status: str | None = None
+    final_body: str | None = None
+    final_posted: bool = False
+
+
+def _to_record(run: _Run) -> RunRecord:
+    return RunRecord(
+        uuid=run.uuid,
+        task_key=run.task_key,
+        status=run.status,
+        owner=run.owner,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        steps=run.steps,
+        prompt_tokens=run.prompt_tokens,
+        completion_tokens=run.completion_tokens,
+        requester=run.requester,
+        error=run.error,
+    )
+
+
 def new_owner_id() -> str:
     """A lease owner id unique to this worker: host-process-random."""
     import os
@@ -110,6 +168,36 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.close()
 
 
+def create_tables(engine: Engine, metadata: MetaData) -> None:
+    """Create missing tables; tolerate another process creating them at the same moment."""
+    # Each lost race means the other process created one more table, so this ends.
+    attempts = len(metadata.tables) + 2
+    for attempt in range(attempts):
+        try:
+            metadata.create_all(engine)
+            return
+        except (OperationalError, IntegrityError, ProgrammingError):
+            # CREATE TABLE raced with another process's (SQLite: "already exists";
+            # PostgreSQL: a duplicate in pg_type). The next checkfirst pass sees them.
+            if attempt == attempts - 1:
+                raise
+
+
+class TableStore:
+    """Base of the stores other modules keep beside the state store's tables, on its engine
+    (memories, follow-ups): one database and one backend choice, separate metadata."""
+
+    def __init__(self, engine: Engine, metadata: MetaData, clock: Callable[[], float] = time.time) -> None:
+        self._engine = engine
+        self._clock = clock
+        create_tables(engine, metadata)
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        with Session(self._engine) as session, session.begin():
+            yield session
+
+
 class StateStore:
     """Runs, leases, token usage. Methods are short blocking transactions."""
 
@@ -121,21 +209,12 @@ class StateStore:
         self._engine: Engine = create_engine(url, future=True, pool_pre_ping=True)
         if url.startswith("sqlite"):
             event.listen(self._engine, "connect", _sqlite_pragmas)
-        self._create_tables()
+        create_tables(self._engine, _Base.metadata)
 
-    def _create_tables(self) -> None:
-        """Create missing tables; tolerate another process creating them at the same moment."""
-        # Each lost race means the other process created one more table, so this ends.
-        attempts = len(_Base.metadata.tables) + 2
-        for attempt in range(attempts):
-            try:
-                _Base.metadata.create_all(self._engine)
-                return
-            except (OperationalError, IntegrityError, ProgrammingError):
-                # CREATE TABLE raced with another process's (SQLite: "already exists";
-                # PostgreSQL: a duplicate in pg_type). The next checkfirst pass sees them.
-                if attempt == attempts - 1:
-                    raise
+    @property
+    def engine(self) -> Engine:
+        """The database, for stores of other modules that keep their tables beside these."""
+        return self._engine
 
     @contextmanager
     def _session(self) -> Iterator[Session]:
@@ -245,22 +324,7 @@ class StateStore:
             query = select(_Run).order_by(_Run.started_at)
             if task_key is not None:
                 query = query.where(_Run.task_key == task_key)
-            return [
-                RunRecord(
-                    uuid=run.uuid,
-                    task_key=run.task_key,
-                    status=run.status,
-                    owner=run.owner,
-                    started_at=run.started_at,
-                    finished_at=run.finished_at,
-                    steps=run.steps,
-                    prompt_tokens=run.prompt_tokens,
-                    completion_tokens=run.completion_tokens,
-                    requester=run.requester,
-                    error=run.error,
-                )
-                for run in session.scalars(query)
-            ]
+            return [_to_record(run) for run in session.scalars(query)]
 
     def token_totals(self) -> dict[str, tuple[int, int]]:
         """Per task key: (prompt tokens, completion tokens) over all runs."""
@@ -286,3 +350,137 @@ class StateStore:
                 session.add(_TriggerRejection(task_key=task_key, updated_at=updated_at))
             else:
                 row.updated_at = updated_at
+
+    # -- steering: operator requests, pause/resume, takeover (SPEC 8) ---------------------
+
+    def request_control(self, task_key: str, kind: str) -> None:
+        """Ask the worker of `task_key` to `pause` or `stop` at its next checkpoint."""
+        with self._session() as session:
+            row = session.get(_RunRequest, task_key)
+            if row is None:
+                session.add(_RunRequest(task_key=task_key, kind=kind, requested_at=self._clock()))
+            elif row.kind != "stop":  # a stop is never downgraded to a pause
+                row.kind, row.requested_at = kind, self._clock()
+
+    def control_request(self, task_key: str) -> str | None:
+        """The pending request for `task_key` (`pause` or `stop`), if any."""
+        with self._session() as session:
+            row = session.get(_RunRequest, task_key)
+            return row.kind if row is not None else None
+
+    def clear_control_request(self, task_key: str) -> None:
+        with self._session() as session:
+            row = session.get(_RunRequest, task_key)
+            if row is not None:
+                session.delete(row)
+
+    def _mark(self, session: Session, run_uuid: str) -> _RunMark:
+        mark = session.get(_RunMark, run_uuid)
+        if mark is None:
+            mark = _RunMark(run_uuid=run_uuid, resume_hold=False, final_posted=False)
+            session.add(mark)
+        return mark
+
+    def run_marks(self, run_uuid: str) -> RunMarks:
+        with self._session() as session:
+            mark = session.get(_RunMark, run_uuid)
+            if mark is None:
+                return RunMarks()
+            return RunMarks(
+                progress_comment_id=mark.progress_comment_id,
+                resume_hold=bool(mark.resume_hold),
+                final_status=mark.final_status,
+                final_body=mark.final_body,
+                final_posted=bool(mark.final_posted),
+            )
+
+    def set_progress_comment(self, run_uuid: str, comment_id: str) -> None:
+        with self._session() as session:
+            self._mark(session, run_uuid).progress_comment_id = comment_id
+
+    def record_final(self, run_uuid: str, status: str, body: str) -> None:
+        """Remember the outcome being published, before its final comment goes out."""
+        with self._session() as session:
+            mark = self._mark(session, run_uuid)
+            if mark.final_status is None:
+                mark.final_status, mark.final_body = status, body
+
+    def mark_final_posted(self, run_uuid: str) -> None:
+        with self._session() as session:
+            self._mark(session, run_uuid).final_posted = True
+
+    def get_run(self, run_uuid: str) -> RunRecord | None:
+        with self._session() as session:
+            run = session.get(_Run, run_uuid)
+            return _to_record(run) if run is not None else None
+
+    def latest_run(self, task_key: str) -> RunRecord | None:
+        with self._session() as session:
+            run = session.scalars(
+                select(_Run).where(_Run.task_key == task_key).order_by(_Run.started_at.desc()).limit(1)
+            ).first()
+            return _to_record(run) if run is not None else None
+
+    def runs_with_status(self, status: str, task_key: str | None = None) -> list[RunRecord]:
+        with self._session() as session:
+            query = select(_Run).where(_Run.status == status).order_by(_Run.started_at)
+            if task_key is not None:
+                query = query.where(_Run.task_key == task_key)
+            return [_to_record(run) for run in session.scalars(query)]
+
+    def pause_run(self, run_uuid: str, steps: int, hold: bool) -> None:
+        """The run is paused; with `hold` it waits for `coding-agent resume`, else for no signal."""
+        with self._session() as session:
+            run = session.get(_Run, run_uuid)
+            if run is not None:
+                run.status, run.steps = "paused", steps
+            self._mark(session, run_uuid).resume_hold = hold
+
+    def release_holds(self, task_key: str | None = None) -> int:
+        """Let paused runs (of `task_key`, or all) resume; returns how many were held."""
+        with self._session() as session:
+            query = select(_Run.uuid).where(_Run.status == "paused")
+            if task_key is not None:
+                query = query.where(_Run.task_key == task_key)
+            uuids = list(session.scalars(query))
+            result = session.execute(
+                update(_RunMark).where(_RunMark.run_uuid.in_(uuids), _RunMark.resume_hold.is_(True)).values(resume_hold=False)
+            )
+            return result.rowcount or 0
+
+    def resumable_runs(self) -> list[RunRecord]:
+        """Paused runs that wait for nothing but a worker (no `resume_hold`)."""
+        with self._session() as session:
+            query = (
+                select(_Run)
+                .outerjoin(_RunMark, _RunMark.run_uuid == _Run.uuid)
+                .where(_Run.status == "paused")
+                .where((_RunMark.resume_hold.is_(None)) | (_RunMark.resume_hold.is_(False)))
+                .order_by(_Run.started_at)
+            )
+            return [_to_record(run) for run in session.scalars(query)]
+
+    def claim_run(self, run_uuid: str, owner: str, from_status: str) -> bool:
+        """Atomically move a run from `from_status` to `running` under `owner`.
+
+        One conditional UPDATE: of several workers trying, exactly one sees rowcount 1,
+        which is what makes a paused run resumed once, never twice.
+        """
+        with self._session() as session:
+            result = session.execute(
+                update(_Run)
+                .where(_Run.uuid == run_uuid, _Run.status == from_status)
+                .values(status="running", owner=owner, finished_at=None)
+            )
+            return result.rowcount == 1
+
+    def orphaned_tasks(self) -> list[str]:
+        """Task keys a dead worker held: a lease that ran out without being released, or a
+        run still `running` whose task has no live lease (another worker's intake may have
+        taken the expired lease and released it when the task was no longer its to claim)."""
+        now = self._clock()
+        with self._session() as session:
+            expired = list(session.scalars(select(_Lease.task_key).where(_Lease.expires_at < now)))
+            live = select(_Lease.task_key).where(_Lease.expires_at >= now)
+            running = session.scalars(select(_Run.task_key).where(_Run.status == "running", _Run.task_key.not_in(live)))
+            return list(dict.fromkeys([*expired, *running]))

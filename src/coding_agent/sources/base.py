@@ -8,9 +8,11 @@ in a worker thread. Transient failures are retried inside the adapter with the s
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from coding_agent.config import LabelConfig
+from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, Thread
 
 __all__ = ["Source"]
@@ -29,6 +31,14 @@ class Source(Protocol):
 
         Costs O(1) requests per scope (a search / group-level listing), whatever the
         number of repositories.
+        """
+        ...
+
+    async def discover_followups(self, since: datetime) -> list[Task]:
+        """Open items carrying `done_label` updated since `since` that may hold a new @mention
+        of the bot (SPEC 3 follow-ups): candidates, checked comment by comment at claim.
+
+        Costs O(1) requests per scope, like `discover`; [] when `bot_name` is unknown.
         """
         ...
 
@@ -68,6 +78,39 @@ class Source(Protocol):
 
     async def find_trigger_user(self, key: TaskKey) -> str | None:
         """Who most recently applied `bot_label` (or assigned the bot); None if unknown."""
+        ...
+
+    # -- delivery (SPEC 7) ------------------------------------------------------------
+
+    async def reply_in_thread(self, key: TaskKey, thread_id: str, body: str) -> Comment:
+        """Answer inside a PR review thread / MR discussion (`Thread.id`)."""
+        ...
+
+    async def clone_url(self, project: str) -> str:
+        """The repository's HTTPS clone URL, as the forge advertises it (no credentials in it)."""
+        ...
+
+    def git_http_auth(self) -> str | None:
+        """The `Authorization: ...` header git sends to the forge; None without a token.
+
+        Handed to git per command by the host, never written into a URL or a config file.
+        """
+        ...
+
+    async def git_identity(self, username: str | None) -> GitIdentity:
+        """`username` as a commit names them; None means the token's own user (the bot)."""
+        ...
+
+    async def find_open_change(self, project: str, head_branch: str) -> ChangeRequest | None:
+        """The open PR/MR whose head is `head_branch` of `project` itself, if any."""
+        ...
+
+    async def open_change(self, project: str, head_branch: str, base_branch: str, title: str, body: str) -> ChangeRequest:
+        """Open a draft PR/MR from `head_branch` (already pushed) into `base_branch`."""
+        ...
+
+    async def update_change(self, project: str, number: int, body: str) -> ChangeRequest:
+        """Replace the description of PR/MR `number`."""
         ...
 
     async def aclose(self) -> None:

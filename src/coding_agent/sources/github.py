@@ -16,12 +16,14 @@ Two choices worth knowing:
 from __future__ import annotations
 
 import asyncio
+import base64
 import email.utils
 import re
 import time
+from datetime import datetime, timezone
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 from githubkit import GitHub, Response
@@ -32,6 +34,7 @@ from githubkit.utils import UNSET
 from pydantic import ValidationError
 
 from coding_agent.config import GitHubConfig, LabelConfig
+from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
 from coding_agent.errors import AgentError, ForgeError, TransientError
 from coding_agent.retry import RetryPolicy, retry_async
@@ -303,7 +306,19 @@ class GitHubSource:
     # ------------------------------------------------------------ discovery and snapshots
 
     async def discover(self) -> list[Task]:
-        query, keep = build_search_query(self._config)
+        return await self._search(*build_search_query(self._config))
+
+    async def discover_followups(self, since: datetime) -> list[Task]:
+        """One search: done items that @mention the bot, updated since `since`."""
+        if not self.bot_name:
+            return []
+        stamp = since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        query = f"{self._config.query} mentions:{self.bot_name} updated:>={stamp}".strip()
+        scope = self._config.model_copy(update={"bot_label": self._config.done_label, "query": query})
+        return await self._search(*build_search_query(scope))
+
+    async def _search(self, query: str, keep: frozenset[str] | None) -> list[Task]:
+        """Every page of one issue search (`keep`: the repositories to keep of a widened query)."""
         search = self._github.rest.search.async_issues_and_pull_requests
         tasks: list[Task] = []
         for page in range(1, _MAX_SEARCH_PAGES + 1):
@@ -462,6 +477,91 @@ class GitHubSource:
             created_at=reply.created_at,
             thread_id=thread_id,
         )
+
+    # ------------------------------------------------------------ delivery
+
+    async def _get_json(self, path: str, send: Callable[[], Awaitable[Response[Any]]]) -> dict[str, Any]:
+        """A GET read as plain JSON: only a few fields are needed, whatever the model's shape."""
+        response = await self._call("GET", path, send)
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise ForgeError(f"github GET {path}: unexpected response shape")
+        return data
+
+    async def clone_url(self, project: str) -> str:
+        owner, repo = _split_project(project)
+        data = await self._get_json(f"/repos/{project}", lambda: self._github.rest.repos.async_get(owner, repo))
+        url = data.get("clone_url")
+        if not isinstance(url, str) or not url:
+            raise ForgeError(f"github GET /repos/{project}: the repository has no clone_url")
+        return url
+
+    def git_http_auth(self) -> str | None:
+        """HTTP Basic with `x-access-token` as the user: what GitHub accepts from PATs and app tokens."""
+        if not self._token:
+            return None
+        credentials = base64.b64encode(f"x-access-token:{self._token}".encode()).decode()
+        return f"Authorization: Basic {credentials}"
+
+    async def git_identity(self, username: str | None) -> GitIdentity:
+        """Profile name and public email; else GitHub's no-reply address `<id>+<login>@users.noreply.<host>`."""
+        if username is None:
+            data = await self._get_json("/user", self._github.rest.users.async_get_authenticated)
+        else:
+            data = await self._get_json(
+                f"/users/{username}", lambda: self._github.rest.users.async_get_by_username(username)
+            )
+        login = str(data.get("login") or username or "coding-agent")
+        host = urlsplit(self._config.api_url).hostname or "github.com"
+        host = "github.com" if host == "api.github.com" else host
+        email = data.get("email") or f"{data.get('id', 0)}+{login}@users.noreply.{host}"
+        return GitIdentity.from_profile(str(data.get("name") or login), str(email), login)
+
+    @staticmethod
+    def _change(pull: Any) -> ChangeRequest:
+        return ChangeRequest(
+            number=pull.number,
+            url=pull.html_url,
+            head_branch=pull.head.ref,
+            base_branch=pull.base.ref,
+            body=_given(pull.body) or "",
+            draft=bool(_given(pull.draft)),
+        )
+
+    async def find_open_change(self, project: str, head_branch: str) -> ChangeRequest | None:
+        owner, repo = _split_project(project)
+        path = f"/repos/{project}/pulls"
+        pulls = await self._get(
+            path,
+            lambda: self._github.rest.pulls.async_list(
+                owner, repo, state="open", head=f"{owner}:{head_branch}", per_page=PER_PAGE
+            ),
+        )
+        matching = [pull for pull in pulls if pull.head.ref == head_branch]
+        return self._change(matching[0]) if matching else None
+
+    async def open_change(self, project: str, head_branch: str, base_branch: str, title: str, body: str) -> ChangeRequest:
+        owner, repo = _split_project(project)
+        path = f"/repos/{project}/pulls"
+        response = await self._call(
+            "POST",
+            path,
+            lambda: self._github.rest.pulls.async_create(
+                owner, repo, title=title, head=head_branch, base=base_branch, body=body, draft=True
+            ),
+        )
+        return self._change(self._data(response, "POST", path))
+
+    async def update_change(self, project: str, number: int, body: str) -> ChangeRequest:
+        owner, repo = _split_project(project)
+        path = f"/repos/{project}/pulls/{number}"
+        response = await self._call(
+            "PATCH", path, lambda: self._github.rest.pulls.async_update(owner, repo, number, body=body)
+        )
+        return self._change(self._data(response, "PATCH", path))
 
     # ------------------------------------------------------------ labels
 

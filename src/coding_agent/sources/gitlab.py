@@ -13,6 +13,7 @@ already hold unchanged, so a long thread costs one request, not one per page.
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 import time
 from collections import OrderedDict
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import gitlab
 import requests
@@ -29,6 +30,7 @@ from gitlab.exceptions import GitlabError
 from requests.structures import CaseInsensitiveDict
 
 from coding_agent.config import GitLabConfig, LabelConfig
+from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
 from coding_agent.errors import ForgeError, TransientError
 from coding_agent.retry import RetryPolicy, retry_async
@@ -292,6 +294,15 @@ class GitLabSource:
 
     async def discover(self) -> list[Task]:
         """Opened issues and MRs with `bot_label` in the group or project: two listings, all pages."""
+        return await self._list_labelled(self.config.bot_label)
+
+    async def discover_followups(self, since: datetime) -> list[Task]:
+        """Done issues and MRs updated since `since`: two listings; mentions are checked at claim."""
+        if not self.bot_name:
+            return []
+        return await self._list_labelled(self.config.done_label, updated_after=since.isoformat())
+
+    async def _list_labelled(self, label: str, **more: Any) -> list[Task]:
         scope: Any
         if self.config.group is not None:
             scope = self._gl.groups.get(self.config.group, lazy=True)
@@ -300,7 +311,7 @@ class GitLabSource:
             assert self.config.project_id is not None  # GitLabConfig requires group or project_id
             scope = self._gl.projects.get(self.config.project_id, lazy=True)
             where = "/projects/:id"
-        filters: dict[str, Any] = {"labels": [self.config.bot_label], "state": "opened", "scope": "all"}
+        filters: dict[str, Any] = {"labels": [label], "state": "opened", "scope": "all", **more}
         if self.config.assignee:
             filters["assignee_username"] = self.config.assignee
 
@@ -495,6 +506,97 @@ class GitLabSource:
             if event.get("action") == "add" and (event.get("label") or {}).get("name") == bot_label:
                 return (event.get("user") or {}).get("username")
         return None
+
+    # -- delivery (SPEC 7) ------------------------------------------------------------
+
+    async def reply_in_thread(self, key: TaskKey, thread_id: str, body: str) -> Comment:
+        """A note on the same discussion (`Thread.id` is the discussion id)."""
+        path = f"{self._item_path(key)}/discussions/{thread_id}/notes"
+
+        def create() -> JSON:
+            item = self._manager(key).get(key.number, lazy=True)
+            return dict(item.discussions.get(thread_id, lazy=True).notes.create({"body": body}).attributes)
+
+        return _comment(await self._call(f"POST {path}", create), thread_id)
+
+    async def clone_url(self, project: str) -> str:
+        path = f"/projects/{self._project_ref(project)}"
+        data = await self._call(f"GET {path}", lambda: dict(self._gl.projects.get(project).attributes))
+        url = data.get("http_url_to_repo")
+        if not isinstance(url, str) or not url:
+            raise ForgeError(f"gitlab GET {path}: the project has no http_url_to_repo")
+        return url
+
+    def git_http_auth(self) -> str | None:
+        """HTTP Basic with user `oauth2` and the token as password (GitLab ignores the user for PATs)."""
+        if not self._token:
+            return None
+        credentials = base64.b64encode(f"oauth2:{self._token}".encode()).decode()
+        return f"Authorization: Basic {credentials}"
+
+    async def git_identity(self, username: str | None) -> GitIdentity:
+        """Name and commit/public email; else GitLab's no-reply `<id>-<username>@users.noreply.<host>`."""
+        if username is None:
+            data: JSON | None = await self._call("GET /user", lambda: self._get("/user", conditional=False).data)
+        else:
+
+            def lookup() -> JSON | None:
+                users = self._gl.users.list(username=username, per_page=PER_PAGE, get_all=False)
+                return next((dict(user.attributes) for user in users if user.username == username), None)
+
+            data = await self._call("GET /users", lookup)
+        if not data:
+            raise ForgeError(f"gitlab user {username} not found")
+        host = urlsplit(instance_url(self.config.api_url)).hostname or "gitlab.com"
+        email = data.get("commit_email") or data.get("public_email") or data.get("email")
+        email = email or f"{data.get('id', 0)}-{data['username']}@users.noreply.{host}"
+        return GitIdentity.from_profile(str(data.get("name") or data["username"]), str(email), str(data["username"]))
+
+    @staticmethod
+    def _change(data: JSON) -> ChangeRequest:
+        return ChangeRequest(
+            number=int(data["iid"]),
+            url=str(data.get("web_url") or ""),
+            head_branch=str(data.get("source_branch") or ""),
+            base_branch=str(data.get("target_branch") or ""),
+            body=str(data.get("description") or ""),
+            draft=bool(data.get("draft") or data.get("work_in_progress")),
+        )
+
+    async def find_open_change(self, project: str, head_branch: str) -> ChangeRequest | None:
+        path = f"/projects/{self._project_ref(project)}/merge_requests"
+
+        def listing() -> list[JSON]:
+            manager = self._gl.projects.get(project, lazy=True).mergerequests
+            found = manager.list(source_branch=head_branch, state="opened", per_page=PER_PAGE, get_all=False)
+            return [dict(mr.attributes) for mr in found]
+
+        requests_ = [mr for mr in await self._call(f"GET {path}", listing) if mr.get("source_branch") == head_branch]
+        same_project = [mr for mr in requests_ if mr.get("source_project_id") in (None, mr.get("target_project_id"))]
+        return self._change(same_project[0]) if same_project else None
+
+    async def open_change(self, project: str, head_branch: str, base_branch: str, title: str, body: str) -> ChangeRequest:
+        """A draft MR: GitLab marks drafts by the `Draft:` title prefix."""
+        path = f"/projects/{self._project_ref(project)}/merge_requests"
+        fields = {
+            "source_branch": head_branch,
+            "target_branch": base_branch,
+            "title": title if title.lower().startswith("draft:") else f"Draft: {title}",
+            "description": body,
+        }
+
+        def create() -> JSON:
+            return dict(self._gl.projects.get(project, lazy=True).mergerequests.create(fields).attributes)
+
+        return self._change(await self._call(f"POST {path}", create))
+
+    async def update_change(self, project: str, number: int, body: str) -> ChangeRequest:
+        path = f"/projects/{self._project_ref(project)}/merge_requests/{number}"
+
+        def update() -> JSON:
+            return dict(self._gl.projects.get(project, lazy=True).mergerequests.update(number, {"description": body}))
+
+        return self._change(await self._call(f"PUT {path}", update))
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self._gl.session.close)

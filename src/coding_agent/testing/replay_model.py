@@ -18,12 +18,20 @@ Script format (YAML, JSON or a dict)::
       - done: "Finished: wrote hello.txt"
       - status: 503             # answer with an HTTP error, then move on
         retry_after: 1
+      - before: {post_comment: {body: "also add a README"}}   # optional on any reply:
+        tool: workspace/view    # run these registered actions when its request arrives
+        args: {path: hello.txt}
     conversations:              # optional, chosen by a substring of the first user message
       - match: "#7"
         replies: [...]
 
 A conversation is identified by its first user message; each has its own cursor, so
 concurrent runs on one script do not interfere. An exhausted script answers `done`.
+
+`before` actions are what happens in the world while the model "thinks": the test
+registers them by name (`ReplaySandbox(script, actions={"post_comment": fn})`), and each
+is called with its arguments when the request for that reply arrives, before it is
+answered (e.g. post a comment on the sandbox forge, unassign the bot, create a file).
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -58,6 +67,7 @@ __all__ = [
     "ReplayModel",
     "ReplaySandbox",
     "ScriptSource",
+    "ScriptAction",
     "create_replay_app",
     "EXHAUSTED_COMMENT",
 ]
@@ -92,6 +102,7 @@ class ReplayStep:
     status: int = 0
     retry_after: float | None = None
     message: str = ""
+    before: tuple[tuple[str, dict[str, Any]], ...] = ()
 
     @classmethod
     def from_dict(cls, raw: Any, where: str) -> ReplayStep:
@@ -140,12 +151,33 @@ def _raw_call(raw: Any, where: str) -> RawToolCall:
     return RawToolCall(name=raw["name"], arguments=arguments if isinstance(arguments, str) else dict(arguments))
 
 
+def _before(raw: Any, where: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """`before`: one mapping {action: args} or a list of them, in the order to run."""
+    items = raw if isinstance(raw, list) else [raw]
+    actions: list[tuple[str, dict[str, Any]]] = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            raise ValueError(f"replay script {where}.before: expected {{action: args}} mappings")
+        for name, args in item.items():
+            if not isinstance(args, (Mapping, type(None))):
+                raise ValueError(f"replay script {where}.before.{name}: the arguments must be a mapping")
+            actions.append((str(name), dict(args or {})))
+    return tuple(actions)
+
+
+def _step(raw: Any, where: str) -> ReplayStep:
+    if isinstance(raw, Mapping) and "before" in raw:
+        rest = {key: value for key, value in raw.items() if key != "before"}
+        return replace(ReplayStep.from_dict(rest, where), before=_before(raw["before"], where))
+    return ReplayStep.from_dict(raw, where)
+
+
 def _steps(raw: Any, where: str) -> tuple[ReplayStep, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
         raise ValueError(f"replay script {where}: must be a list of replies")
-    return tuple(ReplayStep.from_dict(step, f"{where}[{index}]") for index, step in enumerate(raw))
+    return tuple(_step(step, f"{where}[{index}]") for index, step in enumerate(raw))
 
 
 @dataclass(frozen=True)
@@ -197,6 +229,8 @@ class ReplayScript:
 
 
 ScriptSource = Union[ReplayScript, Mapping[str, Any], str, Path]
+# A `before` action: called with the step's arguments when that step's request arrives.
+ScriptAction = Callable[[dict[str, Any]], None]
 
 
 def _load_script(source: ScriptSource) -> ReplayScript:
@@ -269,8 +303,9 @@ def _estimate_tokens(text: str) -> int:
 class ReplayModel:
     """The script plus the state of every conversation and the requests received."""
 
-    def __init__(self, script: ScriptSource) -> None:
-        self.script = _load_script(script)
+    def __init__(self, script: ScriptSource, actions: Mapping[str, ScriptAction] | None = None) -> None:
+        self._actions = dict(actions or {})
+        self.script = self._checked(_load_script(script))
         self._lock = threading.Lock()
         self._cursors: dict[str, int] = {}
         self._requests: list[RecordedRequest] = []
@@ -288,7 +323,7 @@ class ReplayModel:
 
     def load(self, script: ScriptSource) -> None:
         """Play `script` from now on, from a clean state (one server, many scenarios)."""
-        loaded = _load_script(script)
+        loaded = self._checked(_load_script(script))
         with self._lock:
             self.script = loaded
             self._cursors.clear()
@@ -307,7 +342,17 @@ class ReplayModel:
             index = self._cursors.get(conversation, 0)
             self._cursors[conversation] = index + 1
         step = replies[index] if index < len(replies) else ReplayStep(kind="done", comment=EXHAUSTED_COMMENT)
+        for name, args in step.before:
+            self._actions[name](args)
         return conversation, index, step
+
+    def _checked(self, script: ReplayScript) -> ReplayScript:
+        """Every `before` action of `script` must be registered: fail at load, not mid-run."""
+        steps = [*script.replies, *(step for c in script.conversations for step in c.replies)]
+        missing = sorted({name for step in steps for name, _ in step.before} - self._actions.keys())
+        if missing:
+            raise ValueError(f"replay script: unregistered before action(s) {', '.join(missing)}")
+        return script
 
     @staticmethod
     def render(step: ReplayStep, offered: list[str], call_prefix: str) -> _Rendered:
@@ -533,8 +578,8 @@ def create_replay_app(model: ReplayModel) -> Starlette:
 class ReplaySandbox:
     """The replay model server on a free loopback port: `with ReplaySandbox(script) as s: s.url`."""
 
-    def __init__(self, script: ScriptSource) -> None:
-        self.model = ReplayModel(script)
+    def __init__(self, script: ScriptSource, actions: Mapping[str, ScriptAction] | None = None) -> None:
+        self.model = ReplayModel(script, actions)
         self._server = BackgroundServer(create_replay_app(self.model))
 
     @property

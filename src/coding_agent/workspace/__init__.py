@@ -1,0 +1,6 @@
+"""The run's workspace (SPEC 7): a clone of the task's repository, and its delivery at done.
+
+`session.RunWorkspace` is what the runner uses; the other modules each do one job
+(`git` runs the host's git, `checkout` clones, `rules` reads the repository's agent
+instructions, `delivery` commits, pushes and opens or updates the PR/MR).
+"""

@@ -98,6 +98,10 @@ class _Api:
     async def get_user(self, request: Request) -> Response:
         return json_reply(request, self._render(request).authenticated_user(request.state.login))
 
+    async def get_user_by_name(self, request: Request) -> Response:
+        user = self.state.user(request.path_params["username"])
+        return json_reply(request, self._render(request).authenticated_user(user.login))
+
     async def get_repo(self, request: Request) -> Response:
         return json_reply(request, self._render(request).repo(self._repo(request)))
 
@@ -112,7 +116,8 @@ class _Api:
         hits: list[IssueRecord] = []
         for issue in self.state.issues():
             repo = self.state.repo(issue.repo)
-            if self.state.permission(repo.full_name, login) is not None and query.matches(issue, repo.owner):
+            bodies = lambda issue=issue: [c.body for c in self.state.comments(issue.repo, issue.number)]  # noqa: E731
+            if self.state.permission(repo.full_name, login) is not None and query.matches(issue, repo.owner, bodies):
                 hits.append(issue)
         sort = request.query_params.get("sort", "created")
         key = {"updated": lambda i: i.updated_at, "comments": lambda i: len(self.state.comments(i.repo, i.number))}.get(
@@ -314,13 +319,19 @@ class _Api:
         body = await _body(request)
         title = _required_string(body, "title")
         owner, _, head = _required_string(body, "head").rpartition(":")
+        base = _required_string(body, "base")
+        if not owner or owner.lower() == repo.owner.lower():
+            branches = self.state.branches(repo.full_name)
+            for field, branch in (("head", head), ("base", base)):
+                if branch not in branches:
+                    raise ValidationFailed(f"{field} branch {branch!r} does not exist", "PullRequest", "invalid", field)
         number = self.state.create_pull(
             repo.full_name,
             title,
             body.get("body") or "",
             request.state.login,
             head=head,
-            base=_required_string(body, "base"),
+            base=base,
             draft=bool(body.get("draft", False)),
             head_owner=owner or None,
         )
@@ -360,6 +371,7 @@ def _routes(api: _Api) -> list[Route]:
     pull = repo + "/pulls/{number:int}"
     return [
         Route("/user", api.get_user, methods=["GET"]),
+        Route("/users/{username}", api.get_user_by_name, methods=["GET"]),
         Route("/search/issues", api.search_issues, methods=["GET"]),
         Route(repo, api.get_repo, methods=["GET"]),
         Route(repo + "/issues", api.create_issue, methods=["POST"]),

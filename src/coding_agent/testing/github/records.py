@@ -33,6 +33,8 @@ class UserRecord:
     login: str
     created_at: datetime
     bot: bool = False
+    name: str | None = None
+    email: str | None = None
 
     @property
     def type(self) -> str:

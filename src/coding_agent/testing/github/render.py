@@ -82,11 +82,11 @@ class Renderer:
         created = timestamp(record.created_at)
         return {
             **self.user(record),
-            "name": login,
+            "name": record.name or login,
             "company": None,
             "blog": "",
             "location": None,
-            "email": None,
+            "email": record.email,
             "hireable": None,
             "bio": None,
             "twitter_username": None,

@@ -1,15 +1,19 @@
 """A whole sandbox GitHub in one `with`: state, fault injector, app and a live server.
 
 Tests, benchmarks and `coding-agent demo` use it; `url` is what githubkit takes as
-`base_url` (it stands in for https://api.github.com).
+`base_url` (it stands in for https://api.github.com). The same port serves the
+repositories' git content over smart HTTP at each repository's `clone_url`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import TracebackType
 
 from coding_agent.testing.faults import FaultInjector
+from coding_agent.testing.git_http import GitHttpRouter
 from coding_agent.testing.github.app import create_github_app
+from coding_agent.testing.github.git import github_git_backend
 from coding_agent.testing.github.state import GitHubState
 from coding_agent.testing.http_server import BackgroundServer
 
@@ -22,7 +26,7 @@ class GitHubSandbox:
     def __init__(self, state: GitHubState | None = None, faults: FaultInjector | None = None) -> None:
         self.state = state or GitHubState()
         self.faults = faults or FaultInjector()
-        self.app = create_github_app(self.state, self.faults)
+        self.app = GitHttpRouter(create_github_app(self.state, self.faults), github_git_backend(self.state), self.faults)
         self._server = BackgroundServer(self.app)
 
     @property
@@ -33,8 +37,13 @@ class GitHubSandbox:
         self._server.start()
         return self
 
+    def git_dir(self, repo: str) -> Path:
+        """The bare repository behind `repo`'s clone URL, for tests that inspect branches."""
+        return self.state.git_dir(repo)
+
     def stop(self) -> None:
         self._server.stop()
+        self.state.git.close()
 
     def __enter__(self) -> GitHubSandbox:
         return self.start()

@@ -3,14 +3,17 @@
 Supported: `is:open|closed|issue|pr`, `state:`, `type:`, `label:x` / `label:"a b"` (several
 are AND-ed; `label:a,b` is OR), `-label:x`, `no:label`, `no:assignee`, `assignee:x`,
 `author:x`, `repo:o/r`, `user:x`, `org:x` (scope qualifiers are OR-ed with each other, like
-GitHub), and free words matched in title and body. Other qualifiers (`archived:false`,
+GitHub), `mentions:x` (an @x in the body or a comment), `updated:>=T` / `updated:>T`, and free
+words matched in title and body. Other qualifiers (`archived:false`,
 `sort:`...) are accepted and ignored, as GitHub ignores what does not apply.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from coding_agent.testing.github.records import IssueRecord
 
@@ -39,9 +42,25 @@ class SearchQuery:
     repos: list[str] = field(default_factory=list)
     owners: list[str] = field(default_factory=list)
     words: list[str] = field(default_factory=list)
+    mentions: list[str] = field(default_factory=list)
+    updated_after: datetime | None = None
+    updated_inclusive: bool = True
 
-    def matches(self, issue: IssueRecord, owner: str) -> bool:
-        """Whether `issue` (in a repository owned by `owner`) is a hit."""
+    def matches(
+        self, issue: IssueRecord, owner: str, comment_bodies: Callable[[], Iterable[str]] = lambda: ()
+    ) -> bool:
+        """Whether `issue` (in a repository owned by `owner`) is a hit; `comment_bodies` for `mentions:`."""
+        if self.updated_after is not None:
+            if issue.updated_at < self.updated_after:
+                return False
+            if issue.updated_at == self.updated_after and not self.updated_inclusive:
+                return False
+        if self.mentions:
+            texts = [issue.body, *comment_bodies()]
+            for login in self.mentions:
+                pattern = re.compile(rf"(?<![\w@])@{re.escape(login)}(?![\w-])", re.IGNORECASE)
+                if not any(pattern.search(text or "") for text in texts):
+                    return False
         if self.state is not None and issue.state != self.state:
             return False
         if self.kind is not None and issue.is_pull != (self.kind == "pr"):
@@ -94,4 +113,11 @@ def parse_query(q: str) -> SearchQuery:
             query.repos.append(lowered)
         elif key in ("user", "org"):
             query.owners.append(lowered)
+        elif key == "mentions":
+            query.mentions.append(lowered)
+        elif key == "updated" and value.startswith(">"):
+            query.updated_inclusive = value.startswith(">=")
+            stamp = value.lstrip(">=")
+            moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+            query.updated_after = moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
     return query

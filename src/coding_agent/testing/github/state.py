@@ -13,6 +13,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
+from pathlib import Path
+
+from coding_agent.testing.git_http import Files, GitRepoStore
 
 from coding_agent.testing.github.records import (
     PERMISSION_LEVELS,
@@ -74,6 +77,8 @@ class GitHubState:
         self._events: list[EventRecord] = []
         self._requests: list[RequestRecord] = []
         self.rate_limit = RateLimitRecord(limit=rate_limit, remaining=rate_limit, reset=int(time.time()) + 3600)
+        # Real git repositories behind the clone URLs, created on first use.
+        self.git = GitRepoStore()
 
     # ---------------------------------------------------------------- helpers
 
@@ -132,12 +137,24 @@ class GitHubState:
 
     # ---------------------------------------------------------------- users and repositories
 
-    def add_user(self, login: str, token: str | None = None, *, bot: bool = False) -> int:
-        """Create a user (idempotent) and optionally a token that authenticates as them."""
+    def add_user(
+        self,
+        login: str,
+        token: str | None = None,
+        *,
+        bot: bool = False,
+        name: str | None = None,
+        email: str | None = None,
+    ) -> int:
+        """Create a user (idempotent) and optionally a token that authenticates as them.
+
+        `name` and `email` are the public profile fields (GitHub leaves email null unless
+        the user made it public).
+        """
         with self._lock:
             user = self._users.get(login.lower())
             if user is None:
-                user = UserRecord(id=self._new_id(), login=login, created_at=self.now(), bot=bot)
+                user = UserRecord(id=self._new_id(), login=login, created_at=self.now(), bot=bot, name=name, email=email)
                 self._users[login.lower()] = user
             if token is not None:
                 self._tokens[token] = user.login
@@ -196,6 +213,31 @@ class GitHubState:
     def repos(self) -> list[RepoRecord]:
         with self._lock:
             return list(self._repos.values())
+
+    # ---------------------------------------------------------------- git content
+
+    def init_repo(self, repo: str, files: Files | None = None, message: str = "Initial commit") -> str:
+        """Give `repo` its git content: one commit of `files` on the default branch; returns the sha.
+
+        Without this a repository gets a README commit the first time it is cloned.
+        """
+        record = self.repo(repo)
+        return self.git.init(record.full_name, files, branch=record.default_branch, message=message)
+
+    def git_dir(self, repo: str) -> Path:
+        """The bare repository behind `repo`'s clone URL (created with a README when new)."""
+        record = self.repo(repo)
+        return self.git.ensure(record.full_name, record.default_branch)
+
+    def branches(self, repo: str) -> dict[str, str]:
+        """`repo`'s git branches (name -> sha); empty before anything created its content."""
+        return self.git.branches(self.repo(repo).full_name)
+
+    def create_branch(self, repo: str, branch: str, start: str | None = None) -> str:
+        """A new git branch at `start` (default: the default branch); returns its sha."""
+        record = self.repo(repo)
+        self.git_dir(record.full_name)
+        return self.git.create_branch(record.full_name, branch, start or record.default_branch)
 
     def set_permission(self, repo: str, login: str, level: str | None) -> None:
         """Give `login` a role (admin|maintain|write|triage|read) on `repo`; None removes it."""
@@ -348,6 +390,8 @@ class GitHubState:
         """Open a pull request from `head` into `base` (default: the repo's default branch).
 
         GitHub refuses a second open PR for the same head and base (422), and so does this.
+        A same-repository `head` missing from git is created from `base` (the HTTP endpoint
+        refuses a missing branch instead, as GitHub does).
         """
         with self._lock:
             record = self.repo(repo)
@@ -362,6 +406,13 @@ class GitHubState:
                     and existing.base == base_ref
                 ):
                     raise ValidationFailed(f"A pull request already exists for {owner}:{head}.", "PullRequest")
+            head_sha = _fake_sha(repo, head, self._next_id)
+            if owner.lower() == record.owner.lower():
+                # A PR seeded from Python gets its branch, so that the agent can clone it.
+                self.git_dir(record.full_name)
+                branches = self.git.branches(record.full_name)
+                start = base_ref if base_ref in branches else record.default_branch
+                head_sha = branches.get(head) or self.git.create_branch(record.full_name, head, start)
             return self._open_issue(
                 repo,
                 title,
@@ -374,7 +425,7 @@ class GitHubState:
                 head=head,
                 head_owner=owner,
                 base=base_ref,
-                head_sha=_fake_sha(repo, head, self._next_id),
+                head_sha=head_sha,
                 base_sha=_fake_sha(repo, base_ref),
                 draft=draft,
             )

@@ -8,6 +8,7 @@ query/body parameters, the authenticated user) and returns a response. They rais
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from starlette.responses import Response
@@ -106,6 +107,15 @@ def get_group(state: GitLabState, call: Call) -> Response:
 # -- listing issues and merge requests ----------------------------------------------
 
 
+def _timestamp(value: str) -> datetime:
+    """An ISO 8601 query parameter (`updated_after`); a naive one is UTC, as GitLab reads it."""
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ApiError(400, f"{value!r} is not an ISO 8601 time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
 def _matches(state: GitLabState, call: Call, item: Item) -> bool:
     params = call.params
     wanted_state = params.get("state", "all")
@@ -143,6 +153,8 @@ def _matches(state: GitLabState, call: Call, item: Item) -> bool:
     for branch in ("source_branch", "target_branch"):
         if branch in params and getattr(item, branch) != params[branch]:
             return False
+    if "updated_after" in params and item.updated_at < _timestamp(str(params["updated_after"])):
+        return False
     iids = params.get("iids")
     return iids is None or str(item.iid) in {str(value) for value in as_list(iids)}
 
@@ -188,6 +200,10 @@ def create_item(state: GitLabState, call: Call) -> Response:
         if clash is not None:
             message = f"Another open merge request already exists for this source branch: !{clash.iid}"
             raise ApiError(409, [message])
+        branches = state.branches(project.id)
+        for field in ("source_branch", "target_branch"):
+            if params[field] not in branches:
+                raise ApiError(400, [f"Invalid {field.replace('_', ' ')}: {params[field]} does not exist"])
     else:
         _required(call, "title")
     assignees = [state.users[uid].username for uid in _user_ids(state, params.get("assignee_ids", []))]

@@ -1,11 +1,17 @@
-"""A GitLab testing server running on a loopback port, for tests, benchmarks and the demo."""
+"""A GitLab testing server running on a loopback port, for tests, benchmarks and the demo.
+
+The same port serves the projects' git content over smart HTTP at `http_url_to_repo`.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import TracebackType
 
 from coding_agent.testing.faults import FaultInjector
+from coding_agent.testing.git_http import GitHttpRouter
 from coding_agent.testing.gitlab.app import API_PREFIX, create_gitlab_app
+from coding_agent.testing.gitlab.git import gitlab_git_backend
 from coding_agent.testing.gitlab.state import GitLabState
 from coding_agent.testing.http_server import BackgroundServer
 
@@ -22,7 +28,7 @@ class GitLabSandbox:
     def __init__(self, state: GitLabState | None = None, faults: FaultInjector | None = None) -> None:
         self.state = state or GitLabState()
         self.faults = faults or FaultInjector()
-        self.app = create_gitlab_app(self.state, self.faults)
+        self.app = GitHttpRouter(create_gitlab_app(self.state, self.faults), gitlab_git_backend(self.state), self.faults)
         self._server: BackgroundServer | None = None
 
     @property
@@ -39,10 +45,15 @@ class GitLabSandbox:
         self._server = BackgroundServer(self.app).start()
         return self
 
+    def git_dir(self, project: str) -> Path:
+        """The bare repository behind the project's clone URL, for tests that inspect branches."""
+        return self.state.git_dir(project)
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.stop()
             self._server = None
+        self.state.git.close()
 
     def __enter__(self) -> GitLabSandbox:
         return self.start()

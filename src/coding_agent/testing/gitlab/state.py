@@ -13,7 +13,10 @@ import itertools
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+from coding_agent.testing.git_http import Files, GitRepoStore
 
 from coding_agent.testing.gitlab.models import (
     DEFAULT_LABEL_COLOR,
@@ -50,6 +53,8 @@ class GitLabState:
         self.groups: dict[int, Group] = {}
         self.projects: dict[int, Project] = {}
         self._requests: list[RequestRecord] = []
+        # Real git repositories behind `http_url_to_repo`, created on first use.
+        self.git = GitRepoStore()
         self.add_user("root", name="Administrator")
 
     # -- identifiers -------------------------------------------------------------
@@ -107,6 +112,29 @@ class GitLabState:
                 project_id, path_with_namespace, namespace_id, default_branch, description, self.clock.now()
             )
             return project_id
+
+    def init_repo(self, project: str | int, files: Files | None = None, message: str = "Initial commit") -> str:
+        """Give the project its git content: one commit of `files` on the default branch; returns the sha.
+
+        Without this a project gets a README commit the first time it is cloned.
+        """
+        record = self.require_project(project)
+        return self.git.init(record.path_with_namespace, files, branch=record.default_branch, message=message)
+
+    def git_dir(self, project: str | int) -> Path:
+        """The bare repository behind the project's `http_url_to_repo` (created with a README when new)."""
+        record = self.require_project(project)
+        return self.git.ensure(record.path_with_namespace, record.default_branch)
+
+    def branches(self, project: str | int) -> dict[str, str]:
+        """The project's git branches (name -> sha); empty before anything created its content."""
+        return self.git.branches(self.require_project(project).path_with_namespace)
+
+    def create_branch(self, project: str | int, branch: str, start: str | None = None) -> str:
+        """A new git branch at `start` (default: the default branch); returns its sha."""
+        record = self.require_project(project)
+        self.git_dir(record.id)
+        return self.git.create_branch(record.path_with_namespace, branch, start or record.default_branch)
 
     def set_access(self, path: str, username: str, level: int | None) -> None:
         """Make `username` a member of a project or group at `level` (None or 0 removes)."""
@@ -343,9 +371,18 @@ class GitLabState:
         labels: Iterable[str] = (),
         assignees: Iterable[str] = (),
     ) -> int:
-        """Open a merge request (a `Draft:` title makes it a draft); returns its iid."""
+        """Open a merge request (a `Draft:` title makes it a draft); returns its iid.
+
+        A `source_branch` missing from git is created from the target branch, so that
+        the agent can clone it (the HTTP endpoint refuses a missing branch instead).
+        """
         with self.lock:
             record = self.require_project(project)
+            self.git_dir(record.id)
+            branches = self.git.branches(record.path_with_namespace)
+            if source_branch not in branches:
+                start = target_branch if target_branch in branches else record.default_branch
+                self.git.create_branch(record.path_with_namespace, source_branch, start)
             item = self._new_item(
                 "mr",
                 project,

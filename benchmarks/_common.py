@@ -1,0 +1,91 @@
+"""What every benchmark script shares: summary statistics and the one JSON line it prints.
+
+The scripts are run as `python benchmarks/<name>.py`, so this directory is on `sys.path`
+and `import _common` works without packaging the benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from coding_agent.domain.tasks import Forge, TaskKey, TaskKind
+from coding_agent.testing.github import GitHubState
+from coding_agent.testing.gitlab import GitLabState
+
+__all__ = ["summary_ms", "percentile", "emit", "seed_github", "seed_gitlab", "open_labelled_issues", "TRIGGER_LABEL"]
+
+TRIGGER_LABEL = "coding agent"
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile: an observed value, never an interpolated one."""
+    if not values:
+        raise ValueError("no values to summarise")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary_ms(seconds: Sequence[float]) -> dict[str, float | int]:
+    """Median, p95, min and max in milliseconds (3 decimals) of durations in seconds."""
+    return {
+        "n": len(seconds),
+        "median_ms": round(statistics.median(seconds) * 1000, 3),
+        "p95_ms": round(percentile(seconds, 0.95) * 1000, 3),
+        "min_ms": round(min(seconds) * 1000, 3),
+        "max_ms": round(max(seconds) * 1000, 3),
+    }
+
+
+def emit(result: dict[str, Any]) -> None:
+    """Print the benchmark's one JSON object, with the machine it ran on."""
+    machine = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        # Figures taken on a busy machine are not comparable: say how busy it was.
+        "load_average_1_5_15_min": [round(load, 2) for load in os.getloadavg()],
+    }
+    result = {**result, "machine": machine}
+    json.dump(result, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def seed_github(state: GitHubState, repos: Sequence[str], maintainer: str, bot: str, bot_token: str) -> None:
+    """Repositories where `maintainer` is admin and the bot (authenticated by `bot_token`) may write."""
+    state.add_user(maintainer)
+    state.add_user(bot, token=bot_token, bot=True)
+    for repo in repos:
+        state.add_repo(repo)
+        state.set_permission(repo, maintainer, "admin")
+        state.set_permission(repo, bot, "write")
+
+
+def seed_gitlab(state: GitLabState, projects: Sequence[str], maintainer: str, bot: str, bot_token: str) -> None:
+    """GitLab's twin of `seed_github`: Maintainer (40) and Developer (30) access."""
+    state.add_user(maintainer)
+    state.add_user(bot, token=bot_token, bot=True)
+    for project in projects:
+        state.add_project(project)
+        state.set_access(project, maintainer, 40)
+        state.set_access(project, bot, 30)
+
+
+def open_labelled_issues(
+    state: GitHubState | GitLabState, forge: Forge, projects: Sequence[str], count: int, author: str, title: str = "Task"
+) -> list[TaskKey]:
+    """`count` issues spread over `projects`, each given the trigger label by `author`."""
+    keys = []
+    for index in range(count):
+        project = projects[index % len(projects)]
+        number = state.create_issue(project, f"{title} {index}", "Please do it.", author=author)
+        state.add_label(project, number, TRIGGER_LABEL, actor=author)
+        keys.append(TaskKey(forge, project, TaskKind.ISSUE, number))
+    return keys

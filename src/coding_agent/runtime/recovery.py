@@ -1,0 +1,138 @@
+"""Runs to carry on: paused runs whose pause is lifted, and runs whose worker died.
+
+Both are found in the state store, never by a forge search: a paused run is a row with
+status `paused` (and no `resume_hold`), a dead worker is a lease that expired without
+being released or a `running` run without a live lease. Resuming is as cheap as a poll,
+and a task that lost its worker in the middle of a claim (labelled `processing`, no run
+recorded yet) is found too.
+
+Taking one is guarded twice: the task's lease (one worker at a time, as for any claim)
+and a conditional status update of the run, so a paused run is resumed exactly once.
+A run is continued from its saved state (`task_state.json`: the pause, or the crash
+checkpoint of its last iteration); without one it is closed as `abandoned` (its progress
+comment says so) and the task restarts cleanly as a new run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from coding_agent.agent.progress import ProgressComment
+from coding_agent.agent.steering import Continuation, RunControls, load_state
+from coding_agent.config import AgentConfig
+from coding_agent.context.storage import ContextStorage
+from coding_agent.domain.tasks import Task, TaskKey
+from coding_agent.runtime.intake import Claim
+from coding_agent.runtime.state_store import RunMarks, RunRecord, StateStore
+from coding_agent.sources.base import Source
+from coding_agent.sources.lifecycle import transition
+
+__all__ = ["Recovery", "Takeover"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Takeover(Claim):
+    """A task this worker now holds (lease taken); `continuation` None: start a new run."""
+
+    continuation: Continuation | None = None
+
+
+class Recovery:
+    """Finds and claims the runs to resume or take over."""
+
+    def __init__(self, config: AgentConfig, store: StateStore, storage: ContextStorage, controls: RunControls) -> None:
+        self._config = config
+        self._store = store
+        self._storage = storage
+        self._controls = controls
+
+    def paused_by_signal(self) -> bool:
+        """While the pause signal file exists, nothing is started or resumed."""
+        return self._config.pause_resume.enabled and self._controls.signal_file.exists()
+
+    def candidates(self, only: set[str] | None = None) -> list[str]:
+        """Task keys with a run to continue: resumable paused runs, then orphaned tasks."""
+        keys = [] if self.paused_by_signal() else [run.task_key for run in self._store.resumable_runs()]
+        keys += self._store.orphaned_tasks()
+        unique = list(dict.fromkeys(keys))
+        return [key for key in unique if only is None or key in only]
+
+    async def try_take(self, source: Source, key: str) -> Takeover | None:
+        """Claim `key`'s run to continue it, or None when it is not ours to take (now)."""
+        owner = self._controls.owner
+        if not self._store.acquire_lease(key, owner, self._config.scheduling.lease_seconds):
+            return None
+        try:
+            taken = await self._take(source, key)
+        except BaseException:
+            self._store.release_lease(key, owner)
+            raise
+        if taken is None:
+            self._store.release_lease(key, owner)
+        return taken
+
+    async def _take(self, source: Source, key: str) -> Takeover | None:
+        owner = self._controls.owner
+        run = self._store.latest_run(key)
+        for stale in self._store.runs_with_status("paused", key):
+            if run is not None and stale.uuid != run.uuid:  # a newer run (re-triggered) took over
+                self._store.finish_run(stale.uuid, "abandoned", stale.steps, "superseded by a newer run of the task")
+        if run is not None and run.status == "paused":
+            marks = self._store.run_marks(run.uuid)
+            if marks.resume_hold or self.paused_by_signal() or not self._store.claim_run(run.uuid, owner, "paused"):
+                return None
+            log.info("%s: resuming paused run %s", key, run.uuid)
+            return await self._continue(source, run, marks)
+        if run is not None and run.status == "running":
+            if not self._store.claim_run(run.uuid, owner, "running"):
+                return None
+            log.warning("%s: the worker of run %s stopped; taking it over", key, run.uuid)
+            return await self._continue(source, run, self._store.run_marks(run.uuid))
+        # No unfinished run: a worker died between claiming the task and starting its run.
+        task = await source.get_task(TaskKey.parse(key))
+        if task.state != "open" or not task.has_label(source.labels.processing_label):
+            return None
+        log.warning("%s: claimed by a worker that stopped before its run began; starting it", key)
+        if task.has_label(source.labels.bot_label):  # the claim's label swap was cut short
+            await source.remove_label(task.key, source.labels.bot_label)
+        return Takeover(task, await source.find_trigger_user(task.key), None)
+
+    async def _continue(self, source: Source, run: RunRecord, marks: RunMarks) -> Takeover | None:
+        task = await source.get_task(TaskKey.parse(run.task_key))
+        directory = self._storage.find_run(run.uuid)
+        state = load_state(directory) if directory is not None else None
+        if task.state != "open":
+            log.info("%s: closed meanwhile; run %s is not continued", run.task_key, run.uuid)
+            await self._abandon(source, task, run, marks)
+            return None
+        labels = source.labels
+        if not task.has_label(labels.processing_label) or task.has_label(labels.paused_label):
+            await transition(source, task.key, labels.processing_label, [labels.paused_label])
+        if directory is not None and (state is not None or marks.final_status is not None):
+            workspace = Path(state.workspace) if state is not None else self._default_workspace(run.uuid)
+            return Takeover(task, run.requester, Continuation(run, state, marks, workspace))
+        log.warning("%s: run %s left no state to continue from; restarting the task", run.task_key, run.uuid)
+        await self._abandon(source, task, run, marks)
+        return Takeover(task, run.requester, None)
+
+    def _default_workspace(self, run_uuid: str) -> Path:
+        return Path(self._config.workspace.base_dir).resolve() / run_uuid
+
+    async def _abandon(self, source: Source, task: Task, run: RunRecord, marks: RunMarks) -> None:
+        """Close a run that cannot be continued: its record, its context, its progress comment."""
+        self._store.finish_run(run.uuid, "abandoned", run.steps, "its worker stopped and left nothing to continue from")
+        files = self._storage.reopen(run.uuid, 0)
+        if files is not None:
+            files.write_metadata(status="abandoned")
+            files.move_to("completed")
+        if marks.progress_comment_id is not None and self._config.progress_comment.enabled:
+            progress = ProgressComment(
+                source, task.key, self._controls.redactor, self._config.language, run.uuid, 0
+            )
+            progress.comment_id = marks.progress_comment_id
+            progress.note_steps(run.steps)
+            await progress.finish("abandoned")

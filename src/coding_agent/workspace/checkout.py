@@ -1,0 +1,224 @@
+"""The run's workspace: a clone of the task's repository on the branch the run commits to.
+
+Issues get `coding-agent/<number>-<slug>`. A follow-up run on the same issue finds the
+branch an earlier run pushed (by its `coding-agent/<number>-` prefix, so a retitled
+issue still finds it) and continues on it, so its commits land in the same PR. PR/MR
+tasks work on their head branch. The clone is shallow by default
+(`workspace.clone_depth`).
+
+`.git/config` is remembered as cloned and put back before the host's own git commands,
+because the model can write anything in the workspace: a planted `url.*.insteadOf`,
+`http.proxy` or filter would otherwise redirect or run inside the host's push.
+
+What delivery needs to know about the clone is also written to a record out of the
+model's reach (the run's context directory, `checkout.json`), so that a run resumed
+after a pause or a crash continues in its clone instead of cloning again.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coding_agent.domain.tasks import Task
+from coding_agent.errors import AgentError
+from coding_agent.retry import RetryPolicy, retry_async
+from coding_agent.sources.base import Source
+from coding_agent.workspace.git import Git, GitAuth, GitError
+
+__all__ = [
+    "Checkout",
+    "BRANCH_PREFIX",
+    "branch_name",
+    "prepare_workspace",
+    "reopen_workspace",
+    "restore_git_config",
+]
+
+log = logging.getLogger(__name__)
+
+BRANCH_PREFIX = "coding-agent/"
+_SLUG_MAX = 40
+# Build and test droppings the host leaves out of its commit (a repository's own
+# .gitignore still applies; this only adds to it, in .git/info/exclude).
+DEFAULT_EXCLUDES = (
+    "__pycache__/",
+    "*.py[cod]",
+    ".pytest_cache/",
+    ".mypy_cache/",
+    ".ruff_cache/",
+    "node_modules/",
+    ".DS_Store",
+)
+
+
+def branch_name(number: int, title: str) -> str:
+    """`coding-agent/12-fix-the-login-page`: ASCII words of the title, at most 40 characters."""
+    ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_title.lower()).strip("-")
+    if len(slug) > _SLUG_MAX:
+        slug = slug[:_SLUG_MAX].rsplit("-", 1)[0] or slug[:_SLUG_MAX]
+    return f"{BRANCH_PREFIX}{number}-{slug or 'task'}"
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """What delivery needs to know about the clone."""
+
+    path: Path
+    project: str
+    clone_url: str
+    auth: GitAuth | None
+    branch: str
+    base_branch: str
+    start_sha: str
+    branch_exists: bool
+    git_config: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class _Remote:
+    default_branch: str | None
+    branches: dict[str, str]
+
+
+async def _remote(git: Git, url: str, auth: GitAuth | None, patterns: list[str]) -> _Remote:
+    result = await git.run(None, "ls-remote", "--symref", url, "HEAD", *patterns, auth=auth)
+    default: str | None = None
+    branches: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        left, _, ref = line.partition("\t")
+        if left.startswith("ref: refs/heads/") and ref == "HEAD":
+            default = left.removeprefix("ref: refs/heads/")
+        elif ref.startswith("refs/heads/"):
+            branches[ref.removeprefix("refs/heads/")] = left
+    return _Remote(default, branches)
+
+
+async def _target(
+    git: Git, task: Task, project: str, url: str, auth: GitAuth | None, retry: RetryPolicy
+) -> tuple[str, str, bool]:
+    """(the branch to work on, the branch a new PR/MR goes into, whether the forge has the branch).
+
+    One `ls-remote` answers both: the default branch (HEAD) and the branches that matter.
+    """
+    key = task.key
+    if key.is_change:
+        if not task.head_branch:
+            raise AgentError(f"{key} has no head branch to work on")
+        head = f"refs/heads/{task.head_branch}"
+        remote = await retry_async(lambda: _remote(git, url, auth, [head]), retry, "git ls-remote")
+        if task.head_branch not in remote.branches:
+            raise AgentError(f"the head branch {task.head_branch!r} of {key} is not in {project}")
+        return task.head_branch, task.base_branch or remote.default_branch or "", True
+    pattern = f"refs/heads/{BRANCH_PREFIX}{key.number}-*"
+    remote = await retry_async(lambda: _remote(git, url, auth, [pattern]), retry, "git ls-remote")
+    wanted = branch_name(key.number, task.title)
+    earlier = sorted(remote.branches)
+    branch = wanted if wanted in remote.branches else (earlier[0] if earlier else wanted)
+    return branch, remote.default_branch or "", branch in remote.branches
+
+
+async def prepare_workspace(
+    source: Source,
+    task: Task,
+    path: Path,
+    git: Git,
+    *,
+    depth: int,
+    retry: RetryPolicy,
+    record: Path | None = None,
+) -> Checkout:
+    """Clone the task's repository into `path` (empty or missing) and check out the run's branch.
+
+    `record`: where to write what `reopen_workspace` needs to continue in this clone.
+    """
+    key = task.key
+    project = task.extra.get("head_repo", key.project) if key.is_change else key.project
+    url = await source.clone_url(project)
+    header = source.git_http_auth()
+    auth = GitAuth(url, header) if header else None
+
+    branch, base, exists = await _target(git, task, project, url, auth, retry)
+    clone = ["clone", "--quiet", "--no-tags"]
+    if depth > 0:
+        clone += ["--depth", str(depth)]
+    if exists:
+        clone += ["--branch", branch]
+    elif base:
+        clone += ["--branch", base]
+    path.mkdir(parents=True, exist_ok=True)
+    await retry_async(lambda: git.run(None, *clone, url, str(path), auth=auth), retry, "git clone")
+    if not exists:
+        await git.run(path, "checkout", "--quiet", "-b", branch)
+    exclude = path / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    with exclude.open("a", encoding="utf-8") as handle:
+        handle.write("\n# coding-agent: never committed by the agent\n" + "\n".join(DEFAULT_EXCLUDES) + "\n")
+    start = await git.run(path, "rev-parse", "--verify", "--quiet", "HEAD", check=False)
+    if not base:
+        log.warning("%s: %s has no default branch (an empty repository?)", key, project)
+    log.info("%s: cloned %s into %s on %s%s", key, project, path, branch, "" if exists else " (new)")
+    checkout = Checkout(
+        path=path,
+        project=project,
+        clone_url=url,
+        auth=auth,
+        branch=branch,
+        base_branch=base,
+        start_sha=start.stdout.strip(),
+        branch_exists=exists,
+        git_config=(path / ".git" / "config").read_bytes(),
+    )
+    if record is not None:
+        record.write_text(json.dumps(_record(checkout)), encoding="utf-8")
+    return checkout
+
+
+def _record(checkout: Checkout) -> dict[str, object]:
+    return {
+        "project": checkout.project,
+        "clone_url": checkout.clone_url,
+        "branch": checkout.branch,
+        "base_branch": checkout.base_branch,
+        "start_sha": checkout.start_sha,
+        "branch_exists": checkout.branch_exists,
+        "git_config": base64.b64encode(checkout.git_config).decode(),
+    }
+
+
+def reopen_workspace(source: Source, path: Path, record: Path) -> Checkout | None:
+    """The checkout of a clone made by an earlier part of the same run; None when there is none."""
+    if not (path / ".git").is_dir() or not record.is_file():
+        return None
+    data = json.loads(record.read_text(encoding="utf-8"))
+    header = source.git_http_auth()
+    url = str(data["clone_url"])
+    return Checkout(
+        path=path,
+        project=str(data["project"]),
+        clone_url=url,
+        auth=GitAuth(url, header) if header else None,
+        branch=str(data["branch"]),
+        base_branch=str(data["base_branch"]),
+        start_sha=str(data["start_sha"]),
+        branch_exists=bool(data["branch_exists"]),
+        git_config=base64.b64decode(data["git_config"]),
+    )
+
+
+def restore_git_config(checkout: Checkout) -> None:
+    """Check that `.git` is still the clone's directory and put its config back as cloned."""
+    git_dir = checkout.path / ".git"
+    if git_dir.is_symlink() or not git_dir.is_dir():
+        raise GitError("the workspace's .git directory was replaced during the run; nothing was committed")
+    config = git_dir / "config"
+    if config.is_symlink() or not config.is_file() or config.read_bytes() != checkout.git_config:
+        log.warning("%s: .git/config was changed during the run; restoring the cloned one", checkout.path)
+        config.unlink(missing_ok=True)
+        config.write_bytes(checkout.git_config)

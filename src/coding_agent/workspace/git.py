@@ -1,0 +1,203 @@
+"""The host's own git: an async wrapper that runs `git` with the forge credential per command.
+
+Two things make the host's git calls safe in a workspace the model has written to:
+
+- The credential is an `http.<origin>.extraHeader` given to that one child process
+  through `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n` in its environment:
+  never in the remote URL, never in `.git/config`, never on a command line (which every
+  user of the machine can read in /proc), never in the environment of the MCP servers
+  or of the commands the model runs.
+- Every call switches off what the model could have planted to run inside the host's
+  git: hooks (`core.hooksPath=/dev/null`, plus `--no-verify` where git has it), an
+  fsmonitor command, credential helpers, signing programs. `.git/config` itself is put
+  back to its cloned state before delivery (see `checkout.py`).
+
+The child's environment is built from an allow-list (as for tool processes) plus the
+proxy and CA variables git needs to reach a forge behind a corporate proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from coding_agent.errors import AgentError, TransientError
+from coding_agent.tools.sandbox import scrubbed_environment
+
+__all__ = ["Git", "GitAuth", "GitError", "GitResult", "PushRejected", "HARDENING"]
+
+log = logging.getLogger(__name__)
+
+# Set on every host git command, whatever the workspace's or the operator's config says.
+HARDENING: tuple[tuple[str, str], ...] = (
+    ("core.hooksPath", os.devnull),
+    ("core.fsmonitor", "false"),
+    ("credential.helper", ""),
+    ("commit.gpgSign", "false"),
+    ("protocol.ext.allow", "never"),
+    ("protocol.file.allow", "never"),
+)
+
+# Passed through from the agent's environment: how git reaches the forge, nothing secret.
+_NETWORK_ENV = (
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "GIT_SSL_CAINFO",
+    "GIT_SSL_CAPATH",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+)
+
+# stderr fragments of failures worth retrying: the forge or the network, not the request.
+_TRANSIENT_MARKERS = (
+    "returned error: 500",
+    "returned error: 502",
+    "returned error: 503",
+    "returned error: 504",
+    "returned error: 429",
+    "could not resolve host",
+    "failed to connect",
+    "connection reset",
+    "connection refused",
+    "connection timed out",
+    "operation timed out",
+    "rpc failed",
+    "early eof",
+)
+
+
+class GitError(AgentError):
+    """A git command failed; the message names the command and git's own words, redacted."""
+
+
+class PushRejected(GitError):
+    """The forge refused a push: non-fast-forward, 403, or a server-side rule."""
+
+
+@dataclass(frozen=True)
+class GitAuth:
+    """The `Authorization` header for one forge, scoped to the URL prefix it may go to."""
+
+    url: str
+    header: str = field(repr=False)
+
+    @property
+    def scope(self) -> str:
+        """`scheme://host[:port]/`: the header is sent to this origin only."""
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc}/"
+
+    @property
+    def secret_parts(self) -> list[str]:
+        """What must never be printed: the header and its credential part."""
+        value = self.header.split(":", 1)[-1].strip()
+        return [self.header, value, value.split(" ", 1)[-1]]
+
+
+@dataclass(frozen=True)
+class GitResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Git:
+    """Runs git commands for the host. One instance per run; `redact` masks secrets in errors."""
+
+    def __init__(self, *, timeout: float, redact: Callable[[str], str] = lambda text: text) -> None:
+        self._timeout = timeout
+        self._redact = redact
+
+    def _environment(self, auth: GitAuth | None, extra: Mapping[str, str] | None) -> dict[str, str]:
+        env = scrubbed_environment()
+        env.update({name: os.environ[name] for name in _NETWORK_ENV if name in os.environ})
+        env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "LC_ALL": "C", "LANGUAGE": ""})
+        settings = list(HARDENING)
+        if auth is not None:
+            settings.append((f"http.{auth.scope}.extraHeader", auth.header))
+        env["GIT_CONFIG_COUNT"] = str(len(settings))
+        for index, (key, value) in enumerate(settings):
+            env[f"GIT_CONFIG_KEY_{index}"] = key
+            env[f"GIT_CONFIG_VALUE_{index}"] = value
+        env.update(extra or {})
+        return env
+
+    def _clean(self, text: str, auth: GitAuth | None) -> str:
+        for secret in auth.secret_parts if auth is not None else ():
+            if secret:
+                text = text.replace(secret, "***")
+        return self._redact(text).strip()
+
+    async def run(
+        self,
+        cwd: Path | None,
+        *args: str,
+        auth: GitAuth | None = None,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        check: bool = True,
+    ) -> GitResult:
+        """Run `git <args>` in `cwd` (`input` on its stdin).
+
+        Raises `GitError` (or `TransientError` for network and 5xx trouble) when it fails
+        and `check` is set.
+        """
+        what = f"git {args[0]}" if args else "git"
+        process = await asyncio.create_subprocess_exec(
+            "git",
+            *args,
+            cwd=str(cwd) if cwd is not None else None,
+            env=self._environment(auth, env),
+            stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            data = input.encode() if input is not None else None
+            out, err = await asyncio.wait_for(process.communicate(data), self._timeout)
+        except asyncio.TimeoutError:
+            _kill(process)
+            await process.wait()
+            raise TransientError(f"{what} timed out after {self._timeout:g} seconds") from None
+        except asyncio.CancelledError:
+            _kill(process)
+            raise
+        stderr = self._clean(err.decode(errors="replace"), auth)
+        result = GitResult(process.returncode or 0, out.decode(errors="replace"), stderr)
+        if check and result.returncode != 0:
+            raise self.failure(what, result)
+        return result
+
+    def failure(self, what: str, result: GitResult) -> AgentError:
+        """The error for a failed command: transient for network and 5xx trouble."""
+        detail = _last_lines(result.stderr)
+        message = f"{what} failed (exit {result.returncode})" + (f": {detail}" if detail else "")
+        lowered = result.stderr.lower()
+        if any(marker in lowered for marker in _TRANSIENT_MARKERS):
+            return TransientError(message)
+        return GitError(message)
+
+
+def _kill(process: asyncio.subprocess.Process) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _last_lines(text: str, count: int = 4, limit: int = 600) -> str:
+    """The end of git's stderr, where it says what went wrong (hints left out)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("hint:")]
+    return " / ".join(lines[-count:])[-limit:]
+

@@ -1,0 +1,106 @@
+"""Taking over from a dead worker at the two moments a random kill rarely hits.
+
+Each test leaves the world exactly as a worker killed at that moment would (labels on
+the forge, rows in the state store, files in contexts/), with its lease already expired,
+and checks that the next poll finishes the task once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coding_agent.context.storage import ContextStorage
+from coding_agent.redaction import Redactor
+from coding_agent.runtime.state_store import StateStore
+from coding_agent.testing.replay_model import ReplaySandbox
+
+from ._steering import run_cycle, steering_config
+from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, REPO, GitHubForge, load_for_service, progress_comments
+
+
+def _store(directory: Path) -> StateStore:
+    return StateStore(f"sqlite:///{directory / 'state.db'}")
+
+
+def _dead_run(forge: GitHubForge, directory: Path, number: int, status: str, final: str) -> str:
+    """The world a worker leaves when it dies publishing: processing label, the run in the
+    store with its outcome recorded, its context in running/, its lease run out."""
+    state = forge.sandbox.state
+    state.remove_label(REPO, number, "coding agent", actor=BOT)
+    state.add_label(REPO, number, "coding agent processing", actor=BOT)
+    key = f"github:{REPO}#{number}"
+    ContextStorage(directory / "contexts", Redactor()).start_run("dead-run", task_key=key)
+    store = _store(directory)
+    try:
+        store.start_run("dead-run", key, "dead-worker", MAINTAINER)
+        store.record_final("dead-run", status, final)
+        assert store.acquire_lease(key, "dead-worker", -1)
+    finally:
+        store.close()
+    return key
+
+
+def test_a_worker_dead_between_claim_and_run_start(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """Labels swapped halfway (trigger and processing both on), lease taken, no run yet."""
+    number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt.")
+    state = github_forge.sandbox.state
+    state.add_label(REPO, number, "coding agent processing", actor=BOT)
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = steering_config(tmp_path, [github_forge], model)
+        store = _store(tmp_path)
+        try:
+            assert store.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
+        finally:
+            store.close()
+        report = run_cycle(load_for_service(setup))
+        again = run_cycle(load_for_service(setup))
+
+    assert [result.status for result in report.results] == ["done"]
+    assert again.results == (), "the trigger label is gone: no second run"
+    lifecycle = [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")]
+    assert lifecycle == ["coding agent done"]
+    finals = [body for author, body in github_forge.comments("issue", number) if author == BOT]
+    assert len([body for body in finals if body not in progress_comments(finals)]) == 1
+
+
+def test_a_worker_dead_after_posting_its_final_comment(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """The outcome was recorded and its comment posted, but the worker died before saying so."""
+    number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt.")
+    final = "Wrote hello.txt with a greeting."
+    key = _dead_run(github_forge, tmp_path, number, "done", final)
+    github_forge.sandbox.state.add_comment(REPO, number, BOT, final)
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = steering_config(tmp_path, [github_forge], model)
+        report = run_cycle(load_for_service(setup))
+        requests = model.requests
+
+    assert [(result.run_uuid, result.status) for result in report.results] == [("dead-run", "done")]
+    assert requests == [], "nothing was left to ask the model"
+    bodies = [body for author, body in github_forge.comments("issue", number) if author == BOT]
+    assert bodies.count(final) == 1, "the final comment is not posted twice"
+    lifecycle = [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")]
+    assert lifecycle == ["coding agent done"]
+    store = _store(tmp_path)
+    try:
+        [run] = store.runs(key)
+        assert run.status == "done" and store.run_marks("dead-run").final_posted
+    finally:
+        store.close()
+    assert (tmp_path / "contexts" / "completed" / "dead-run").is_dir()
+
+
+def test_a_worker_dead_while_publishing_a_stop(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """The stop was decided and recorded, its comment not posted yet: the takeover finishes the stop."""
+    number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt.")
+    stop = "## ⛔ Task stopped\n\nThe coding agent was unassigned, so it stopped working on this task."
+    _dead_run(github_forge, tmp_path, number, "stopped", stop)
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = steering_config(tmp_path, [github_forge], model)
+        report = run_cycle(load_for_service(setup))
+        requests = model.requests
+
+    assert [result.status for result in report.results] == ["stopped"] and requests == []
+    assert [body for author, body in github_forge.comments("issue", number) if author == BOT] == [stop]
+    lifecycle = [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")]
+    assert lifecycle == ["coding agent stopped"]

@@ -1,0 +1,87 @@
+"""Follow-up discovery over real HTTP: GitHub's one search, GitLab's two listings (SPEC 3)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+from coding_agent.config import GitHubConfig, GitLabConfig
+from coding_agent.domain.tasks import Comment
+from coding_agent.retry import RetryPolicy
+from coding_agent.runtime.followups import find_followup_comment, mentions
+from coding_agent.sources.github import GitHubSource
+from coding_agent.sources.gitlab import GitLabSource
+from coding_agent.testing.github import GitHubSandbox
+from coding_agent.testing.gitlab import GitLabSandbox
+
+TOKEN = "ghp_" + "FollowupDiscoveryToken0123456789"
+DONE = "coding agent done"
+T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+
+
+def test_mentions_are_whole() -> None:
+    assert mentions("@agent-bot please", "agent-bot") and mentions("cc @Agent-Bot.", "agent-bot")
+    assert not mentions("@agent-bot-two", "agent-bot") and not mentions("me@agent-bot.dev", "agent-bot")
+
+
+def test_the_trigger_is_the_newest_mention_after_the_bots_last_comment() -> None:
+    def at(minutes: int, author: str, body: str) -> Comment:
+        return Comment(str(minutes), author, body, T0 + timedelta(minutes=minutes))
+
+    old_mention, bot, plain, new_mention = at(1, "alice", "@bot go"), at(2, "bot", "Done."), at(3, "alice", "hm"), at(4, "bob", "@bot more")
+    assert find_followup_comment([old_mention, bot], "bot") is None, "answered already"
+    assert find_followup_comment([old_mention, bot, plain, new_mention], "bot") == new_mention
+    assert find_followup_comment([old_mention, bot, plain], "bot") is None
+
+
+def test_github_search_finds_done_items_mentioning_the_bot_since_a_time() -> None:
+    with GitHubSandbox() as sandbox:
+        state = sandbox.state
+        state.add_user("alice")
+        state.add_user("agent-bot", token=TOKEN, bot=True)
+        state.add_repo("acme/widgets")
+        state.set_permission("acme/widgets", "agent-bot", "write")
+        mentioned = state.create_issue("acme/widgets", "Mentioned", "x", author="alice")
+        silent = state.create_issue("acme/widgets", "Silent", "x", author="alice")
+        for number in (mentioned, silent):
+            state.add_label("acme/widgets", number, DONE, actor="alice")
+        state.add_comment("acme/widgets", mentioned, "alice", "@agent-bot one more thing")
+        state.add_comment("acme/widgets", silent, "alice", "no mention here")
+
+        async def discover(since: datetime) -> list[int]:
+            config = GitHubConfig(api_url=sandbox.url, token=TOKEN, owner="acme", bot_name="agent-bot")
+            source = GitHubSource(config, RetryPolicy(retries=0))
+            try:
+                return [task.key.number for task in await source.discover_followups(since)]
+            finally:
+                await source.aclose()
+
+        before = len(state.requests())
+        assert asyncio.run(discover(datetime.now(timezone.utc) - timedelta(days=7))) == [mentioned]
+        assert len(state.requests()) - before == 1, "one search per poll"
+        assert asyncio.run(discover(datetime.now(timezone.utc) + timedelta(days=1))) == []
+
+
+def test_gitlab_lists_done_items_updated_since_a_time() -> None:
+    with GitLabSandbox() as sandbox:
+        state = sandbox.state
+        state.add_user("alice")
+        state.add_user("agent-bot", token="glpat-" + "FollowupDiscovery01", bot=True)
+        state.add_group("acme")
+        state.add_project("acme/widgets")
+        state.set_access("acme/widgets", "agent-bot", 30)
+        done = state.create_issue("acme/widgets", "Done one", "x", author="alice")
+        state.add_label("acme/widgets", done, DONE, actor="alice")
+        other = state.create_issue("acme/widgets", "Still open", "x", author="alice")
+        state.add_label("acme/widgets", other, "coding agent", actor="alice")
+
+        async def discover(since: datetime) -> list[int]:
+            config = GitLabConfig(api_url=sandbox.url, token="glpat-" + "FollowupDiscovery01", group="acme", bot_name="agent-bot")
+            source = GitLabSource(config, RetryPolicy(retries=0))
+            try:
+                return [task.key.number for task in await source.discover_followups(since)]
+            finally:
+                await source.aclose()
+
+        assert asyncio.run(discover(datetime.now(timezone.utc) - timedelta(days=7))) == [done]
+        assert asyncio.run(discover(datetime.now(timezone.utc) + timedelta(days=1))) == []

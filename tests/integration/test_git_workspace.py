@@ -1,0 +1,257 @@
+"""The workspace package against the sandbox GitHub: real clones, commits, pushes and PRs.
+
+`prepare_workspace` and `deliver` run the host's git over smart HTTP with the bot's
+token (through `GitHubSource`), exactly as a run does; the tests then look at the forge
+(its pulls, its bare repository) and at the workspace's files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from coding_agent.config import GitHubConfig
+from coding_agent.domain.tasks import Task, TaskKey
+from coding_agent.retry import RetryPolicy
+from coding_agent.sources.github import GitHubSource
+from coding_agent.testing.git_http import git_client
+from coding_agent.testing.github import GitHubSandbox
+from coding_agent.workspace.checkout import Checkout, branch_name, prepare_workspace, reopen_workspace
+from coding_agent.workspace.delivery import SUMMARY_END, SUMMARY_START, deliver
+from coding_agent.workspace.git import Git, PushRejected
+from coding_agent.workspace.rules import read_repository_rules
+
+REPO = "acme/widgets"
+BOT_TOKEN = "ghp_" + "WorkspaceBotToken0123456789abcdef"
+FAST = RetryPolicy(retries=2, base_delay=0.01, max_delay=0.05)
+NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def sandbox() -> Iterator[GitHubSandbox]:
+    with GitHubSandbox() as box:
+        state = box.state
+        state.add_user("alice", token="t-alice", name="Alice Liddell", email="alice@example.test")
+        state.add_user("agent-bot", token=BOT_TOKEN, bot=True)
+        state.add_repo(REPO)
+        state.set_permission(REPO, "alice", "admin")
+        state.set_permission(REPO, "agent-bot", "write")
+        state.init_repo(REPO, files={"README.md": "# widgets\n", "src/app.py": "x = 1\n"})
+        state.git.commit_files(REPO, "main", {"src/app.py": "x = 2\n"}, "Second")
+        state.git.commit_files(REPO, "main", {"src/app.py": "x = 3\n"}, "Third")
+        yield box
+
+
+@pytest.fixture
+async def source(sandbox: GitHubSandbox) -> AsyncIterator[GitHubSource]:
+    config = GitHubConfig(api_url=sandbox.url, token=SecretStr(BOT_TOKEN), owner="acme", bot_name="agent-bot")
+    github = GitHubSource(config, FAST)
+    yield github
+    await github.aclose()
+
+
+def _task(number: int, title: str, *, change: bool = False, head: str | None = None) -> Task:
+    kind = "!" if change else "#"
+    return Task(
+        key=TaskKey.parse(f"github:{REPO}{kind}{number}"),
+        title=title,
+        body="",
+        author="alice",
+        labels=("coding agent",),
+        assignees=(),
+        url=f"https://example.test/{REPO}/{number}",
+        created_at=NOW,
+        updated_at=NOW,
+        head_branch=head,
+        base_branch="main" if change else None,
+    )
+
+
+def _git() -> Git:
+    return Git(timeout=60)
+
+
+async def _prepare(source: GitHubSource, task: Task, path: Path, depth: int = 1) -> Checkout:
+    record = path.with_name(path.name + ".checkout.json")
+    return await prepare_workspace(source, task, path, _git(), depth=depth, retry=FAST, record=record)
+
+
+async def _deliver(source: GitHubSource, task: Task, checkout: Checkout, summary: str = "Added hello.txt") -> object:
+    return await deliver(
+        source, task, checkout, _git(), summary=summary, requester="alice", run_uuid="run-1", retry=FAST, redact=str
+    )
+
+
+def test_branch_names_are_slugs_of_the_title() -> None:
+    assert branch_name(12, "Fix the Login page!") == "coding-agent/12-fix-the-login-page"
+    assert branch_name(3, "Ünïcode café") == "coding-agent/3-unicode-cafe"
+    assert branch_name(4, "日本語のタイトル") == "coding-agent/4-task"
+    long = branch_name(5, "word " * 30)
+    assert len(long) <= len("coding-agent/5-") + 40 and not long.endswith("-")
+
+
+async def test_issue_clone_is_shallow_on_its_own_branch_without_the_token(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    shallow = await _prepare(source, _task(1, "Add a greeting"), tmp_path / "shallow")
+    full = await _prepare(source, _task(1, "Add a greeting"), tmp_path / "full", depth=0)
+
+    assert shallow.branch == "coding-agent/1-add-a-greeting" and not shallow.branch_exists
+    assert shallow.base_branch == "main" and shallow.start_sha == sandbox.state.branches(REPO)["main"]
+    assert git_client(shallow.path, "rev-list", "--count", "HEAD").stdout.strip() == "1"
+    assert git_client(full.path, "rev-list", "--count", "HEAD").stdout.strip() == "3"
+    assert git_client(shallow.path, "branch", "--show-current").stdout.strip() == shallow.branch
+    assert (shallow.path / "src" / "app.py").read_text() == "x = 3\n"
+    config = (shallow.path / ".git" / "config").read_text()
+    assert BOT_TOKEN not in config and "extraheader" not in config.lower() and "Authorization" not in config
+    assert f"url = {sandbox.url}/{REPO}.git" in config, "the remote URL carries no credential"
+
+
+async def test_a_continued_run_reopens_its_clone(source: GitHubSource, tmp_path: Path) -> None:
+    checkout = await _prepare(source, _task(1, "Add a greeting"), tmp_path / "ws")
+    record = tmp_path / "ws.checkout.json"
+    assert reopen_workspace(source, checkout.path, record) == checkout
+    assert reopen_workspace(source, tmp_path / "elsewhere", record) is None
+    assert reopen_workspace(source, checkout.path, tmp_path / "no-record.json") is None
+
+
+async def test_changes_become_a_draft_pull_request(sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path) -> None:
+    task = _task(1, "Add a greeting")
+    checkout = await _prepare(source, task, tmp_path / "ws")
+    (checkout.path / "hello.txt").write_text("hello\n")
+    (checkout.path / "__pycache__").mkdir()
+    (checkout.path / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+
+    delivery = await _deliver(source, task, checkout, "Added hello.txt\n\nIt greets.")
+
+    [pull] = sandbox.state.pulls(REPO)
+    assert delivery.action == "opened" and delivery.change.number == pull.number  # type: ignore[attr-defined]
+    assert pull.draft and pull.head == checkout.branch and pull.base == "main"
+    assert pull.body.startswith("Closes #1") and "It greets." in pull.body and "@alice" in pull.body
+    git = sandbox.state.git
+    assert git.read_file(REPO, checkout.branch, "hello.txt") == b"hello\n"
+    assert git.read_file(REPO, checkout.branch, "__pycache__/x.cpython-311.pyc") is None, "droppings are not committed"
+    message = git.log(REPO, checkout.branch)[0]
+    assert message.startswith("Added hello.txt\n\nIt greets.")
+    assert message.endswith("Co-authored-by: Alice Liddell <alice@example.test>")
+    author = git_client(checkout.path, "log", "-1", "--format=%an <%ae>").stdout.strip()
+    bot_id = sandbox.state.user("agent-bot").id
+    assert author == f"agent-bot <{bot_id}+agent-bot@users.noreply.127.0.0.1>"
+
+
+async def test_no_changes_deliver_nothing(sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path) -> None:
+    task = _task(1, "Just a question")
+    checkout = await _prepare(source, task, tmp_path / "ws")
+
+    delivery = await _deliver(source, task, checkout)
+
+    assert delivery.action == "none"  # type: ignore[attr-defined]
+    assert set(sandbox.state.branches(REPO)) == {"main"} and sandbox.state.pulls(REPO) == []
+
+
+async def test_follow_up_run_continues_the_branch_and_updates_the_pull(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    first = await _prepare(source, _task(1, "Add a greeting"), tmp_path / "one")
+    (first.path / "hello.txt").write_text("hello\n")
+    await _deliver(source, _task(1, "Add a greeting"), first, "First summary")
+    [pull] = sandbox.state.pulls(REPO)
+    sandbox.state.update_issue(REPO, pull.number, body="Reviewer note on top\n\n" + pull.body)
+
+    retitled = _task(1, "Add a greeting and a farewell")
+    second = await _prepare(source, retitled, tmp_path / "two")
+    assert second.branch == first.branch and second.branch_exists
+    assert (second.path / "hello.txt").read_text() == "hello\n", "the second run starts from the first run's commit"
+    (second.path / "bye.txt").write_text("bye\n")
+    delivery = await _deliver(source, retitled, second, "Second summary")
+
+    [updated] = sandbox.state.pulls(REPO)
+    assert delivery.action == "updated" and updated.number == pull.number  # type: ignore[attr-defined]
+    assert "Reviewer note on top" in updated.body and "Second summary" in updated.body
+    assert "First summary" not in updated.body and updated.body.count(SUMMARY_START) == 1 == updated.body.count(SUMMARY_END)
+    subjects = [message.splitlines()[0] for message in sandbox.state.git.log(REPO, first.branch)]
+    assert subjects == ["Second summary", "First summary", "Third", "Second", "Initial commit"]
+
+
+async def test_a_pull_request_task_pushes_to_its_head_branch(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    number = sandbox.state.create_pull(REPO, "Feature", author="alice", head="feature")
+    before = sandbox.state.branches(REPO)["feature"]
+    task = _task(number, "Feature", change=True, head="feature")
+    checkout = await _prepare(source, task, tmp_path / "ws")
+    (checkout.path / "fix.txt").write_text("fixed\n")
+
+    delivery = await _deliver(source, task, checkout)
+
+    assert delivery.action == "pushed" and checkout.branch == "feature"  # type: ignore[attr-defined]
+    assert sandbox.state.branches(REPO)["feature"] != before
+    assert sandbox.state.git.read_file(REPO, "feature", "fix.txt") == b"fixed\n"
+    assert len(sandbox.state.pulls(REPO)) == 1, "no second pull request"
+
+
+async def test_planted_hooks_and_config_never_run_in_the_host_git(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    task = _task(1, "Add a greeting")
+    checkout = await _prepare(source, task, tmp_path / "ws")
+    marker = tmp_path / "hook-ran"
+    hooks = checkout.path / ".git" / "hooks"
+    for hook in ("pre-commit", "commit-msg", "pre-push", "post-commit", "reference-transaction"):
+        (hooks / hook).write_text(f"#!/bin/sh\nenv >> {marker}\n")
+        (hooks / hook).chmod(0o755)
+    config = checkout.path / ".git" / "config"
+    config.write_text(
+        config.read_text()
+        + f'[core]\n\thooksPath = {hooks}\n\tfsmonitor = "env >> {marker}"\n'
+        + f'[url "http://127.0.0.1:9/"]\n\tinsteadOf = {sandbox.url}/\n'
+    )
+    (checkout.path / "hello.txt").write_text("hello\n")
+
+    delivery = await _deliver(source, task, checkout)
+
+    assert delivery.action == "opened", "the planted insteadOf did not divert the push"  # type: ignore[attr-defined]
+    assert not marker.exists(), "a hook or fsmonitor planted in the workspace ran in the host's git"
+    assert config.read_bytes() == checkout.git_config
+
+
+async def test_rejected_pushes_raise_and_open_nothing(sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path) -> None:
+    task = _task(1, "Add a greeting")
+    raced = await _prepare(source, task, tmp_path / "raced")
+    (raced.path / "hello.txt").write_text("hello\n")
+    sandbox.state.create_branch(REPO, raced.branch)
+    sandbox.state.git.race_next_push(REPO, raced.branch)
+    with pytest.raises(PushRejected, match="non-fast-forward"):
+        await _deliver(source, task, raced)
+
+    other = _task(2, "Another")
+    refused = await _prepare(source, other, tmp_path / "refused")
+    (refused.path / "hello.txt").write_text("hello\n")
+    sandbox.state.git.refuse_pushes = True
+    with pytest.raises(PushRejected, match="403") as caught:
+        await _deliver(source, other, refused)
+
+    assert BOT_TOKEN not in str(caught.value)
+    assert sandbox.state.pulls(REPO) == []
+    assert refused.branch not in sandbox.state.branches(REPO)
+
+
+def test_repository_rules_are_read_capped_and_confined(tmp_path: Path) -> None:
+    (tmp_path / "AGENTS.md").write_text("Run `make test`.\n" + "x" * 100)
+    (tmp_path / "CLAUDE.md").write_text("Use tabs.\n")
+    (tmp_path / ".github").mkdir()
+    outside = tmp_path.parent / f"{tmp_path.name}-secret.txt"
+    outside.write_text("host secret\n")
+    os.symlink(outside, tmp_path / ".github" / "copilot-instructions.md")
+
+    rules = read_repository_rules(tmp_path, 20)
+
+    assert list(rules) == ["AGENTS.md", "CLAUDE.md"]
+    assert rules["AGENTS.md"].startswith("Run `make test`.") and "cut: the file has 117 bytes" in rules["AGENTS.md"]
+    assert rules["CLAUDE.md"] == "Use tabs."
+    assert read_repository_rules(tmp_path, 0) == {}
