@@ -110,6 +110,8 @@ def test_sigkilled_workers_lose_no_task(github_forge: GitHubForge, tmp_path: Pat
             store.close()
 
     assert kills == [KILLS_PER_LANE] * LANES, "every trial killed its worker mid-work"
+    log_text = "".join(path.read_text(errors="replace") for path in setup.logs.glob("*.log"))
+    assert re.search(r"run \S+ continued", log_text), "some runs went on from their saved step"
     for number, key in zip(numbers, keys):
         labels = github_forge.labels("issue", number)
         lifecycle = [label for label in labels if label.startswith("coding agent")]

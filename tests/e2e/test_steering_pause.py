@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from coding_agent.agent.steering.pause import REQUEST_READ_SECONDS
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import RecordedRequest, ReplaySandbox
 
@@ -39,10 +41,17 @@ class Gate:
     def __init__(self) -> None:
         self.entered = threading.Event()
         self.released = threading.Event()
+        self.entered_at = 0.0
 
     def __call__(self, _: dict[str, Any]) -> None:
+        self.entered_at = time.monotonic()
         self.entered.set()
         self.released.wait(timeout=60)
+
+    def release_after_a_request_read(self) -> None:
+        """Release once the worker reads operator requests afresh (they are reused briefly)."""
+        wait_for(lambda: time.monotonic() - self.entered_at > REQUEST_READ_SECONDS, 10, "a fresh request read")
+        self.released.set()
 
 
 def _assert_no_step_repeated(requests: list[RecordedRequest]) -> None:
@@ -113,7 +122,7 @@ def test_cli_pause_holds_until_cli_resume(github_forge: ForgeUnderTest, tmp_path
         try:
             assert gate.entered.wait(timeout=60), "the worker reached its second step"
             paused = run_cli(setup, "pause", key)
-            gate.released.set()
+            gate.release_after_a_request_read()
             out, err = worker.communicate(timeout=60)
         finally:
             gate.released.set()

@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from coding_agent.agent.steering.pause import REQUEST_READ_SECONDS
 from coding_agent.testing.faults import Fault
 from coding_agent.testing.replay_model import ReplaySandbox
 
-from ._steering import assign, pause_signal_action, run_cycle, steering_config, three_files_script, unassign
+from ._steering import (
+    assign,
+    pause_signal_action,
+    run_cycle,
+    steering_config,
+    three_files_script,
+    unassign,
+    wait_for,
+)
 from .conftest import ForgeUnderTest, Kind, load_for_service, run_cli
 
 def _assignee_read(forge: ForgeUnderTest, kind: Kind, number: int) -> str:
@@ -124,7 +134,10 @@ def test_cli_stop_of_a_running_task(github_forge: ForgeUnderTest, tmp_path: Path
     results: list[Any] = []
 
     def operator_stop(_: dict[str, Any]) -> None:
+        started = time.monotonic()
         results.append(run_cli(setup, "stop", key))
+        # The worker reuses a read of operator requests briefly: answer after a fresh one is due.
+        wait_for(lambda: time.monotonic() - started > REQUEST_READ_SECONDS, 10, "a fresh request read")
 
     with ReplaySandbox(three_files_script(1, "stop"), actions={"stop": operator_stop}) as model:
         setup = steering_config(tmp_path, [github_forge], model)

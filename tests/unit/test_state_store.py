@@ -165,3 +165,16 @@ def test_operator_requests_and_final_marks(store: StateStore) -> None:
     store.set_progress_comment("r", "55")
     marks = store.run_marks("r")
     assert marks.final_posted and marks.progress_comment_id == "55"
+
+
+def test_heartbeat_renews_and_records_steps_in_one_go(store: StateStore, clock: FakeClock) -> None:
+    store.start_run("u1", "k", "w1", None)
+    assert store.acquire_lease("k", "w1", 60)
+    clock.now += 50
+    assert store.heartbeat("k", "w1", 60, "u1", steps=4)
+    clock.now += 50
+    assert store.lease_owner("k") == "w1", "the heartbeat extended the lease"
+    assert store.runs("k")[0].steps == 4
+    clock.now += 61
+    assert store.acquire_lease("k", "w2", 60)
+    assert not store.heartbeat("k", "w1", 60, "u1", steps=5), "a lost lease is reported"

@@ -283,9 +283,8 @@ class TaskRunner:
 
     def _heartbeat(self, key: str, run_uuid: str, steps: int) -> None:
         """Keep the lease alive while the run makes progress."""
-        if not self._store.renew_lease(key, self._owner, self._config.scheduling.lease_seconds):
+        if not self._store.heartbeat(key, self._owner, self._config.scheduling.lease_seconds, run_uuid, steps):
             raise LeaseLost(f"lease of {key} lost to another worker during run {run_uuid}")
-        self._store.update_run(run_uuid, steps=steps)
 
     def _record_usage(self, run_uuid: str, key: str, usage: TokenUsage) -> None:
         self._store.record_usage(run_uuid, key, usage.prompt_tokens, usage.completion_tokens)

@@ -33,10 +33,14 @@ class RunContextFiles:
         self._written_messages = 0
         self._metadata: dict[str, Any] = {}
 
-    def _append_jsonl(self, name: str, records: list[dict[str, Any]]) -> None:
+    def _jsonl(self, records: list[dict[str, Any]]) -> str:
+        return "".join(
+            json.dumps(self._redactor.data(record), ensure_ascii=False, default=str) + "\n" for record in records
+        )
+
+    def _append_jsonl(self, name: str, records: list[dict[str, Any]], text: str | None = None) -> None:
         with (self.directory / name).open("a", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(self._redactor.data(record), ensure_ascii=False, default=str) + "\n")
+            handle.write(self._jsonl(records) if text is None else text)
 
     def write_metadata(self, **fields: Any) -> None:
         """Merge `fields` into metadata.json (rewritten whole; it is small)."""
@@ -46,12 +50,18 @@ class RunContextFiles:
         path.write_text(json.dumps(self._redactor.data(self._metadata), ensure_ascii=False, indent=2, default=str))
 
     def sync_messages(self, messages: list[dict[str, Any]]) -> None:
-        """Append the messages not yet written to messages.jsonl; rewrite current.jsonl."""
+        """Append the messages not yet written to messages.jsonl and to current.jsonl.
+
+        Between compressions the history only grows at its end, so current.jsonl (what is
+        sent now) grows the same way; `record_summary` rewrites it after a compression.
+        Appending keeps the cost of a step independent of the run's length.
+        """
         new = messages[self._written_messages :]
         if new:
-            self._append_jsonl("messages.jsonl", new)
+            text = self._jsonl(new)
+            self._append_jsonl("messages.jsonl", new, text)
+            self._append_jsonl("current.jsonl", new, text)
             self._written_messages = len(messages)
-        self._write_current(messages)
 
     def _write_current(self, messages: list[dict[str, Any]]) -> None:
         current = self.directory / "current.jsonl"
@@ -119,20 +129,22 @@ class ContextStorage:
                 return directory
         return None
 
-    def reopen(self, run_uuid: str, written_messages: int) -> RunContextFiles | None:
+    def reopen(self, run_uuid: str, messages: list[dict[str, Any]] | None = None) -> RunContextFiles | None:
         """An unfinished run's files, moved back to `running/` (a resume or a takeover).
 
-        `written_messages`: how many messages of the restored history messages.jsonl
-        already holds, so that syncing appends only what follows.
+        `messages`: the restored history. It becomes current.jsonl again (a worker that
+        died may have written a step beyond it), and syncing appends only what follows.
         """
         directory = self.find_run(run_uuid)
         if directory is None:
             return None
         files = RunContextFiles(self.root, directory, run_uuid, self._redactor)
-        files._written_messages = written_messages
         try:
             files._metadata = json.loads((directory / "metadata.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             pass
         files.move_to(RUNNING)
+        if messages is not None:
+            files._write_current(messages)
+            files._written_messages = len(messages)
         return files

@@ -125,7 +125,7 @@ class Recovery:
     async def _abandon(self, source: Source, task: Task, run: RunRecord, marks: RunMarks) -> None:
         """Close a run that cannot be continued: its record, its context, its progress comment."""
         self._store.finish_run(run.uuid, "abandoned", run.steps, "its worker stopped and left nothing to continue from")
-        files = self._storage.reopen(run.uuid, 0)
+        files = self._storage.reopen(run.uuid)
         if files is not None:
             files.write_metadata(status="abandoned")
             files.move_to("completed")

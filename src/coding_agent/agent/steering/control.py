@@ -69,8 +69,7 @@ class Continuation:
 
     def reopen(self, storage: ContextStorage) -> tuple[RunContextFiles, Path] | None:
         """The run's context files, back in `running/`, and its workspace; None if gone."""
-        written = len(self.state.messages) if self.state is not None else 0
-        files = storage.reopen(self.run.uuid, written)
+        files = storage.reopen(self.run.uuid, self.state.messages if self.state is not None else None)
         return (files, self.workspace) if files is not None else None
 
 
@@ -189,6 +188,8 @@ class RunControl:
         )
         self._writer = StateWriter(self._redactor)
         self._inner = inner
+        # Seeded so that the first checkpoint, whichever it is, asks the forge.
+        self._previous_point = Checkpoint.ITERATION_START
         self.progress: ProgressComment | None = None
         if config.progress_comment.enabled:
             self.progress = ProgressComment(
@@ -269,13 +270,18 @@ class RunControl:
             raise paused
         if request == "stop":
             raise RunStopped("operator")
-        # The iteration a checkpoint belongs to: the one about to ask for step steps+1, or
-        # the one whose reply (step `steps`) was just received.
-        iteration = self.steps + 1 if point is Checkpoint.ITERATION_START else self.steps
-        if await self._stop.bot_unassigned(iteration):
-            raise RunStopped("unassigned")
-        if _takes_user_message(llm):
-            await self._detector.deliver(llm, await self._detector.check())
+        # An iteration starts right after the previous one's last checkpoint, with no reply
+        # and no tool in between: the forge is not asked the same again (SPEC 13).
+        asked_just_now = point is Checkpoint.ITERATION_START and self._previous_point is not Checkpoint.ITERATION_START
+        self._previous_point = point
+        if not asked_just_now:
+            # The iteration a checkpoint belongs to: the one about to ask for step steps+1,
+            # or the one whose reply (step `steps`) was just received.
+            iteration = self.steps + 1 if point is Checkpoint.ITERATION_START else self.steps
+            if await self._stop.bot_unassigned(iteration):
+                raise RunStopped("unassigned")
+            if _takes_user_message(llm):
+                await self._detector.deliver(llm, await self._detector.check())
         if point is Checkpoint.ITERATION_START:
             self._writer.checkpoint(self.files.directory, self._snapshot(llm))
 

@@ -17,13 +17,14 @@ phase of the checkpoint (after pause).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from coding_agent.agent.steering.signals import RunPaused
 from coding_agent.config import AgentConfig
 
-__all__ = ["ShutdownSignal", "PauseWatch", "pause_signal_path"]
+__all__ = ["ShutdownSignal", "PauseWatch", "pause_signal_path", "REQUEST_READ_SECONDS"]
 
 
 def pause_signal_path(config: AgentConfig) -> Path:
@@ -45,6 +46,11 @@ class ShutdownSignal:
         return self._event.is_set()
 
 
+# How long an answer of the state store about operator requests is reused: a checkpoint
+# comes every few milliseconds in a fast loop, and an operator does not need it sooner.
+REQUEST_READ_SECONDS = 0.25
+
+
 class PauseWatch:
     """Answers "should this run pause now?" from the three triggers."""
 
@@ -54,15 +60,23 @@ class PauseWatch:
         signal_file: Path,
         shutdown: ShutdownSignal,
         operator_request: Callable[[], str | None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.enabled = enabled
         self.signal_file = signal_file
         self._shutdown = shutdown
         self._operator_request = operator_request
+        self._clock = clock
+        self._read_at: float | None = None
+        self._request: str | None = None
 
     def operator_request(self) -> str | None:
-        """The operator's pending `pause` or `stop` for this task (one state store read)."""
-        return self._operator_request()
+        """The operator's pending `pause` or `stop` for this task (a state store read,
+        at most one per REQUEST_READ_SECONDS)."""
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= REQUEST_READ_SECONDS:
+            self._request, self._read_at = self._operator_request(), now
+        return self._request
 
     def pause_for(self, request: str | None) -> RunPaused | None:
         """The pause to raise now, given the operator's pending `request`, or None."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -78,7 +78,8 @@ class StateWriter:
         self._last: Message | None = None
 
     def _document(self, state: RunState, inline: bool) -> dict[str, Any]:
-        data = asdict(state)
+        # Shallow on purpose: `asdict` would deep-copy the whole history at every step.
+        data = {item.name: getattr(state, item.name) for item in fields(state)}
         data["version"] = _VERSION
         data["saved_at"] = datetime.now(timezone.utc).isoformat()
         data["message_count"] = len(state.messages)
