@@ -118,6 +118,8 @@ class TaskRunner:
         self._storage = ContextStorage(config.context_storage.base_dir, redactor)
         self._controls = controls or RunControls(config, store, redactor, owner)
         self._llm_factory = llm_factory or (lambda: create_llm_client(config.llm, retry_policy(config)))
+        self._pending_usage: dict[str, list[tuple[int, int]]] = {}
+        self._last_heartbeat: dict[str, float] = {}
         self._memories = (
             MemoryKeeper(MemoryStore(store.engine), config.memory, redactor, time.time) if config.memory.enabled else None
         )
@@ -176,6 +178,7 @@ class TaskRunner:
                 "failed", notice("error", config.language, message="internal error (see the agent's log)"), 0
             )
         finally:
+            self._flush_usage(run_uuid, key)
             if llm is not None:
                 files.sync_messages(llm.messages)
                 await llm.aclose()
@@ -282,12 +285,30 @@ class TaskRunner:
         )
 
     def _heartbeat(self, key: str, run_uuid: str, steps: int) -> None:
-        """Keep the lease alive while the run makes progress."""
-        if not self._store.heartbeat(key, self._owner, self._config.scheduling.lease_seconds, run_uuid, steps):
+        """Keep the lease alive while the run makes progress.
+
+        Written at most every tenth of the lease (10 s at most): often enough that the
+        lease never lapses while we work, and that a lost lease is noticed long before
+        the taker-over could have done much; rarely enough that a database transaction
+        is not part of every step's cost.
+        """
+        now = time.monotonic()
+        interval = min(self._config.scheduling.lease_seconds / 10, 10.0)
+        if now - self._last_heartbeat.get(run_uuid, -interval) < interval:
+            return
+        self._last_heartbeat[run_uuid] = now
+        usages = self._pending_usage.pop(run_uuid, [])
+        if not self._store.heartbeat(key, self._owner, self._config.scheduling.lease_seconds, run_uuid, steps, usages):
             raise LeaseLost(f"lease of {key} lost to another worker during run {run_uuid}")
 
     def _record_usage(self, run_uuid: str, key: str, usage: TokenUsage) -> None:
-        self._store.record_usage(run_uuid, key, usage.prompt_tokens, usage.completion_tokens)
+        """Queue a model call's usage; the step's heartbeat writes it in its transaction."""
+        self._pending_usage.setdefault(run_uuid, []).append((usage.prompt_tokens, usage.completion_tokens))
+
+    def _flush_usage(self, run_uuid: str, key: str) -> None:
+        """Write usage not yet written by a heartbeat (calls after the last one)."""
+        self._store.record_usages(run_uuid, key, self._pending_usage.pop(run_uuid, []))
+        self._last_heartbeat.pop(run_uuid, None)
 
     async def _publish(self, source: Source, task: Task, reporter: IssueReporter, outcome: LoopOutcome) -> str:
         """Final comment and label. Returns the run status; never raises for forge errors."""

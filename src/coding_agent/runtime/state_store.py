@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid as uuid_module
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,12 +286,23 @@ class StateStore:
                 )
             )
 
-    def heartbeat(self, task_key: str, owner: str, ttl_seconds: float, run_uuid: str, steps: int) -> bool:
-        """One step's bookkeeping in one transaction: extend our lease, record the step count.
+    def heartbeat(
+        self,
+        task_key: str,
+        owner: str,
+        ttl_seconds: float,
+        run_uuid: str,
+        steps: int,
+        usages: Sequence[tuple[int, int]] = (),
+    ) -> bool:
+        """One step's bookkeeping in one transaction: extend our lease, record the step
+        count and the token usage of the step's model calls.
 
         False when the lease is no longer ours (another worker took over).
         """
         with self._session() as session:
+            if usages:
+                self._add_usages(session, run_uuid, task_key, usages)
             renewed = session.execute(
                 update(_Lease)
                 .where(_Lease.task_key == task_key, _Lease.owner == owner)
@@ -311,24 +322,34 @@ class StateStore:
             run.finished_at = self._clock()
 
     def record_usage(self, run_uuid: str, task_key: str, prompt_tokens: int, completion_tokens: int) -> None:
-        with self._session() as session:
+        self.record_usages(run_uuid, task_key, [(prompt_tokens, completion_tokens)])
+
+    def record_usages(self, run_uuid: str, task_key: str, usages: Sequence[tuple[int, int]]) -> None:
+        """Record model calls' (prompt, completion) token counts in one transaction."""
+        if usages:
+            with self._session() as session:
+                self._add_usages(session, run_uuid, task_key, usages)
+
+    def _add_usages(self, session: Session, run_uuid: str, task_key: str, usages: Sequence[tuple[int, int]]) -> None:
+        now = self._clock()
+        for prompt_tokens, completion_tokens in usages:
             session.add(
                 _TokenUsage(
                     run_uuid=run_uuid,
                     task_key=task_key,
                     prompt_tokens=prompt_tokens,
                     completion_tokens=completion_tokens,
-                    recorded_at=self._clock(),
+                    recorded_at=now,
                 )
             )
-            session.execute(
-                update(_Run)
-                .where(_Run.uuid == run_uuid)
-                .values(
-                    prompt_tokens=_Run.prompt_tokens + prompt_tokens,
-                    completion_tokens=_Run.completion_tokens + completion_tokens,
-                )
+        session.execute(
+            update(_Run)
+            .where(_Run.uuid == run_uuid)
+            .values(
+                prompt_tokens=_Run.prompt_tokens + sum(prompt for prompt, _ in usages),
+                completion_tokens=_Run.completion_tokens + sum(completion for _, completion in usages),
             )
+        )
 
     def runs(self, task_key: str | None = None) -> list[RunRecord]:
         with self._session() as session:
