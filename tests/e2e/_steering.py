@@ -7,7 +7,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from coding_agent.config import AgentConfig
 from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.testing.replay_model import RecordedRequest
+from coding_agent.testing.waiting import wait_for
 
 from .conftest import BOT, MAINTAINER, REPO, ForgeUnderTest, Kind, llm_section, secret_env, write_config
 
@@ -134,15 +134,6 @@ def run_cycle(config: AgentConfig) -> CycleReport:
             await service.aclose()
 
     return asyncio.run(once())
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def steering_config(

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.testing.waiting import wait_for
 
 from .conftest import GitHubForge, llm_section, run_cli, workspace_server, write_config
 
@@ -95,17 +96,6 @@ def test_npm_filesystem_server_as_a_configured_tool_server(github_forge: GitHubF
     assert (workspace / "notes.md").read_text() == "# Notes\nwritten through the npm server\n"
 
 
-def _wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    """Poll `condition` until it holds or `timeout` passes (no fixed sleeps)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_serve_picks_up_new_tasks_and_stops_on_sigterm(github_forge: GitHubForge, tmp_path: Path) -> None:
     import os
     import signal
@@ -124,7 +114,7 @@ def test_serve_picks_up_new_tasks_and_stops_on_sigterm(github_forge: GitHubForge
         )
         try:
             number = github_forge.open_task("issue", "Opened while serving", "Please add hello.txt.")
-            _wait_for(lambda: "coding agent done" in github_forge.labels("issue", number), 60, "the task to end done")
+            wait_for(lambda: "coding agent done" in github_forge.labels("issue", number), 60, "the task to end done")
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=30)
         finally:

@@ -12,7 +12,6 @@ import base64
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.testing.git_http import git_client
 from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.testing.waiting import wait_for
 
 from .conftest import (
     BOT,
@@ -139,7 +139,7 @@ def test_change_tasks_push_to_their_head_branch(forge: ForgeUnderTest, replay: R
     assert (clone / "hello.txt").read_text() == "hello from the agent\n"
     assert git_client(clone, "rev-parse", "HEAD~1").stdout.strip() == before, "one new commit on the head branch"
     assert len(_changes(forge)) == 1, "no new PR/MR for a PR/MR task"
-    assert f"to `feature`" in forge.comments("change", number)[-1][1]
+    assert "to `feature`" in forge.comments("change", number)[-1][1]
 
 
 def test_a_follow_up_run_updates_the_same_pull_request(github_forge: GitHubForge, tmp_path: Path) -> None:
@@ -234,16 +234,6 @@ def _mcp_server_pids(workspace: Path) -> list[int]:
     return pids
 
 
-def _wait_for(condition: Any, what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_the_token_reaches_no_tool_process_config_or_file(github_forge: GitHubForge, tmp_path: Path) -> None:
     """The forge token: in none of .git/config, the MCP servers' environment, `env`, the logs."""
     gate = "touch .gate-waiting; while [ ! -f .gate-open ]; do sleep 0.02; done; rm -f .gate-waiting .gate-open; env > env.txt"
@@ -260,9 +250,9 @@ def test_the_token_reaches_no_tool_process_config_or_file(github_forge: GitHubFo
         command = [sys.executable, "-m", "coding_agent.cli", "run", "--once", "--config", str(setup.config_path)]
         process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            waiting = _wait_for(lambda: list(setup.workspaces.glob("*/.gate-waiting")), "the model's command to start")
+            waiting = wait_for(lambda: list(setup.workspaces.glob("*/.gate-waiting")), 60, "the model's command to start")
             workspace = waiting[0].parent
-            pids = _wait_for(lambda: _mcp_server_pids(workspace), "the MCP server process")
+            pids = wait_for(lambda: _mcp_server_pids(workspace), 60, "the MCP server process")
             environments = {pid: Path(f"/proc/{pid}/environ").read_bytes() for pid in pids}
             git_config = (workspace / ".git" / "config").read_text()
             (workspace / ".gate-open").touch()

@@ -10,7 +10,6 @@ import pytest
 from coding_agent.testing.replay_model import ReplaySandbox
 
 from .conftest import (
-    HELLO_SCRIPT,
     SECRETS,
     ForgeUnderTest,
     Kind,

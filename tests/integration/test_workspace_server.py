@@ -7,7 +7,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,6 +17,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import TextContent
 
+from coding_agent.testing.waiting import wait_for
 from coding_agent.tools.sandbox import bwrap_usable
 from coding_agent.tools.workspace_server import WORKSPACE_SYSTEM_PROMPT
 
@@ -250,10 +250,7 @@ async def test_run_timeout_kills_background_children(repo: Path) -> None:
         text, error = await call(session, "run", command="sleep 30 & echo $! > bg.pid; wait", timeout_seconds=1)
     assert error and "timed out" in text
     pid = int((repo / "bg.pid").read_text())
-    deadline = time.monotonic() + 10
-    while not _process_gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _process_gone(pid)
+    assert wait_for(lambda: _process_gone(pid), 10, f"background process {pid} to be killed")
 
 
 async def test_run_output_is_capped(repo: Path) -> None:

@@ -26,7 +26,7 @@ from coding_agent.agent.notices import notice
 from coding_agent.agent.progress import ProgressComment, ProgressTools
 from coding_agent.agent.steering.comments import CommentDetector, TrustLookup, thread_comments
 from coding_agent.agent.steering.pause import PauseWatch, ShutdownSignal, pause_signal_path
-from coding_agent.agent.steering.signals import LeaseLost, RunInterrupted, RunPaused, RunStopped
+from coding_agent.agent.steering.signals import RunInterrupted, RunPaused, RunStopped
 from coding_agent.agent.steering.state import RunState, StateWriter, workspace_branch
 from coding_agent.agent.steering.stop import StopChecker
 from coding_agent.config import AgentConfig
