@@ -156,6 +156,14 @@ async def test_timeout_is_an_error_result_and_the_server_stays_usable(workspace:
     assert (after.text, after.is_error) == ("still here", False)
 
 
+async def test_a_call_that_asks_for_more_time_gets_it(workspace: Path) -> None:
+    """`run` with its own timeout_seconds is not abandoned at the hub's shorter default."""
+    async with ToolHub([workspace_server()], ToolsConfig(call_timeout_seconds=0.5), workspace) as hub:
+        result = await hub.call("workspace/run", {"command": "sleep 1.5; echo finished", "timeout_seconds": 10})
+    assert not result.is_error, result.text
+    assert "finished" in result.text
+
+
 async def test_a_dead_server_is_restarted_once_then_reported_down(workspace: Path) -> None:
     async with ToolHub([scripted_server(), workspace_server()], ToolsConfig(), workspace) as hub:
         first = hub.server_pids()["testing"]

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import email.utils
 import re
 import time
-from datetime import datetime, timezone
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -37,7 +36,8 @@ from coding_agent.config import GitHubConfig, LabelConfig
 from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
 from coding_agent.errors import AgentError, ForgeError, TransientError
-from coding_agent.retry import RetryPolicy, retry_async
+from coding_agent.redaction import Redactor
+from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
 
 __all__ = ["GitHubSource", "GitHubNotFoundError", "build_search_query", "MAX_SEARCH_QUERY_LENGTH"]
 
@@ -96,16 +96,9 @@ def build_search_query(config: GitHubConfig) -> tuple[str, frozenset[str] | None
 
 def _retry_after(headers: httpx.Headers) -> float | None:
     """Seconds to wait: `Retry-After` (seconds or HTTP date), else the rate-limit reset."""
-    value = headers.get("retry-after")
-    if value:
-        try:
-            return max(float(value), 0.0)
-        except ValueError:
-            pass
-        try:
-            return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
-        except (TypeError, ValueError):
-            pass
+    hinted = parse_retry_after(headers.get("retry-after"))
+    if hinted is not None:
+        return hinted
     if headers.get("x-ratelimit-remaining") == "0" and headers.get("x-ratelimit-reset", "").isdigit():
         return max(int(headers["x-ratelimit-reset"]) - time.time(), 0.0) + 1.0
     return None
@@ -250,7 +243,7 @@ class GitHubSource:
     # ------------------------------------------------------------ the request path
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._token, "***") if self._token else text
+        return Redactor([self._token] if self._token else []).text(text)
 
     def _failure(self, method: str, path: str, response: httpx.Response) -> AgentError:
         status, headers = response.status_code, response.headers

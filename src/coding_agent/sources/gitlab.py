@@ -20,7 +20,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -33,7 +32,8 @@ from coding_agent.config import GitLabConfig, LabelConfig
 from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
 from coding_agent.errors import ForgeError, TransientError
-from coding_agent.retry import RetryPolicy, retry_async
+from coding_agent.redaction import Redactor
+from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
 
 __all__ = ["GitLabSource", "instance_url", "permission_for_access_level"]
 
@@ -132,13 +132,7 @@ def _retry_after(headers: Mapping[str, str] | None) -> float | None:
         return None
     value = headers.get("Retry-After")
     if value:
-        try:
-            return max(float(value), 0.0)
-        except ValueError:
-            try:
-                return max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
-            except (TypeError, ValueError):
-                return None
+        return parse_retry_after(value)
     reset = headers.get("RateLimit-Reset")
     if reset:
         try:
@@ -218,7 +212,7 @@ class GitLabSource:
         return ForgeError(f"gitlab {what} failed: {status} {detail}".rstrip())
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._token, "***") if self._token else text
+        return Redactor([self._token] if self._token else []).text(text)
 
     def _remember(self, cache: OrderedDict[str, Any], key: str, value: Any) -> None:
         with self._lock:

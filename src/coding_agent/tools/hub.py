@@ -46,6 +46,7 @@ from mcp.shared.message import SessionMessage
 from coding_agent.config import MCPServerConfig, ToolsConfig
 from coding_agent.errors import ToolError
 from coding_agent.llm.types import ToolSpec
+from coding_agent.redaction import Redactor
 from coding_agent.tools.sandbox import contains_secret, scrubbed_environment
 from coding_agent.tools.types import ToolResult
 
@@ -66,11 +67,18 @@ class _ServerDown(Exception):
     """The server died again after its one restart."""
 
 
-def _redact(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
+def _call_timeout(configured: float, args: dict[str, Any]) -> float:
+    """How long to wait for a call: the configured timeout, or longer when the call
+    itself asks for a longer `timeout_seconds` (the workspace server's `run` does), so the
+    hub never abandons a command that is still within the time it was given.
+    """
+    requested = args.get("timeout_seconds")
+    if isinstance(requested, (int, float)) and not isinstance(requested, bool) and requested > 0:
+        return max(configured, float(requested) + _CALL_TIMEOUT_GRACE_SECONDS)
+    return configured
+
+
+_CALL_TIMEOUT_GRACE_SECONDS = 5.0
 
 
 def _describe(error: BaseException) -> str:
@@ -142,6 +150,7 @@ class _Connection:
     """
 
     def __init__(self, launch: _Launch, secrets: Sequence[str]) -> None:
+        self._redactor = Redactor(secrets)
         self._launch = launch
         self._secrets = secrets
         self.pid: int | None = None
@@ -186,7 +195,7 @@ class _Connection:
             logger.warning(
                 "MCP server %s stderr before it failed:\n%s",
                 self._launch.name,
-                _redact("\n".join(self._stderr_tail), self._secrets),
+                self._redactor.text("\n".join(self._stderr_tail)),
             )
 
     async def _run(self) -> None:
@@ -278,7 +287,7 @@ class _Connection:
         if process.returncode is not None:
             self._fail(f"it exited during startup (exit code {process.returncode})")
         elif isinstance(error, McpError):
-            self._fail(f"the MCP handshake failed: {_redact(error.error.message, self._secrets)}")
+            self._fail(f"the MCP handshake failed: {self._redactor.text(error.error.message)}")
         else:
             self._fail(f"the MCP handshake failed ({error.__class__.__name__})")
 
@@ -366,7 +375,7 @@ class _Connection:
                 for line in chunk.splitlines():
                     if line.strip():
                         self._stderr_tail.append(line)
-                        logger.debug("MCP server %s: %s", self._launch.name, _redact(line, self._secrets))
+                        logger.debug("MCP server %s: %s", self._launch.name, self._redactor.text(line))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
             pass
 
@@ -507,6 +516,7 @@ class ToolHub:
         self._settings = settings
         self._workspace = Path(workspace).resolve()
         self._secrets = tuple(secret for secret in secrets if secret)
+        self._redactor = Redactor(self._secrets)
         self._servers = [_Server(config, self._launch(config), self._secrets, max_restarts) for config in servers]
         self._index: dict[str, tuple[_Server, str]] = {}
         self._specs: list[ToolSpec] = []
@@ -599,7 +609,7 @@ class ToolHub:
     def _result(self, name: str, text: str, started: float, is_error: bool) -> ToolResult:
         # A tool may print a secret it found (a config file, an error echoing a header);
         # the model and the issue comments must never see it.
-        text = _redact(text, self._secrets)
+        text = self._redactor.text(text)
         capped, cut = cap_output(text, self._settings.max_output_chars)
         return ToolResult(
             name=name,
@@ -622,7 +632,7 @@ class ToolHub:
         if not isinstance(args, dict):
             return self._result(name, f"the arguments of {name} must be a JSON object", started, True)
         server, tool = entry
-        timeout = self._settings.call_timeout_seconds
+        timeout = _call_timeout(self._settings.call_timeout_seconds, args)
         try:
             result = await server.call(tool, args, timeout, self._settings.startup_timeout_seconds)
         except _ServerDown:
@@ -632,7 +642,7 @@ class ToolHub:
             )
             return self._result(name, message, started, True)
         except McpError as error:
-            text = _redact(error.error.message, self._secrets)
+            text = self._redactor.text(error.error.message)
             return self._result(name, f"tool {name} failed: {text}", started, True)
         except Exception as error:  # e.g. a result that breaks its own output schema
             return self._result(name, f"tool {name} failed: {error.__class__.__name__}", started, True)

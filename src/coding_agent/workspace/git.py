@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from coding_agent.errors import AgentError, TransientError
+from coding_agent.redaction import Redactor
 from coding_agent.tools.sandbox import scrubbed_environment
 
 __all__ = ["Git", "GitAuth", "GitError", "GitResult", "PushRejected", "HARDENING"]
@@ -133,9 +134,8 @@ class Git:
         return env
 
     def _clean(self, text: str, auth: GitAuth | None) -> str:
-        for secret in auth.secret_parts if auth is not None else ():
-            if secret:
-                text = text.replace(secret, "***")
+        if auth is not None:
+            text = Redactor(auth.secret_parts).text(text)
         return self._redact(text).strip()
 
     async def run(
