@@ -10,11 +10,11 @@ import socket
 import threading
 import time
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 
-__all__ = ["BackgroundServer"]
+__all__ = ["BackgroundServer", "ServedApp"]
 
 
 class BackgroundServer:
@@ -56,6 +56,41 @@ class BackgroundServer:
         self._socket.close()
 
     def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class ServedApp:
+    """Base of the sandboxes (forges, replay model): an app served on loopback in a `with`.
+
+    `url` is known from construction on (the port is bound then); subclasses release
+    what else they hold in `_on_stop`.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._server = BackgroundServer(app)
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    def start(self) -> Self:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+        self._on_stop()
+
+    def _on_stop(self) -> None:
+        """Release resources beside the server (bare repositories, ...)."""
+
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(

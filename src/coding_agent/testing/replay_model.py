@@ -41,12 +41,10 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal, Union
 
 import yaml
@@ -56,7 +54,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from coding_agent.llm.tool_names import match_offered_name, wire_candidates
-from coding_agent.testing.http_server import BackgroundServer
+from coding_agent.testing.http_server import ServedApp
 
 __all__ = [
     "RawToolCall",
@@ -575,38 +573,21 @@ def create_replay_app(model: ReplayModel) -> Starlette:
     )
 
 
-class ReplaySandbox:
-    """The replay model server on a free loopback port: `with ReplaySandbox(script) as s: s.url`."""
+class ReplaySandbox(ServedApp):
+    """The replay model server on a free loopback port: `with ReplaySandbox(script) as s: s.url`.
+
+    `url` is the root URL, Ollama's endpoint.
+    """
 
     def __init__(self, script: ScriptSource, actions: Mapping[str, ScriptAction] | None = None) -> None:
         self.model = ReplayModel(script, actions)
-        self._server = BackgroundServer(create_replay_app(self.model))
-
-    @property
-    def url(self) -> str:
-        """Root URL: Ollama's endpoint."""
-        return self._server.url
+        super().__init__(create_replay_app(self.model))
 
     @property
     def openai_base_url(self) -> str:
         """Base URL for OpenAI-compatible clients (`llm.openai.base_url`, `llm.lmstudio.base_url`)."""
-        return f"{self._server.url}/v1"
+        return f"{self.url}/v1"
 
     @property
     def requests(self) -> list[RecordedRequest]:
         return self.model.requests
-
-    def start(self) -> ReplaySandbox:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    def __enter__(self) -> ReplaySandbox:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

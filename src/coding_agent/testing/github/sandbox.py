@@ -8,47 +8,30 @@ repositories' git content over smart HTTP at each repository's `clone_url`.
 from __future__ import annotations
 
 from pathlib import Path
-from types import TracebackType
 
 from coding_agent.testing.faults import FaultInjector
 from coding_agent.testing.git_http import GitHttpRouter
 from coding_agent.testing.github.app import create_github_app
 from coding_agent.testing.github.git import github_git_backend
 from coding_agent.testing.github.state import GitHubState
-from coding_agent.testing.http_server import BackgroundServer
+from coding_agent.testing.http_server import ServedApp
 
 __all__ = ["GitHubSandbox"]
 
 
-class GitHubSandbox:
+class GitHubSandbox(ServedApp):
     """Serve a `GitHubState` on a loopback port; `state` and `faults` stay in the caller's hands."""
 
     def __init__(self, state: GitHubState | None = None, faults: FaultInjector | None = None) -> None:
         self.state = state or GitHubState()
         self.faults = faults or FaultInjector()
-        self.app = GitHttpRouter(create_github_app(self.state, self.faults), github_git_backend(self.state), self.faults)
-        self._server = BackgroundServer(self.app)
-
-    @property
-    def url(self) -> str:
-        return self._server.url
-
-    def start(self) -> GitHubSandbox:
-        self._server.start()
-        return self
+        super().__init__(
+            GitHttpRouter(create_github_app(self.state, self.faults), github_git_backend(self.state), self.faults)
+        )
 
     def git_dir(self, repo: str) -> Path:
         """The bare repository behind `repo`'s clone URL, for tests that inspect branches."""
         return self.state.git_dir(repo)
 
-    def stop(self) -> None:
-        self._server.stop()
+    def _on_stop(self) -> None:
         self.state.git.close()
-
-    def __enter__(self) -> GitHubSandbox:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -16,7 +16,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from coding_agent.testing.git_http import Files, GitRepoStore
-
 from coding_agent.testing.github.records import (
     PERMISSION_LEVELS,
     CommentRecord,

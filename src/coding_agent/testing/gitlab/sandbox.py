@@ -6,19 +6,18 @@ The same port serves the projects' git content over smart HTTP at `http_url_to_r
 from __future__ import annotations
 
 from pathlib import Path
-from types import TracebackType
 
 from coding_agent.testing.faults import FaultInjector
 from coding_agent.testing.git_http import GitHttpRouter
 from coding_agent.testing.gitlab.app import API_PREFIX, create_gitlab_app
 from coding_agent.testing.gitlab.git import gitlab_git_backend
 from coding_agent.testing.gitlab.state import GitLabState
-from coding_agent.testing.http_server import BackgroundServer
+from coding_agent.testing.http_server import ServedApp
 
 __all__ = ["GitLabSandbox"]
 
 
-class GitLabSandbox:
+class GitLabSandbox(ServedApp):
     """State + app + `BackgroundServer` in one `with` block.
 
     `url` is the instance URL (what python-gitlab and `gitlab.api_url` take); `api_url`
@@ -28,37 +27,17 @@ class GitLabSandbox:
     def __init__(self, state: GitLabState | None = None, faults: FaultInjector | None = None) -> None:
         self.state = state or GitLabState()
         self.faults = faults or FaultInjector()
-        self.app = GitHttpRouter(create_gitlab_app(self.state, self.faults), gitlab_git_backend(self.state), self.faults)
-        self._server: BackgroundServer | None = None
-
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the GitLab sandbox is not running: use it inside `with GitLabSandbox() as sandbox:`")
-        return self._server.url
+        super().__init__(
+            GitHttpRouter(create_gitlab_app(self.state, self.faults), gitlab_git_backend(self.state), self.faults)
+        )
 
     @property
     def api_url(self) -> str:
         return self.url + API_PREFIX
 
-    def start(self) -> GitLabSandbox:
-        self._server = BackgroundServer(self.app).start()
-        return self
-
     def git_dir(self, project: str) -> Path:
         """The bare repository behind the project's clone URL, for tests that inspect branches."""
         return self.state.git_dir(project)
 
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+    def _on_stop(self) -> None:
         self.state.git.close()
-
-    def __enter__(self) -> GitLabSandbox:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

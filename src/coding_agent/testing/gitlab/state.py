@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from coding_agent.testing.git_http import Files, GitRepoStore
-
 from coding_agent.testing.gitlab.models import (
     DEFAULT_LABEL_COLOR,
     Clock,
