@@ -470,15 +470,23 @@ def create_replay_app(model: ReplayModel) -> Starlette:
         if model.script.latency_seconds > 0:
             await asyncio.sleep(model.script.latency_seconds)  # simulated model latency
 
-    async def chat_completions(request: Request) -> Response:
+    async def next_reply(request: Request, openai_form: bool) -> Response | tuple[dict[str, Any], str, int, _Rendered]:
+        """The request's body and its conversation's next scripted reply, rendered for the
+        tools it offers; or the response to send instead (bad body, scripted HTTP error)."""
         body = await _json_body(request)
         if isinstance(body, Response):
             return body
         conversation, index, step = model.take_step(request.url.path, body, body.get("messages") or [], request.headers)
         await delay()
         if step.kind == "status":
-            return _error_response(step, openai_form=True)
-        rendered = model.render(step, _offered_names(body), f"call_{conversation[:8]}_{index}")
+            return _error_response(step, openai_form=openai_form)
+        return body, conversation, index, model.render(step, _offered_names(body), f"call_{conversation[:8]}_{index}")
+
+    async def chat_completions(request: Request) -> Response:
+        reply = await next_reply(request, openai_form=True)
+        if isinstance(reply, Response):
+            return reply
+        body, conversation, index, rendered = reply
         prompt, completion = _usage(body, rendered)
         usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
         base = {
@@ -498,14 +506,10 @@ def create_replay_app(model: ReplayModel) -> Starlette:
         return JSONResponse({**base, "choices": [choice], "usage": usage})
 
     async def ollama_chat(request: Request) -> Response:
-        body = await _json_body(request)
-        if isinstance(body, Response):
-            return body
-        conversation, index, step = model.take_step(request.url.path, body, body.get("messages") or [], request.headers)
-        await delay()
-        if step.kind == "status":
-            return _error_response(step, openai_form=False)
-        rendered = model.render(step, _offered_names(body), f"call_{conversation[:8]}_{index}")
+        reply = await next_reply(request, openai_form=False)
+        if isinstance(reply, Response):
+            return reply
+        body, _, _, rendered = reply
         prompt, completion = _usage(body, rendered)
         base = {
             "model": str(body.get("model") or model.script.model),
