@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from coding_agent.errors import ConfigError
-from coding_agent.tools.builtin import builtin_workspace_server
+from coding_agent.tools.builtin import builtin_workspace_server, with_sandbox_mode
 
 __all__ = [
     "AgentConfig",
@@ -224,6 +224,9 @@ class BudgetConfig(_Strict):
 
 class SecurityConfig(_Strict):
     allow_untrusted_triggers: bool = False
+    # SPEC 15: `bwrap` runs the model's commands in bubblewrap and refuses to start where
+    # bwrap cannot run; `none` runs them unsandboxed (warned in the log at every start).
+    sandbox: Literal["bwrap", "none"] = "bwrap"
 
 
 class RetryConfig(_Strict):
@@ -319,6 +322,11 @@ class AgentConfig(_Strict):
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"mcp_servers: duplicate mcp_server_name {', '.join(duplicates)}")
+        # The built-in workspace server sandboxes `run` as security.sandbox says.
+        for server in self.mcp_servers:
+            command = with_sandbox_mode(server.command, self.security.sandbox)
+            if command != server.command:
+                server.command = command
         return self
 
     @property

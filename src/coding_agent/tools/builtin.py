@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["WORKSPACE_SYSTEM_PROMPT", "builtin_workspace_server"]
+__all__ = ["WORKSPACE_SYSTEM_PROMPT", "builtin_workspace_server", "with_sandbox_mode"]
 
 WORKSPACE_SYSTEM_PROMPT = """\
 The workspace tools work on the repository checked out for this task; paths are relative
@@ -21,8 +21,9 @@ to its root (absolute paths inside it work too, nothing outside it does).
   line number, `create` for new files (it overwrites an existing file).
 - `run` executes a shell command in the root (no network, so nothing can be downloaded;
   output is capped, long commands time out). Use it to build and run the tests.
-- `git_status` and `git_diff` show what you changed. Do not commit or push: the agent
-  commits and opens the pull request when you are done.
+- `git_status` and `git_diff` show what you changed; git commands inside `run` do not see
+  the repository's history. Do not commit or push: the agent commits and opens the pull
+  request when you are done.
 """
 
 
@@ -36,3 +37,29 @@ def builtin_workspace_server() -> dict[str, Any]:
         "command": [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"],
         "system_prompt": WORKSPACE_SYSTEM_PROMPT,
     }
+
+
+_WORKSPACE_SERVER_MARKERS = ("coding_agent.tools.workspace_server", "mcp-workspace")
+
+
+def with_sandbox_mode(command: list[str], mode: str) -> list[str]:
+    """`command` with `--sandbox MODE` when it starts the built-in workspace server, else as is.
+
+    The operator chooses the mode once (`security.sandbox`); every entry that runs the
+    built-in server gets it, whatever the entry itself says.
+    """
+    if not any(marker in part for part in command for marker in _WORKSPACE_SERVER_MARKERS):
+        return command
+    result: list[str] = []
+    skip = False
+    for part in command:
+        if skip:
+            skip = False
+            continue
+        if part == "--sandbox":
+            skip = True
+            continue
+        if part.startswith("--sandbox="):
+            continue
+        result.append(part)
+    return [*result, "--sandbox", mode]
