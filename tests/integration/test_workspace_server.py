@@ -37,8 +37,9 @@ def _git(repo: Path, *args: str) -> None:
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A git work tree with one committed file, its git directory beside it (as a run's clone)."""
-    root = (tmp_path / "repo").resolve()
-    root.mkdir()
+    root = (tmp_path / "workspaces" / "repo").resolve()
+    root.mkdir(parents=True)
+    git_dir_for(root).parent.mkdir()
     _git(root, "init", "-q", "--separate-git-dir", str(git_dir_for(root)))
     (root / "hello.py").write_text("def hello():\n    print('hello')\n\n\nhello()\n")
     _git(root, "add", ".")

@@ -52,8 +52,12 @@ ATTRIBUTES = "# coding-agent: no filter, diff or merge driver from the work tree
 
 
 def git_dir_for(workspace: Path) -> Path:
-    """The git directory of `workspace`: beside it, never inside it (`<base>/.<name>.git`)."""
-    return workspace.parent / f".{workspace.name}.git"
+    """The git directory of `workspace`, never inside it: `<base>.git-dirs/<name>`.
+
+    The workspaces' base directory holds only workspaces (one per run, as before); the
+    git directories are in a directory beside it, which no sandbox binds.
+    """
+    return Path(f"{workspace.parent}.git-dirs") / workspace.name
 
 
 def install_attributes(git_dir: Path) -> None:

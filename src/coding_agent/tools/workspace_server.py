@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         default="bwrap",
         help="bwrap (default): commands run in bubblewrap, and fail where it cannot run; none: unsandboxed",
     )
-    parser.add_argument("--git-dir", help="the repository's git directory (default: beside the root, .<name>.git)")
+    parser.add_argument("--git-dir", help="the repository's git directory (default: <parent>.git-dirs/<name>)")
     options = parser.parse_args(argv)
     root = Path(options.root)
     if not root.is_dir():

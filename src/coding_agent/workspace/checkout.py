@@ -163,6 +163,7 @@ async def prepare_workspace(
         clone += ["--branch", base]
     path.mkdir(parents=True, exist_ok=True)
     git_dir = git_dir_for(path)
+    git_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     clone += ["--separate-git-dir", str(git_dir)]
     await retry_async(lambda: _clone(git, clone, url, path, auth), retry, "git clone")
     (path / ".git").unlink()
