@@ -36,7 +36,7 @@ from .conftest import (
     write_config,
 )
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap (Debian: bubblewrap) is not installed")
+# No skip without bwrap: these tests are the proof of SPEC 15, and CI installs bubblewrap.
 
 
 class Listener:
@@ -168,8 +168,12 @@ def test_run_has_no_capabilities_and_sees_only_the_workspace(github_forge: GitHu
     other = tmp_path / "workspaces" / "another-run"
     other.mkdir(parents=True)
     (other / "secret.txt").write_text(f"OTHER-RUN {marker}\n")
+    contexts = tmp_path / "contexts"
+    contexts.mkdir()
+    (contexts / "planted.txt").write_text(f"CONTEXTS {marker}\n")
     proof = tmp_path / "host-proof"
     planted = {
+        "CONTEXTS": contexts / "planted.txt",
         "OUTSIDE": outside,
         "OTHER": other / "secret.txt",
         "CONFIG": tmp_path / "config.yaml",
