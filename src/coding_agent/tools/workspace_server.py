@@ -33,7 +33,7 @@ from typing import ParamSpec
 import anyio.to_thread
 from mcp.server.fastmcp import FastMCP
 
-from coding_agent.tools.builtin import WORKSPACE_SYSTEM_PROMPT
+from coding_agent.config import WORKSPACE_SYSTEM_PROMPT
 from coding_agent.tools.host_git import git_dir_for, hardened_git_environment
 from coding_agent.tools.paths import escape_text
 from coding_agent.tools.sandbox import CommandResult, SandboxMode, SandboxUnavailable, run_command, scrubbed_environment
