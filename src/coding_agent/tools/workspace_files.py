@@ -135,7 +135,8 @@ class Workspace:
             )
         if b"\x00" in data[:_BINARY_PROBE_BYTES]:
             raise WorkspaceError(f"{escape_text(located.relative)} is a binary file; it cannot be handled as text")
-        return data.decode("utf-8", errors="replace")
+        # surrogateescape: bytes that are not UTF-8 are written back as they were.
+        return data.decode("utf-8", errors="surrogateescape")
 
     def _write(self, located: Located, text: str) -> bool:
         if not located.name:
