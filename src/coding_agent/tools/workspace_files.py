@@ -8,7 +8,9 @@ shows (a 300 MB file costs what the shown lines cost), overlong lines are cut wh
 reading, and editing refuses files larger than `EDIT_MAX_BYTES`. Names that are not
 UTF-8 are shown with backslash escapes (`paths.escape_text`).
 
-Methods raise `WorkspaceError` with a message for the model.
+Methods raise `WorkspaceError` with a message for the model. (Longer than most modules:
+the six tools share the confined-access and line-reading helpers, and splitting them
+would put one tool's rules in two places.)
 """
 
 from __future__ import annotations
