@@ -17,7 +17,6 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from coding_agent.domain.tasks import Comment, TaskKey, Thread
-from coding_agent.llm.base import LLMClient
 from coding_agent.prompts.prompting import wrap_untrusted
 from coding_agent.sources.base import Source
 
@@ -133,10 +132,11 @@ class CommentDetector:
             log.info("%s: %d new comment(s) detected", self._key, len(new))
         return sorted(new, key=lambda comment: (comment.created_at, comment.id))
 
-    async def deliver(self, llm: LLMClient, comments: Sequence[Comment]) -> None:
-        """Send `comments` as one user message; text of untrusted authors goes in the wrapper."""
+    async def message(self, comments: Sequence[Comment]) -> str | None:
+        """`comments` as one user message for the model (None: no comments); text of
+        untrusted authors goes in the wrapper. The loop appends it (steering's `Decision`)."""
         if not comments:
-            return
+            return None
         bodies = [comment.body for comment in comments]
         if self.trust is not None:
             try:
@@ -144,8 +144,8 @@ class CommentDetector:
             except Exception as error:  # unknown access: everyone unknown is untrusted below
                 log.warning("%s: could not check commenters' access: %s", self._key, error)
             bodies = [body if self.trust(c.author) else wrap_untrusted(c.author, body) for c, body in zip(comments, bodies)]
-        llm.send_user_message(format_comment_message(comments, bodies))
         log.info("%s: %d new comment(s) sent to the model", self._key, len(comments))
+        return format_comment_message(comments, bodies)
 
     def get_state(self) -> dict[str, Any]:
         return {
