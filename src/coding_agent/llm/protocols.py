@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from coding_agent.llm.base import LLMClient
+from coding_agent.llm.hygiene import clean_value
 from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY
 from coding_agent.llm.types import LLMReply, ToolSpec
 
@@ -271,8 +272,10 @@ class JsonTextProtocol:
         llm.set_tools([])  # the tools are described in the system prompt instead
 
     def parse(self, reply: LLMReply) -> Decision:
+        if reply.problem:
+            return Decision(comment="", actions=(), done=False, error=reply.problem)
         try:
-            data = extract_json_object(reply.content)
+            data = clean_value(extract_json_object(reply.content))  # "\u0000" decodes to NUL
         except JsonExtractionError as error:
             return Decision(comment="", actions=(), done=False, error=str(error))
         command = data.get("command")
@@ -335,6 +338,8 @@ class ToolCallsProtocol:
         llm.set_tools([*(tool for tool in tools if tool.name != DONE_TOOL.name), DONE_TOOL])
 
     def parse(self, reply: LLMReply) -> Decision:
+        if reply.problem:
+            return Decision(comment="", actions=(), done=False, error=reply.problem)
         text = strip_think(reply.content)
         if not reply.tool_calls:
             if not text:
