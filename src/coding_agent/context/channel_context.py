@@ -13,16 +13,16 @@ from dataclasses import replace
 
 from coding_agent.domain.channel import ChannelMessages
 from coding_agent.domain.tasks import Comment, Thread
-from coding_agent.prompts.prompting import wrap_untrusted
+from coding_agent.prompts.untrusted import UntrustedWrapper
 
 __all__ = ["build_channel_messages", "trust_wrapped"]
 
 
-def trust_wrapped(comment: Comment, is_trusted: Callable[[str], bool]) -> Comment:
+def trust_wrapped(comment: Comment, is_trusted: Callable[[str], bool], wrapper: UntrustedWrapper) -> Comment:
     """The comment with its text wrapped as untrusted when its author lacks write access."""
     if is_trusted(comment.author):
         return comment
-    return replace(comment, body=wrap_untrusted(comment.author, comment.body.strip() or "(empty)"))
+    return replace(comment, body=wrapper.wrap(comment.author, comment.body.strip() or "(empty)"))
 
 
 def build_channel_messages(
