@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from coding_agent.domain.conversation import ContextSummary, ConversationContext, IssueInfo, Turn, TurnMetadata
 from coding_agent.domain.tasks import Comment, Task
+from coding_agent.context.windows import newest
 from coding_agent.prompts.untrusted import UntrustedWrapper
 
 __all__ = [
@@ -53,7 +54,7 @@ def build_conversation(
         return text if is_trusted(author) else wrapper.wrap(author, text)
 
     ordered = sorted(comments, key=lambda c: c.created_at)
-    kept = ordered[len(ordered) - max_comment_count :] if max_comment_count > 0 else []
+    kept = newest(ordered, max_comment_count)
     opening = Turn(
         role="user",
         content=content(task.author, task.body),
