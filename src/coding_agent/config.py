@@ -264,6 +264,21 @@ class ProgressCommentConfig(_Strict):
     min_edit_interval_seconds: float = Field(default=5, ge=0)
 
 
+class LoopGuardConfig(_Strict):
+    """A model repeating one tool call with one result (or one reply) is corrected, then
+    stopped (SPEC 4): weak and local models loop, and must never burn a budget silently."""
+
+    enabled: bool = True
+    warn_after: int = Field(default=3, ge=2)
+    fail_after: int = Field(default=5, ge=2)
+
+    @model_validator(mode="after")
+    def _fail_after_warning(self) -> LoopGuardConfig:
+        if self.fail_after <= self.warn_after:
+            raise ValueError("loop_guard.fail_after must be greater than loop_guard.warn_after")
+        return self
+
+
 SourceName = Literal["github", "gitlab"]
 
 
@@ -288,6 +303,7 @@ class AgentConfig(_Strict):
     comment_detection: CommentDetectionConfig = Field(default_factory=CommentDetectionConfig)
     pause_resume: PauseResumeConfig = Field(default_factory=PauseResumeConfig)
     progress_comment: ProgressCommentConfig = Field(default_factory=ProgressCommentConfig)
+    loop_guard: LoopGuardConfig = Field(default_factory=LoopGuardConfig)
     language: Literal["en", "ja"] = "en"
     comment_handling: CommentHandlingConfig = Field(default_factory=CommentHandlingConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)

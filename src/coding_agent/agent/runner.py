@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from coding_agent.agent.loop import LoopLimits, LoopOutcome, run_loop
+from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.notices import notice
 from coding_agent.agent.prompting import render_system_prompt
 from coding_agent.agent.reply_thread import request_thread
@@ -234,6 +235,7 @@ class TaskRunner:
                 llm.send_user_message(self._first_turn(source, task, comments, threads, trust, files.run_uuid))
             protocol.prepare(llm, hub.tool_specs)
             await control.begin(comments, threads, trust)
+            guard = config.loop_guard
             limits = LoopLimits(
                 max_steps=config.max_llm_process_num,
                 max_tokens=config.budget.max_tokens,
@@ -252,6 +254,7 @@ class TaskRunner:
                 compressor=self._compressor(str(task.key), files.run_uuid),
                 start_steps=control.steps,
                 pending_reply=control.pending_reply(llm),
+                guard=LoopGuard(guard.enabled, guard.warn_after, guard.fail_after, config.language),
             )
         if outcome.status == "done":  # SPEC 7: commit, push, open or update the PR/MR
             final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language)
