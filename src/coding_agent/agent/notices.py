@@ -101,6 +101,7 @@ _NOTICES: dict[str, dict[Language, str]] = {
     "progress_header": {"en": "## 🤖 coding-agent progress", "ja": "## 🤖 coding-agent 進捗"},
     "progress_status": {"en": "**Status:** {state} · {steps} step(s)", "ja": "**状態:** {state} · {steps} ステップ"},
     "progress_updated": {"en": "**Updated:** {time} · run `{run}`", "ja": "**更新:** {time} · 実行 `{run}`"},
+    "progress_plan": {"en": "### Plan", "ja": "### 計画"},
     "progress_steps": {"en": "### Steps", "ja": "### ステップ"},
     "progress_earlier": {"en": "- … {count} earlier step(s)", "ja": "- … ほか {count} ステップ"},
     "progress_actions": {"en": "### Last actions", "ja": "### 直近の操作"},
