@@ -19,11 +19,11 @@ from typing import Literal, Protocol
 
 from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
-from coding_agent.agent.notices import Language, notice
 from coding_agent.context.storage import RunContextFiles
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import ReplyProtocol, ToolAction
 from coding_agent.llm.types import LLMReply
+from coding_agent.prompts.notices import Language, notice
 from coding_agent.tools.types import ToolResult
 
 __all__ = [

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from coding_agent.agent.notices import Language, notice
+from coding_agent.prompts.notices import Language, notice
 
 __all__ = ["LoopGuard", "GuardVerdict", "describe_call"]
 

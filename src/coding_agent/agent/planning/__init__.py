@@ -3,7 +3,7 @@
 Small modules with one job each: `models` (the plan and where the run stands),
 `validation` (reading phase objects, naming each problem), `replies` (phase replies in
 both protocols, the native phase tools), `prompts` (the phase requests, from
-`prompts/planning/*.j2`), `checklist` (the progress comment's checklist), `scan` (the
+`prompts/templates/planning/*.j2`), `checklist` (the progress comment's checklist), `scan` (the
 verification's placeholder scan), `state` (saving and reading the planning state) and
 `driver` (the phases, as a `LoopPolicy` of the one section-4 loop).
 """

@@ -1,4 +1,4 @@
-"""The phase requests of SPEC 10, rendered from `prompts/planning/*.j2`.
+"""The phase requests of SPEC 10, rendered from `prompts/templates/planning/*.j2`.
 
 Each starts with its marker line exactly as SPEC 10 writes it; the replay model keys
 planning scripts on these markers, and a model reading a long history finds its place
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from coding_agent.agent.planning.models import Action, PlanningState
-from coding_agent.agent.prompting import template
+from coding_agent.prompts.prompting import template
 
 __all__ = ["marker", "render_phase", "render_instructions", "ended_actions"]
 
