@@ -7,6 +7,8 @@ completion; and plans that are wrong until corrected, or wrong five times.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,20 @@ def test_five_invalid_plans_fail_the_run(github_forge: ForgeUnderTest, function_
     workspace = next(setup.workspaces.iterdir())
     assert sorted(p.name for p in workspace.iterdir() if p.name != ".git") == ["README.md"], "no tool ran"
     assert github_forge.sandbox.state.pulls(REPO) == []  # type: ignore[attr-defined]
+
+
+def test_demo_planning_shows_a_planned_run(tmp_path: Path) -> None:
+    """`coding-agent demo --planning`: the whole planned run on the built-in sandbox."""
+    result = subprocess.run(
+        [sys.executable, "-m", "coding_agent.cli", "demo", "--planning", "--dir", str(tmp_path / "demo")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "**Phase:** completed · **Actions:** 2/2 done" in result.stdout
+    assert "- [x] `a1` Write hello.py with a greeting() function" in result.stdout
+    assert "Actions: 2/2 done · Revisions: 0 · Verification: passed" in result.stdout
+    assert "Pull request demo/hello-world#2 (draft)" in result.stdout and "files changed: hello.py" in result.stdout
