@@ -95,7 +95,8 @@ def read_plan(data: dict[str, Any], max_actions: int) -> tuple[Plan | None, Prob
     subtasks = [item for item in decomposition.get("subtasks") or [] if isinstance(item, dict)]
     plan_raw = _mapping(data.get("action_plan"))
     items = plan_raw.get("actions", data.get("actions"))
-    actions, action_problems = read_actions(items if items is not None else [], set())
+    items = [] if items is None else items
+    actions, action_problems = read_actions(items, set())
     problems += action_problems
     if isinstance(items, list):
         problems += _room(len(items), 0, max_actions, "actions")
