@@ -35,11 +35,12 @@ def create_then_done(ident: str, path: str, status: str = "done", before: dict[s
     return [create, {"action_done": {"id": ident, "status": status, "summary": f"{path}: {status}"}}]
 
 
-def planning_config(directory: Path, forges: list[ForgeUnderTest], replay: Any, function_calling: bool = True, **planning: Any) -> Any:
+def planning_config(
+    directory: Path, forges: list[ForgeUnderTest], replay: Any, function_calling: bool = True, extra: dict[str, Any] | None = None, **planning: Any
+) -> Any:
+    """A steering config with planning on; `planning` overrides its keys, `extra` other sections."""
     settings = {"enabled": True, **planning}
-    extra = planning.pop("extra", {}) if "extra" in planning else {}
-    settings.pop("extra", None)
-    return steering_config(directory, forges, replay, function_calling=function_calling, planning=settings, **extra)
+    return steering_config(directory, forges, replay, function_calling=function_calling, planning=settings, **(extra or {}))
 
 
 def marker_of(request: RecordedRequest) -> str:

@@ -167,3 +167,31 @@ def test_an_unreadable_planning_state_fails_the_resumed_run(github_forge: ForgeU
     final = github_forge.comments("issue", number)[-1][1]
     assert final.startswith("## ❌ coding-agent failed") and "saved planning state: phase 'dancing' is unknown" in final
     assert "coding agent failed" in github_forge.labels("issue", number)
+
+
+def test_a_limit_names_the_actions_and_the_phase(github_forge: ForgeUnderTest, tmp_path: Path) -> None:
+    """Every request is a step toward `max_llm_process_num`; the limit's comment says where the run stood."""
+    number = github_forge.open_task("issue", "Three files", "Please write a, b and c.")
+    with ReplaySandbox(_three()) as model:
+        setup = planning_config(tmp_path, [github_forge], model, extra={"max_llm_process_num": 4})
+        report = run_cycle(load_for_service(setup))
+        requests = model.requests
+
+    assert [result.status for result in report.results] == ["failed"]
+    assert len(requests) == 4
+    final = github_forge.comments("issue", number)[-1][1]
+    assert "step limit (4 model turns)" in final
+    assert "Actions: 1/3 · Phase: execution · Current action: a2" in final
+
+
+def test_without_a_progress_comment_the_checklist_is_posted(github_forge: ForgeUnderTest, tmp_path: Path) -> None:
+    number = github_forge.open_task("issue", "Three files", "Please write a, b and c.")
+    with ReplaySandbox(_three()) as model:
+        setup = planning_config(tmp_path, [github_forge], model, extra={"progress_comment": {"enabled": False}})
+        report = run_cycle(load_for_service(setup))
+
+    assert [result.status for result in report.results] == ["done"]
+    bodies = [body for _, body in github_forge.comments("issue", number)]
+    checklists = [body for body in bodies if body.startswith("**Goal:**")]
+    assert len(checklists) == 2, "after planning and at the end"
+    assert checklists[0].count("- [ ] `a") == 3 and checklists[1].count("- [x] `a") == 3
