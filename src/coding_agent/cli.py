@@ -367,12 +367,13 @@ def demo(
     llm: Annotated[bool, typer.Option("--llm", help="Use the model configured in --config instead of the replay model.")] = False,
     config: ConfigOption = None,
     keep: Annotated[Optional[Path], typer.Option("--dir", help="Keep the demo's files in this directory.")] = None,
+    planning: Annotated[bool, typer.Option("--planning", help="Work the task in planning mode (plan, act, reflect, verify).")] = False,
 ) -> None:
     """Run one whole task on a built-in sandbox forge with the real MCP workspace server."""
     from coding_agent.demo import run_demo
 
     llm_config = _load(config).llm if llm else None
-    raise typer.Exit(run_demo(llm_config, keep))
+    raise typer.Exit(run_demo(llm_config, keep, planning))
 
 
 def main() -> None:  # pragma: no cover - console entry point

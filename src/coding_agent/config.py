@@ -328,6 +328,47 @@ class ProgressCommentConfig(_Strict):
     min_edit_interval_seconds: float = Field(default=5, ge=0)
 
 
+class LoopGuardConfig(_Strict):
+    """A model repeating one tool call with one result (or one reply) is corrected, then
+    stopped (SPEC 4): weak and local models loop, and must never burn a budget silently."""
+
+    enabled: bool = True
+    warn_after: int = Field(default=3, ge=2)
+    fail_after: int = Field(default=5, ge=2)
+
+    @model_validator(mode="after")
+    def _fail_after_warning(self) -> LoopGuardConfig:
+        if self.fail_after <= self.warn_after:
+            raise ValueError("loop_guard.fail_after must be greater than loop_guard.warn_after")
+        return self
+
+
+class PlanningReflectionConfig(_Strict):
+    enabled: bool = True
+    trigger_interval: int = Field(default=3, ge=0)  # reflect after every N ended actions; 0: never
+    trigger_on_error: bool = True
+
+
+class PlanningRevisionConfig(_Strict):
+    max_revisions: int = Field(default=3, ge=0)
+
+
+class PlanningVerificationConfig(_Strict):
+    enabled: bool = True
+    max_rounds: int = Field(default=2, ge=1)
+
+
+class PlanningConfig(_Strict):
+    """Planning mode (SPEC 10): plan, act, reflect, revise, verify inside the section-4 loop."""
+
+    enabled: bool = False
+    max_actions: int = Field(default=20, ge=1)
+    max_steps_per_action: int = Field(default=10, ge=1)
+    reflection: PlanningReflectionConfig = Field(default_factory=PlanningReflectionConfig)
+    revision: PlanningRevisionConfig = Field(default_factory=PlanningRevisionConfig)
+    verification: PlanningVerificationConfig = Field(default_factory=PlanningVerificationConfig)
+
+
 SourceName = Literal["github", "gitlab"]
 
 
@@ -352,6 +393,8 @@ class AgentConfig(_Strict):
     comment_detection: CommentDetectionConfig = Field(default_factory=CommentDetectionConfig)
     pause_resume: PauseResumeConfig = Field(default_factory=PauseResumeConfig)
     progress_comment: ProgressCommentConfig = Field(default_factory=ProgressCommentConfig)
+    loop_guard: LoopGuardConfig = Field(default_factory=LoopGuardConfig)
+    planning: PlanningConfig = Field(default_factory=PlanningConfig)
     language: Literal["en", "ja"] = "en"
     comment_handling: CommentHandlingConfig = Field(default_factory=CommentHandlingConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
