@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from coding_agent.errors import ConfigError
 from coding_agent.tools.builtin import builtin_workspace_server
@@ -139,6 +140,17 @@ class MCPServerConfig(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     system_prompt: str = ""
     tools_allow: list[str] | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _this_interpreter(cls, command: list[str]) -> list[str]:
+        """`{python}` is this interpreter, and `coding-agent ...` runs this installation's CLI
+        through it: neither is looked up on PATH, so the config works from cron or a venv
+        that is not activated."""
+        command = [sys.executable if item == "{python}" else item for item in command]
+        if command[0] == "coding-agent":
+            command = [sys.executable, "-m", "coding_agent.cli", *command[1:]]
+        return command
 
 
 class ToolsConfig(_Strict):
