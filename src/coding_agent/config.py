@@ -359,12 +359,13 @@ _ENV_OVERRIDES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def _substitute(value: Any, path: str, env: Mapping[str, str]) -> Any:
-    """Replace `${VAR}` / `${VAR:-default}` in every string, naming the key when VAR is unset."""
+def _substitute(value: Any, path: str, env: Mapping[str, str], lenient: bool = False) -> Any:
+    """Replace `${VAR}` / `${VAR:-default}` in every string, naming the key when VAR is unset
+    (`lenient`: an unset VAR becomes empty, for commands that only read local state)."""
     if isinstance(value, dict):
-        return {key: _substitute(item, f"{path}.{key}" if path else str(key), env) for key, item in value.items()}
+        return {key: _substitute(item, f"{path}.{key}" if path else str(key), env, lenient) for key, item in value.items()}
     if isinstance(value, list):
-        return [_substitute(item, f"{path}[{index}]", env) for index, item in enumerate(value)]
+        return [_substitute(item, f"{path}[{index}]", env, lenient) for index, item in enumerate(value)]
     if not isinstance(value, str):
         return value
 
@@ -374,6 +375,8 @@ def _substitute(value: Any, path: str, env: Mapping[str, str]) -> Any:
             return env[name]
         if default is not None:
             return default
+        if lenient:
+            return ""
         raise ConfigError(f"config key {path}: environment variable {name} is not set")
 
     return _ENV_PATTERN.sub(replace, value)
@@ -406,12 +409,18 @@ def _format_validation_error(error: ValidationError, source: str) -> str:
     return f"invalid configuration in {source}:\n" + "\n".join(lines)
 
 
-def parse_config(data: Any, source: str = "<config>", env: Mapping[str, str] | None = None) -> AgentConfig:
-    """Validate an already-parsed YAML document (after env substitution and overrides)."""
+def parse_config(
+    data: Any, source: str = "<config>", env: Mapping[str, str] | None = None, local_only: bool = False
+) -> AgentConfig:
+    """Validate an already-parsed YAML document (after env substitution and overrides).
+
+    `local_only`: the caller reads only the local state (status, memory, pause), so an
+    unset `${VAR}` (typically a token) is left empty instead of being an error.
+    """
     env = os.environ if env is None else env
     if not isinstance(data, dict):
         raise ConfigError(f"invalid configuration in {source}: the top level must be a mapping of keys")
-    data = _substitute(data, "", env)
+    data = _substitute(data, "", env, local_only)
     _apply_env_overrides(data, env)
     try:
         return AgentConfig.model_validate(data)
@@ -419,8 +428,8 @@ def parse_config(data: Any, source: str = "<config>", env: Mapping[str, str] | N
         raise ConfigError(_format_validation_error(error, source)) from None
 
 
-def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> AgentConfig:
-    """Read, substitute and validate the YAML file at `path`."""
+def load_config(path: str | Path, env: Mapping[str, str] | None = None, local_only: bool = False) -> AgentConfig:
+    """Read, substitute and validate the YAML file at `path` (`local_only`: see `parse_config`)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -430,4 +439,4 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Agent
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
-    return parse_config(data, str(path), env)
+    return parse_config(data, str(path), env, local_only)
