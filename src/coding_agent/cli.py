@@ -97,7 +97,12 @@ async def _run_service(config: AgentConfig, once: bool) -> int:
         if once:
             _echo_report(await service.run_cycle())
             return 0
-        await service.serve(stop)
+        from coding_agent.web.server import serving_dashboard
+
+        async with serving_dashboard(config, service.store) as url:
+            if url:
+                typer.echo(f"coding-agent: dashboard at {url}", err=True)
+            await service.serve(stop)
         return 0
     finally:
         await service.aclose()
@@ -213,7 +218,6 @@ def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:
     running tasks pause and none starts; they resume once it is removed.
     """
     from coding_agent.agent.steering import pause_signal_path
-    from coding_agent.runtime.state_store import StateStore
 
     settings = _load(config, local=True)
     if not settings.pause_resume.enabled:
@@ -224,15 +228,24 @@ def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:
         path.touch()
         typer.echo(f"pause signal set ({path}): running tasks pause at their next step")
         return
-    key = _task_key(task)
+    _act(settings, _task_key(task), "pause")
+
+
+def _act(settings: AgentConfig, key: str, action: str) -> None:
+    """pause/stop TASK through the same code as the dashboard; continue a stopped paused run."""
+    from coding_agent.runtime.operator_actions import UnknownTask, apply_action
+    from coding_agent.runtime.state_store import StateStore
+
     store = StateStore(settings.database.url)
     try:
-        if not store.runs_with_status("running", key):
-            raise _fail(f"{key} has no running run to pause", 1)
-        store.request_control(key, "pause")
+        result = apply_action(store, key, action)  # type: ignore[arg-type]
+    except UnknownTask as error:
+        raise _fail(str(error), 1) from None
     finally:
         store.close()
-    typer.echo(f"{key}: pause requested; it pauses at its next step")
+    typer.echo(result.message)
+    if result.continue_now:
+        _exit_with(settings, _continue_runs(settings, {key}))
 
 
 @app.command()
@@ -277,25 +290,7 @@ def stop(task: Annotated[str, typer.Argument(help="The task key to stop.")], con
 
     A running run stops at its next step; a paused one is stopped now.
     """
-    from coding_agent.runtime.state_store import StateStore
-
-    settings = _load(config)
-    key = _task_key(task)
-    store = StateStore(settings.database.url)
-    try:
-        running = store.runs_with_status("running", key)
-        paused = store.runs_with_status("paused", key)
-        if not running and not paused:
-            raise _fail(f"{key} has no running or paused run to stop", 1)
-        store.request_control(key, "stop")
-        if paused:
-            store.release_holds(key)
-    finally:
-        store.close()
-    if running:
-        typer.echo(f"{key}: stop requested; it stops at its next step")
-        return
-    _exit_with(settings, _continue_runs(settings, {key}))
+    _act(_load(config), _task_key(task), "stop")
 
 
 memory_app = typer.Typer(help="What the agent remembers of each repository (SPEC 9.2).", no_args_is_help=True)

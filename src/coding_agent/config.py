@@ -308,6 +308,30 @@ class ProgressCommentConfig(_Strict):
     min_edit_interval_seconds: float = Field(default=5, ge=0)
 
 
+class DashboardConfig(_Strict):
+    """The web dashboard of `serve` (SPEC 11.3). Beyond localhost every page needs `token`."""
+
+    enabled: bool = True
+    bind: str = Field(default="127.0.0.1:8080", pattern=r"^\[?[A-Za-z0-9.:-]*\]?:[0-9]{1,5}$")
+    token: SecretStr | None = None
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.bind.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+    @property
+    def local_only(self) -> bool:
+        """Bound to a loopback address: nothing beyond this machine can reach it."""
+        return self.host_port[0] in ("127.0.0.1", "localhost", "::1")
+
+    @model_validator(mode="after")
+    def _token_beyond_localhost(self) -> DashboardConfig:
+        if self.enabled and not self.local_only and (self.token is None or not self.token.get_secret_value()):
+            raise ValueError(f"dashboard.bind {self.bind} is beyond localhost: set dashboard.token")
+        return self
+
+
 SourceName = Literal["github", "gitlab"]
 
 
@@ -336,6 +360,7 @@ class AgentConfig(_Strict):
     comment_handling: CommentHandlingConfig = Field(default_factory=CommentHandlingConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     persona: str | None = None
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -372,7 +397,7 @@ class AgentConfig(_Strict):
     def secrets(self) -> list[str]:
         """Every secret value in the configuration, for redaction in logs and comments."""
         values: list[str] = []
-        for section in (self.github, self.gitlab, self.llm.openai, self.llm.lmstudio):
+        for section in (self.github, self.gitlab, self.llm.openai, self.llm.lmstudio, self.dashboard):
             secret = getattr(section, "token", None) or getattr(section, "api_key", None)
             if secret is not None and secret.get_secret_value():
                 values.append(secret.get_secret_value())
