@@ -17,7 +17,9 @@ the parts, each in its own module with one job, and delegates:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from coding_agent.agent.loop import Checkpoint, Decision, LoopOutcome, ToolRunner
 from coding_agent.agent.progress import ProgressComment, ProgressTools
@@ -110,6 +112,24 @@ class RunControl:
     def progress(self, value: ProgressComment | None) -> None:
         self._scope.progress = value
 
+    @property
+    def describe_position(self) -> Callable[[], str]:
+        """Planning mode's hook: where the run stands, for the stop comment."""
+        return self._scope.describe_position
+
+    @describe_position.setter
+    def describe_position(self, value: Callable[[], str]) -> None:
+        self._scope.describe_position = value
+
+    @property
+    def planning_state(self) -> Callable[[], dict[str, Any] | None]:
+        """Planning mode's hook: its state, saved with every checkpoint and pause."""
+        return self._scope.planning_state
+
+    @planning_state.setter
+    def planning_state(self, value: Callable[[], dict[str, Any] | None]) -> None:
+        self._scope.planning_state = value
+
     # -- setting the run up --------------------------------------------------------
 
     def restore(self, llm: LLMClient) -> bool:
@@ -120,6 +140,15 @@ class RunControl:
     def pending_reply(self, llm: LLMClient) -> LLMReply | None:
         """A continued run paused between a reply and its action resumes with that action."""
         return pending_reply(llm.messages) if self._state is not None else None
+
+    @property
+    def continued(self) -> bool:
+        """Is this run carried on from a saved state (resumed or taken over)?"""
+        return self._state is not None
+
+    def saved_planning(self) -> dict[str, Any] | None:
+        """The planning state a continued run saved (None for a new run, or none saved)."""
+        return self._state.planning if self._state is not None else None
 
     def recorded_outcome(self) -> LoopOutcome | None:
         """The outcome a previous worker of this run recorded before dying, if any

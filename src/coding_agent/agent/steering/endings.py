@@ -97,6 +97,8 @@ class Endings:
                 turns=scope.steps,
                 label=labels.bot_label,
             )
+            position = scope.describe_position()
+            text = f"{text}\n\n{position}" if position else text
             scope.store.record_final(scope.run_uuid, "stopped", text)
         try:
             await self._final.post(text, self._inner)

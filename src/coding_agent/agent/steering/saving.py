@@ -48,4 +48,5 @@ class RunSaver:
             steering={"comments": self._detector.get_state(), "stop": self._stop.get_state()},
             progress=scope.progress.get_state() if scope.progress is not None else {},
             paused=paused,
+            planning=scope.planning_state(),
         )

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from coding_agent.agent.progress import ProgressComment
 from coding_agent.agent.steering.continuation import Continuation
@@ -61,6 +62,10 @@ class RunScope:
     continuation: Continuation | None
     steps: int = 0
     progress: ProgressComment | None = None
+    # Planning mode (SPEC 10.4) plugs in here: where the run stands (for the stop
+    # comment) and its state (saved with every checkpoint and pause).
+    describe_position: Callable[[], str] = lambda: ""
+    planning_state: Callable[[], dict[str, Any] | None] = lambda: None
 
     @property
     def key(self) -> str:
