@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from coding_agent.errors import ConfigError
+from coding_agent.prompts.prompting import text
 
 __all__ = [
     "AgentConfig",
@@ -159,21 +160,7 @@ class MCPServerConfig(_Strict):
 # Here, not beside the server (`tools.workspace_server`), so that loading a config imports
 # neither the MCP server stack nor anything above this floor.
 
-WORKSPACE_SYSTEM_PROMPT = """\
-The workspace tools work on the repository checked out for this task; paths are relative
-to its root (absolute paths inside it work too, nothing outside it does).
-- Look before you edit: `list_files` and `search` to find code, `view` to read a file
-  with line numbers (use `view_range` for long files).
-- Edit with `str_replace` (old_str must match the file exactly, whitespace included, and
-  occur once; add surrounding lines to make it unique), `insert` to add lines after a
-  line number, `create` for new files (it overwrites an existing file).
-- `run` executes a shell command in the root (no network, so nothing can be downloaded;
-  output is capped, long commands time out). Use it to build and run the tests.
-- `git_status` and `git_diff` show what you changed; git commands inside `run` do not see
-  the repository's history. Do not commit or push: the agent commits and opens the pull
-  request when you are done.
-"""
-
+WORKSPACE_SYSTEM_PROMPT = text("workspace_server.j2")
 
 def builtin_workspace_server() -> dict[str, Any]:
     """The `mcp_servers` entry that starts the built-in workspace server for a run.

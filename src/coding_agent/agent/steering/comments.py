@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from coding_agent.domain.tasks import Comment, TaskKey, Thread
+from coding_agent.prompts.prompting import text
 from coding_agent.prompts.untrusted import UntrustedWrapper
 from coding_agent.sources.base import Source
 
@@ -49,14 +50,11 @@ def format_comment_message(comments: Sequence[Comment], bodies: Sequence[str] | 
     if not comments:
         return ""
     texts = list(bodies) if bodies is not None else [comment.body for comment in comments]
-    if len(comments) == 1:
-        return f"[New Comment from @{comments[0].author}]:\n{texts[0]}"
-    lines = ["[New Comments Detected]:"]
-    for number, (comment, text) in enumerate(zip(comments, texts), start=1):
-        lines.append(f"Comment {number} from @{comment.author} ({comment.created_at.isoformat()}):")
-        lines.append(text)
-        lines.append("")
-    return "\n".join(lines)
+    items = [
+        {"author": comment.author, "created_at": comment.created_at.isoformat(), "text": body}
+        for comment, body in zip(comments, texts)
+    ]
+    return text("new_comments.j2", items=items)
 
 
 def _utc_now() -> datetime:
