@@ -35,6 +35,7 @@ from coding_agent.llm.protocols import ReplyProtocol, create_protocol
 from coding_agent.llm.types import TokenUsage
 from coding_agent.prompts.notices import notice
 from coding_agent.prompts.prompting import render_system_prompt
+from coding_agent.prompts.untrusted import UntrustedWrapper
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import retry_policy
@@ -80,10 +81,12 @@ class IssueReporter:
 
 
 class _TrustCache:
-    """Which comment authors have write access (looked up once per author per run)."""
+    """Which comment authors have write access (looked up once per author per run), and
+    the run's wrapper (one nonce per run) for the text of those who do not."""
 
     def __init__(self) -> None:
         self.trusted: dict[str, bool] = {}
+        self.wrapper = UntrustedWrapper.new()
 
     async def load(self, source: Source, key: TaskKey, authors: set[str]) -> None:
         for author in sorted(authors - self.trusted.keys()):
@@ -220,6 +223,10 @@ class TaskRunner:
             source, task, workspace, config.workspace, retry_policy(config), self._redactor, files.directory / "checkout.json"
         )
         await clone.prepare()
+        # Rule files are rules only when the trigger controls them: not on a PR head
+        # written by someone without write access (SPEC 15); then they are untrusted context.
+        rules = clone.rules()
+        branch_rules = rules if task.key.is_change and not trust(task.author) else {}
         protocol = create_protocol(config.llm.function_calling)
         planner = self._planner(protocol, workspace, control)
         policy: LoopPolicy = planner or ProtocolPolicy(protocol)
@@ -235,11 +242,13 @@ class TaskRunner:
                     instructions,
                     show_schemas=not protocol.uses_native_tools,
                     language=config.language,
-                    repository_rules=clone.rules(),
+                    repository_rules={} if branch_rules else rules,
+                    untrusted=trust.wrapper,
                 )
             )
             if not control.restore(llm):  # a continued run has its history already
-                llm.send_user_message(self._first_turn(source, task, comments, threads, trust, files.run_uuid))
+                first_turn = self._first_turn(source, task, comments, threads, trust, files.run_uuid, branch_rules)
+                llm.send_user_message(first_turn)
             policy.prepare(llm, hub.tool_specs)
             await control.begin(comments, threads, trust)
             guard = config.loop_guard
@@ -293,7 +302,14 @@ class TaskRunner:
         return planner
 
     def _first_turn(
-        self, source: Source, task: Task, comments: list[Comment], threads: list[Thread], trust: _TrustCache, run_uuid: str
+        self,
+        source: Source,
+        task: Task,
+        comments: list[Comment],
+        threads: list[Thread],
+        trust: _TrustCache,
+        run_uuid: str,
+        branch_rules: dict[str, str],
     ) -> str:
         """The task, its conversation and review threads, and the memories (SPEC 9.1, 9.2)."""
         handling = self._config.comment_handling
@@ -303,11 +319,12 @@ class TaskRunner:
             completion_keywords=tuple(handling.completion_keywords),
             channel_messages_limit=self._config.memory.channel_messages_limit,
             persona=self._config.persona,
+            wrapper=trust.wrapper,
         )
         # A task whose previous run ended done is worked again: a follow-up (SPEC 3).
         previous = [run for run in self._store.runs(str(task.key)) if run.uuid != run_uuid]
         followup = bool(previous) and previous[-1].status == "done"
-        return build_first_turn(task, comments, threads, trust, settings, self._memories, followup)
+        return build_first_turn(task, comments, threads, trust, settings, self._memories, followup, branch_rules)
 
     def _compressor(self, key: str, run_uuid: str) -> Compressor:
         storage = self._config.context_storage

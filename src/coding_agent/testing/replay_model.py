@@ -18,6 +18,8 @@ Script format (YAML, JSON or a dict)::
       - done: "Finished: wrote hello.txt"
       - status: 503             # answer with an HTTP error, then move on
         retry_after: 1
+      - raw: '{"choices": 5}'   # the HTTP body exactly as given (200), for hostile replies:
+                                # bytes, or text encoded as UTF-8 with surrogateescape
       - before: {post_comment: {body: "also add a README"}}   # optional on any reply:
         tool: workspace/view    # run these registered actions when its request arrives
         args: {path: hello.txt}
@@ -69,7 +71,8 @@ from typing import Any, Literal, Union
 import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse as _StarletteJSONResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from coding_agent.llm.tool_names import match_offered_name, wire_candidates
@@ -89,11 +92,16 @@ __all__ = [
     "EXHAUSTED_COMMENT",
 ]
 
+# What /api/show reports as the replay model's context length (it has no real limit).
+_REPLAY_CONTEXT_LENGTH = 131072
+
 EXHAUSTED_COMMENT = "The replay script is exhausted: there are no more scripted replies."
-StepKind = Literal["tool", "text", "done", "status", "plan", "action_done", "reflection", "revision", "verification"]
+StepKind = Literal["tool", "text", "done", "status", "raw", "plan", "action_done", "reflection", "revision", "verification"]
 _PHASE_KINDS = ("plan", "action_done", "reflection", "revision", "verification")
-_KINDS: tuple[StepKind, ...] = ("tool", "text", "done", "status", *_PHASE_KINDS)  # type: ignore[assignment]
-_STEP_KEYS = frozenset({"tool", "args", "comment", "text", "tool_calls", "done", "status", "retry_after", "message", *_PHASE_KINDS})
+_KINDS: tuple[StepKind, ...] = ("tool", "text", "done", "status", "raw", *_PHASE_KINDS)  # type: ignore[assignment]
+_STEP_KEYS = frozenset(
+    {"tool", "args", "comment", "text", "tool_calls", "done", "status", "retry_after", "message", "raw", *_PHASE_KINDS}
+)
 # A phase reply: (native tool, the JSON-in-text `phase` tag; None: wrapped in its own key).
 _PHASE_FORMS = {
     "plan": ("submit_plan", "planning"),
@@ -129,6 +137,7 @@ class ReplayStep:
     status: int = 0
     retry_after: float | None = None
     message: str = ""
+    raw: bytes = b""
     before: tuple[tuple[str, dict[str, Any]], ...] = ()
 
     @classmethod
@@ -142,7 +151,7 @@ class ReplayStep:
         if not kinds and "tool_calls" in raw:
             kinds = ["text"]
         if len(kinds) != 1:
-            raise ValueError(f"replay script {where}: a reply needs exactly one of tool, text, done, status")
+            raise ValueError(f"replay script {where}: a reply needs exactly one of tool, text, done, status, raw")
         kind = kinds[0]
         comment = str(raw.get("comment") or "")
         if kind in _PHASE_KINDS:
@@ -158,6 +167,11 @@ class ReplayStep:
             raw_calls = raw.get("tool_calls") or []
             calls = tuple(_raw_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(raw_calls))
             return cls(kind="text", text=str(raw.get("text") or ""), tool_calls=calls)
+        if kind == "raw":
+            body = raw["raw"]
+            if not isinstance(body, (bytes, str)):
+                raise ValueError(f"replay script {where}: raw must be bytes or text")
+            return cls(kind="raw", raw=body if isinstance(body, bytes) else body.encode("utf-8", "surrogateescape"))
         if kind == "done":
             done = raw["done"]
             return cls(kind="done", comment=comment if done is True or done is None else str(done))
@@ -386,7 +400,7 @@ class ReplayModel:
     ) -> tuple[str, int, ReplayStep]:
         """Record the request and advance its conversation: (conversation id, index, step)."""
         first = _first_user_message(messages)
-        conversation = hashlib.sha1(first.encode("utf-8")).hexdigest()[:12]
+        conversation = hashlib.sha1(first.encode("utf-8", "surrogatepass")).hexdigest()[:12]
         replies = self.script.replies_for(first)
         marker = _last_marker(messages) if self.script.phases else None
         key = self.script.phase_key(marker) if marker is not None else None
@@ -459,6 +473,14 @@ class ReplayModel:
 # --- the HTTP app ---------------------------------------------------------------------
 
 
+class JSONResponse(_StarletteJSONResponse):
+    """JSON with non-ASCII escaped, as many servers send it: a lone surrogate the script
+    holds ("\\ud800") goes out as valid JSON instead of failing to encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def _offered_names(body: Mapping[str, Any]) -> list[str]:
     names = []
     for tool in body.get("tools") or []:
@@ -514,7 +536,7 @@ async def _openai_stream(
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
         payload = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+        return f"data: {json.dumps(payload)}\n\n"
 
     yield chunk({"role": "assistant", "content": ""})
     for piece in _pieces(rendered.content):
@@ -541,7 +563,7 @@ def _ollama_message(rendered: _Rendered, content: str) -> dict[str, Any]:
 
 async def _ndjson(lines: list[dict[str, Any]]) -> AsyncIterator[str]:
     for line in lines:
-        yield json.dumps(line, ensure_ascii=False) + "\n"
+        yield json.dumps(line) + "\n"
 
 
 def create_replay_app(model: ReplayModel) -> Starlette:
@@ -561,6 +583,9 @@ def create_replay_app(model: ReplayModel) -> Starlette:
         await delay()
         if step.kind == "status":
             return _error_response(step, openai_form=openai_form)
+        if step.kind == "raw":
+            media = "application/json" if openai_form or not body.get("stream", True) else "application/x-ndjson"
+            return Response(step.raw, media_type=media)
         return body, conversation, index, model.render(step, _offered_names(body), f"call_{conversation[:8]}_{index}")
 
     async def chat_completions(request: Request) -> Response:
@@ -622,6 +647,16 @@ def create_replay_app(model: ReplayModel) -> Starlette:
         entry = {"id": model.script.model, "object": "model", "created": 0, "owned_by": "replay"}
         return JSONResponse({"object": "list", "data": [entry]})
 
+    async def ollama_show(request: Request) -> Response:
+        """Ollama's model details: the context length `doctor` compares with num_ctx."""
+        body = await request.json()
+        name = str(body.get("model") or body.get("name") or "")
+        if name not in (model.script.model, f"{model.script.model}:latest"):
+            return JSONResponse({"error": f"model '{name}' not found"}, status_code=404)
+        details = {"format": "gguf", "family": "replay", "parameter_size": "0B", "quantization_level": "none"}
+        info = {"general.architecture": "replay", "replay.context_length": _REPLAY_CONTEXT_LENGTH}
+        return JSONResponse({"modelfile": "", "parameters": "", "template": "", "details": details, "model_info": info})
+
     async def ollama_tags(request: Request) -> Response:
         details = {"format": "gguf", "family": "replay", "parameter_size": "0B", "quantization_level": "none"}
         entry = {
@@ -651,6 +686,7 @@ def create_replay_app(model: ReplayModel) -> Starlette:
             Route("/v1/models", openai_models, methods=["GET"]),
             Route("/api/chat", ollama_chat, methods=["POST"]),
             Route("/api/tags", ollama_tags, methods=["GET"]),
+            Route("/api/show", ollama_show, methods=["POST"]),
             Route("/api/version", ollama_version, methods=["GET"]),
             Route("/_replay/requests", recorded, methods=["GET"]),
             Route("/_replay/reset", reset, methods=["POST"]),

@@ -25,6 +25,7 @@ from typing import Any
 
 from coding_agent.llm.types import Message
 from coding_agent.redaction import Redactor
+from coding_agent.tools.host_git import git_dir_for
 
 __all__ = ["RunState", "StateWriter", "load_state", "workspace_branch", "STATE_FILE", "HISTORY_FILE"]
 
@@ -56,9 +57,9 @@ class RunState:
 
 
 def workspace_branch(workspace: Path) -> str | None:
-    """The checked-out branch of a git workspace (read from .git/HEAD), else None."""
+    """The checked-out branch of a git workspace (read from its git directory's HEAD), else None."""
     try:
-        head = (workspace / ".git" / "HEAD").read_text(encoding="utf-8").strip()
+        head = (git_dir_for(workspace) / "HEAD").read_text(encoding="utf-8").strip()
     except OSError:
         return None
     return head.removeprefix("ref: refs/heads/") if head.startswith("ref: ") else None
