@@ -243,7 +243,6 @@ async def run_loop(
                     output += "\n\n" + notice("repeated_failure", language, tool=action.tool, count=failures[signature])
             else:
                 last_failure = ""
-            policy.after_tool(action.tool, result)
             verdict = guard.tool_call(action.tool, action.args, result.text, result.is_error)
             if verdict is not None and verdict.action == "fail":
                 files.sync_messages(llm.messages)
