@@ -21,7 +21,7 @@ from typing import Any
 import typer
 import yaml
 
-from coding_agent.config import LLMConfig, SecurityConfig, parse_config
+from coding_agent.config import LLMConfig, parse_config
 from coding_agent.logging_setup import configure_logging
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.service import AgentService
@@ -36,14 +36,18 @@ DEMO_BOT = "coding-agent-bot"
 _DEMO_TOKEN = "demo-bot-token-not-a-secret"
 
 
-def _demo_script() -> ReplayScript:
-    text = resources.files("coding_agent.testing").joinpath("scripts/demo.yaml").read_text(encoding="utf-8")
+def _demo_script(planning: bool = False) -> ReplayScript:
+    name = "scripts/demo_planning.yaml" if planning else "scripts/demo.yaml"
+    text = resources.files("coding_agent.testing").joinpath(name).read_text(encoding="utf-8")
     return ReplayScript.from_dict(yaml.safe_load(text))
 
 
-def _config(forge_url: str, llm: dict[str, Any], directory: Path, sandbox_none: bool) -> dict[str, Any]:
+def _config(
+    forge_url: str, llm: dict[str, Any], directory: Path, sandbox_none: bool, planning: bool = False
+) -> dict[str, Any]:
     security: dict[str, Any] = {"sandbox": "none"} if sandbox_none else {}
     return {
+        **({"planning": {"enabled": True}} if planning else {}),
         "security": security,
         "task_source": "github",
         "github": {"api_url": forge_url, "token": _DEMO_TOKEN, "owner": "demo", "bot_name": DEMO_BOT},
@@ -111,8 +115,8 @@ def _demo_directory(keep: Path | None) -> Iterator[Path]:
         yield Path(name)
 
 
-def run_demo(llm: LLMConfig | None, keep: Path | None) -> int:
-    """Run the demo; return the process exit code."""
+def run_demo(llm: LLMConfig | None, keep: Path | None, planning: bool = False) -> int:
+    """Run the demo (`planning`: in planning mode, SPEC 10); return the process exit code."""
     sandbox_none = _no_bwrap()
     if sandbox_none:
         typer.echo(
@@ -120,14 +124,14 @@ def run_demo(llm: LLMConfig | None, keep: Path | None) -> int:
             "(commands unsandboxed; it runs only its own scripted task)."
         )
     with _demo_directory(keep) as directory:
-        return _run_in(directory, llm, keep is not None, sandbox_none)
+        return _run_in(directory, llm, keep is not None, sandbox_none, planning)
 
 
-def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bool) -> int:
+def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bool, planning: bool) -> int:
     with GitHubSandbox() as forge:
         number = _seed(forge)
         if llm is None:
-            replay: ReplaySandbox | None = ReplaySandbox(_demo_script()).start()
+            replay: ReplaySandbox | None = ReplaySandbox(_demo_script(planning)).start()
             llm_section: dict[str, Any] = {
                 "provider": "openai",
                 "function_calling": True,
@@ -143,7 +147,7 @@ def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bo
         try:
             # An empty environment: forge tokens exported for real work (GITHUB_TOKEN ...)
             # must not replace the sandbox forge's token (SPEC 12).
-            data = _config(forge.url, llm_section, directory, sandbox_none and "sandbox" in SecurityConfig.model_fields)
+            data = _config(forge.url, llm_section, directory, sandbox_none, planning)
             config = parse_config(data, source="demo", env={})
             configure_logging(config.logging, Redactor(config.secrets()), console=True)
             typer.echo(f"Sandbox GitHub at {forge.url}; issue {DEMO_REPO}#{number} labelled 'coding agent' by @{DEMO_USER}.")
