@@ -388,6 +388,29 @@ def doctor(config: ConfigOption = None) -> None:
     raise typer.Exit(0 if all(check.ok for check in checks) else 1)
 
 
+@app.command("config-reference")
+def config_reference(
+    write: Annotated[
+        Optional[Path], typer.Option("--write", help="Replace the generated section of this file (README.md).")
+    ] = None,
+    example: Annotated[Path, typer.Option("--example", help="config.example.yaml, for the key comments.")] = Path(
+        "config.example.yaml"
+    ),
+) -> None:
+    """Print the config reference generated from the config model (or write it into README.md)."""
+    from coding_agent.config_reference import reference_markdown, write_readme
+
+    if write is None:
+        text = example.read_text(encoding="utf-8") if example.exists() else ""
+        typer.echo(reference_markdown(text), nl=False)
+        return
+    try:
+        changed = write_readme(write, example)
+    except (OSError, ValueError) as error:
+        raise _fail(str(error), 2) from None
+    typer.echo(f"{write}: config reference {'updated' if changed else 'already up to date'}")
+
+
 @app.command("mcp-workspace")
 def mcp_workspace(
     root: Annotated[Path, typer.Option("--root", help="The workspace directory the tools may touch.")],
