@@ -2,12 +2,12 @@
 
 Two choices worth knowing:
 
-- githubkit's HTTP cache (hishel) stays on. githubkit sends `Cache-Control: no-cache` on
-  every request, so hishel never answers from its store without asking: it revalidates
-  with `If-None-Match`, and GitHub answers 304 (free of rate limit) when nothing
-  changed. Assignees, labels and comments are therefore always fresh, yet a steering
-  checkpoint that finds nothing new costs only 304s (SPEC 8.1, 13). Each source has its
-  own cache, never shared between tokens.
+- githubkit's own HTTP cache (hishel) is off: it dropped the request timeout. The shared
+  `CachingTransport` (sources/http.py) does its job instead: every GET revalidates with
+  `If-None-Match`, and GitHub answers 304 (free of rate limit) when nothing changed, so
+  assignees, labels and comments are always fresh, yet a steering checkpoint that finds
+  nothing new costs only 304s (SPEC 8.1, 13); and every request has a deadline. Each
+  source has its own cache, never shared between tokens.
 - Every call goes through `retry_async`: 5xx, 429, a rate-limit 403, timeouts and dropped
   connections become `TransientError` (with the server's wait hint); anything else is a
   `ForgeError` naming the method, path and status, never the token.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -26,9 +25,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 from githubkit import GitHub, Response
-from githubkit.cache import MemCacheStrategy
 from githubkit.exception import RequestError, RequestFailed, RequestTimeout
-from githubkit.hishel import AsyncMemoryStorage
 from githubkit.utils import UNSET
 from pydantic import ValidationError
 
@@ -37,7 +34,8 @@ from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
 from coding_agent.errors import AgentError, ForgeError, TransientError
 from coding_agent.redaction import Redactor
-from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
+from coding_agent.retry import RetryPolicy, retry_async
+from coding_agent.sources.http import CachingTransport, retry_after, transient_status
 
 __all__ = ["GitHubSource", "GitHubNotFoundError", "build_search_query", "MAX_SEARCH_QUERY_LENGTH"]
 
@@ -45,8 +43,6 @@ T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
 
 PER_PAGE = 100
-# How long a cached response may serve revalidations before it is dropped.
-CACHE_TTL_SECONDS = 3600.0
 # GitHub refuses a search `q` longer than this (422).
 MAX_SEARCH_QUERY_LENGTH = 256
 # GitHub serves at most 1000 search results (10 pages of 100).
@@ -92,16 +88,6 @@ def build_search_query(config: GitHubConfig) -> tuple[str, frozenset[str] | None
         return query, None
     owners = sorted({repo.split("/", 1)[0] for repo in repos})
     return " ".join([*head, *(f"user:{owner}" for owner in owners), *tail]), frozenset(r.lower() for r in repos)
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds to wait: `Retry-After` (seconds or HTTP date), else the rate-limit reset."""
-    hinted = parse_retry_after(headers.get("retry-after"))
-    if hinted is not None:
-        return hinted
-    if headers.get("x-ratelimit-remaining") == "0" and headers.get("x-ratelimit-reset", "").isdigit():
-        return max(int(headers["x-ratelimit-reset"]) - time.time(), 0.0) + 1.0
-    return None
 
 
 def _error_detail(response: httpx.Response) -> str:
@@ -159,51 +145,6 @@ def _comment_id(comment_id: str) -> int:
         raise ForgeError(f"not a GitHub comment id: {comment_id!r}") from None
 
 
-class _KeepAliveTransport(httpx.AsyncBaseTransport):
-    """One connection pool for the source's lifetime.
-
-    githubkit opens a fresh httpx client per call (outside `async with github`) and
-    closes it afterwards; handing each such client this transport keeps connections and
-    the TLS context alive across calls, and only `aclose()` really closes the pool.
-    """
-
-    def __init__(self) -> None:
-        self._inner = httpx.AsyncHTTPTransport(retries=0)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        """Ignored: called by every short-lived githubkit client."""
-
-    async def close_pool(self) -> None:
-        await self._inner.aclose()
-
-
-class _CacheStrategy(MemCacheStrategy):
-    """githubkit's in-memory cache with a time-to-live.
-
-    hishel keeps every version of a response it stored; a TTL lets its periodic
-    cleanup drop old ones, so a long-running `serve` does not grow without bound. An
-    expired entry only costs one full (non-304) response the next time.
-    """
-
-    def __init__(self, ttl_seconds: float = CACHE_TTL_SECONDS) -> None:
-        super().__init__()
-        self._ttl = ttl_seconds
-        self._storage: AsyncMemoryStorage | None = None
-
-    async def get_async_hishel_storage(self) -> AsyncMemoryStorage:
-        if self._storage is None:
-            self._storage = AsyncMemoryStorage(default_ttl=self._ttl, keep_unclosed=True)
-        return self._storage
-
-    async def aclose(self) -> None:
-        if self._storage is not None:
-            await self._storage.force_close()
-            self._storage = None
-
-
 class GitHubSource:
     """A `Source` over one GitHub scope (`owner`, optional `repos`, extra `query`).
 
@@ -227,15 +168,14 @@ class GitHubSource:
         self._retry = retry
         self._sleep = sleep
         self._token = config.token.get_secret_value() if config.token is not None else ""
-        self._transport = _KeepAliveTransport()
-        self._cache = _CacheStrategy()
+        self._transport = CachingTransport(timeout)
         self._github: GitHub[Any] = GitHub(
             self._token or None,
             base_url=config.api_url,
             auto_retry=False,
             timeout=timeout,
             user_agent="coding-agent",
-            cache_strategy=self._cache,
+            http_cache=False,
             async_transport=self._transport,
         )
         self._known_labels: dict[str, set[str]] = {}
@@ -248,9 +188,8 @@ class GitHubSource:
     def _failure(self, method: str, path: str, response: httpx.Response) -> AgentError:
         status, headers = response.status_code, response.headers
         what = f"github {method} {path}"
-        rate_limited = status == 403 and (headers.get("x-ratelimit-remaining") == "0" or "retry-after" in headers)
-        if status >= 500 or status == 429 or rate_limited:
-            return TransientError(f"{what} failed: HTTP {status}", retry_after=_retry_after(headers))
+        if transient_status(status, headers):
+            return TransientError(f"{what} failed: HTTP {status}", retry_after=retry_after(headers))
         detail = _error_detail(response)
         message = self._redact(f"{what} failed: HTTP {status}" + (f": {detail}" if detail else ""))
         return GitHubNotFoundError(message) if status == 404 else ForgeError(message)
@@ -676,4 +615,3 @@ class GitHubSource:
 
     async def aclose(self) -> None:
         await self._transport.close_pool()
-        await self._cache.aclose()
