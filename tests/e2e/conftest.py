@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 import pytest
 import yaml
 
+from coding_agent.sources.writes import strip_marker
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.gitlab import GitLabSandbox
 from coding_agent.testing.replay_model import ReplaySandbox
@@ -57,7 +58,9 @@ class ForgeUnderTest(Protocol):
     def config_section(self) -> dict[str, Any]: ...
     def open_task(self, kind: Kind, title: str, body: str, labelled_by: str = MAINTAINER) -> int: ...
     def labels(self, kind: Kind, number: int) -> list[str]: ...
-    def comments(self, kind: Kind, number: int) -> list[tuple[str, str]]: ...
+    def comments(self, kind: Kind, number: int) -> list[tuple[str, str]]:
+        """(author, body) as a reader sees them: without the agent's hidden write marker."""
+        ...
 
 
 class GitHubForge:
@@ -91,7 +94,7 @@ class GitHubForge:
         return list(self.sandbox.state.issue(REPO, number).labels)
 
     def comments(self, kind: Kind, number: int) -> list[tuple[str, str]]:
-        return [(c.author, c.body) for c in self.sandbox.state.comments(REPO, number)]
+        return [(c.author, strip_marker(c.body)) for c in self.sandbox.state.comments(REPO, number)]
 
 
 class GitLabForge:
@@ -132,7 +135,7 @@ class GitLabForge:
         state = self.sandbox.state
         notes = state.notes(REPO, number, kind=self._kind(kind), system=False)
         names = {state.find_user(name).id: name for name in (MAINTAINER, READER, BOT)}  # type: ignore[union-attr]
-        return [(names.get(note.author_id, str(note.author_id)), note.body) for note in notes]
+        return [(names.get(note.author_id, str(note.author_id)), strip_marker(note.body)) for note in notes]
 
 
 @pytest.fixture

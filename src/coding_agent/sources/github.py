@@ -35,7 +35,8 @@ from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey,
 from coding_agent.errors import AgentError, ForgeError, TransientError
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy, retry_async
-from coding_agent.sources.http import CachingTransport, retry_after, transient_status
+from coding_agent.sources.http import CachingTransport, rate_limited, retry_after, transient_status
+from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker, strip_marker, write_once
 
 __all__ = ["GitHubSource", "GitHubNotFoundError", "build_search_query", "MAX_SEARCH_QUERY_LENGTH"]
 
@@ -43,6 +44,9 @@ T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
 
 PER_PAGE = 100
+# GitHub refuses (422) a comment or PR body longer than this, and a title over 256.
+MAX_BODY_LENGTH = 65_536
+MAX_TITLE_LENGTH = 256
 # GitHub refuses a search `q` longer than this (422).
 MAX_SEARCH_QUERY_LENGTH = 256
 # GitHub serves at most 1000 search results (10 pages of 100).
@@ -138,6 +142,17 @@ def _author(user: Any) -> str:
     return user.login if user is not None else "ghost"
 
 
+def _comment(c: Any, thread_id: str | None = None) -> Comment:
+    """An issue or review comment as the domain sees it: without our hidden marker."""
+    return Comment(
+        id=str(c.id),
+        author=_author(_given(c.user)),
+        body=strip_marker(_given(c.body) or ""),
+        created_at=c.created_at,
+        thread_id=thread_id,
+    )
+
+
 def _comment_id(comment_id: str) -> int:
     try:
         return int(comment_id)
@@ -189,29 +204,48 @@ class GitHubSource:
         status, headers = response.status_code, response.headers
         what = f"github {method} {path}"
         if transient_status(status, headers):
-            return TransientError(f"{what} failed: HTTP {status}", retry_after=retry_after(headers))
+            return TransientError(
+                f"{what} failed: HTTP {status}",
+                retry_after=retry_after(headers),
+                maybe_applied=not rate_limited(status, headers),
+            )
         detail = _error_detail(response)
         message = self._redact(f"{what} failed: HTTP {status}" + (f": {detail}" if detail else ""))
         return GitHubNotFoundError(message) if status == 404 else ForgeError(message)
 
-    async def _call(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
-        """One REST call with the retry policy; githubkit's errors become ours."""
+    async def _attempt(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
+        """One REST request; githubkit's errors become ours."""
         what = f"github {method} {path}"
+        try:
+            return await send()
+        except RequestFailed as error:
+            raise self._failure(method, path, error.response.raw_response) from None
+        except RequestTimeout:
+            raise TransientError(f"{what} timed out") from None
+        except RequestError as error:
+            cause = type(error.exc).__name__
+            if isinstance(error.exc, httpx.TransportError):
+                raise TransientError(f"{what} failed: connection error ({cause})") from None
+            raise ForgeError(f"{what} failed: {cause}") from None
 
-        async def attempt() -> Response[T]:
-            try:
-                return await send()
-            except RequestFailed as error:
-                raise self._failure(method, path, error.response.raw_response) from None
-            except RequestTimeout:
-                raise TransientError(f"{what} timed out") from None
-            except RequestError as error:
-                cause = type(error.exc).__name__
-                if isinstance(error.exc, httpx.TransportError):
-                    raise TransientError(f"{what} failed: connection error ({cause})") from None
-                raise ForgeError(f"{what} failed: {cause}") from None
+    async def _call(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
+        """One REST call with the retry policy (for reads and idempotent writes)."""
+        return await retry_async(
+            lambda: self._attempt(method, path, send), self._retry, f"github {method} {path}", sleep=self._sleep
+        )
 
-        return await retry_async(attempt, self._retry, what, sleep=self._sleep)
+    async def _create(
+        self,
+        path: str,
+        send: Callable[[], Awaitable[Response[Any]]],
+        find: Callable[[], Awaitable[Any | None]],
+    ) -> Any:
+        """A POST that creates something: retried only after `find` says it did not happen."""
+
+        async def post() -> Any:
+            return self._data(await self._attempt("POST", path, send), "POST", path)
+
+        return await write_once(f"github POST {path}", post, find, self._retry, self._sleep)
 
     @staticmethod
     def _data(response: Response[T], method: str, path: str) -> T:
@@ -317,32 +351,24 @@ class GitHubSource:
 
     # ------------------------------------------------------------ comments and threads
 
-    async def list_comments(self, key: TaskKey) -> list[Comment]:
+    async def _raw_comments(self, key: TaskKey) -> list[Any]:
         owner, repo = _split_project(key.project)
         path = f"/repos/{key.project}/issues/{key.number}/comments"
-        comments = await self._get_pages(
+        return await self._get_pages(
             path,
             lambda page: self._github.rest.issues.async_list_comments(
                 owner, repo, key.number, per_page=PER_PAGE, page=page
             ),
         )
-        result = [
-            Comment(id=str(c.id), author=_author(_given(c.user)), body=_given(c.body) or "", created_at=c.created_at)
-            for c in comments
-        ]
+
+    async def list_comments(self, key: TaskKey) -> list[Comment]:
+        result = [_comment(c) for c in await self._raw_comments(key)]
         return sorted(result, key=lambda c: (c.created_at, int(c.id)))
 
     async def list_threads(self, key: TaskKey) -> list[Thread]:
         if not key.is_change:
             return []
-        owner, repo = _split_project(key.project)
-        path = f"/repos/{key.project}/pulls/{key.number}/comments"
-        review_comments = await self._get_pages(
-            path,
-            lambda page: self._github.rest.pulls.async_list_review_comments(
-                owner, repo, key.number, per_page=PER_PAGE, page=page
-            ),
-        )
+        review_comments = await self._raw_review_comments(key)
         review_comments.sort(key=lambda c: (c.created_at, c.id))
         present = {c.id for c in review_comments}
         grouped: dict[int, list[Any]] = {}
@@ -353,16 +379,7 @@ class GitHubSource:
         threads = []
         for root, members in grouped.items():
             first = members[0]
-            comments = tuple(
-                Comment(
-                    id=str(c.id),
-                    author=_author(_given(c.user)),
-                    body=c.body,
-                    created_at=c.created_at,
-                    thread_id=str(root),
-                )
-                for c in members
-            )
+            comments = tuple(_comment(c, str(root)) for c in members)
             line = _given(first.line) or _given(first.original_line)
             threads.append(Thread(id=str(root), comments=comments, path=first.path, line=line))
         return threads
@@ -370,23 +387,34 @@ class GitHubSource:
     async def post_comment(self, key: TaskKey, body: str) -> Comment:
         owner, repo = _split_project(key.project)
         path = f"/repos/{key.project}/issues/{key.number}/comments"
-        response = await self._call(
-            "POST", path, lambda: self._github.rest.issues.async_create_comment(owner, repo, key.number, body=body)
+        marker = new_marker()
+        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
+
+        async def find() -> Any | None:
+            return next((c for c in await self._raw_comments(key) if has_marker(_given(c.body), marker)), None)
+
+        created = await self._create(
+            path, lambda: self._github.rest.issues.async_create_comment(owner, repo, key.number, body=text), find
         )
-        comment = self._data(response, "POST", path)
-        return Comment(
-            id=str(comment.id),
-            author=_author(_given(comment.user)),
-            body=_given(comment.body) or body,
-            created_at=comment.created_at,
-        )
+        return _comment(created)
 
     async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
         owner, repo = _split_project(key.project)
         number = _comment_id(comment_id)
         path = f"/repos/{key.project}/issues/comments/{number}"
+        text = cap_body(body, MAX_BODY_LENGTH)
         await self._call(
-            "PATCH", path, lambda: self._github.rest.issues.async_update_comment(owner, repo, number, body=body)
+            "PATCH", path, lambda: self._github.rest.issues.async_update_comment(owner, repo, number, body=text)
+        )
+
+    async def _raw_review_comments(self, key: TaskKey) -> list[Any]:
+        owner, repo = _split_project(key.project)
+        path = f"/repos/{key.project}/pulls/{key.number}/comments"
+        return await self._get_pages(
+            path,
+            lambda page: self._github.rest.pulls.async_list_review_comments(
+                owner, repo, key.number, per_page=PER_PAGE, page=page
+            ),
         )
 
     async def reply_in_thread(self, key: TaskKey, thread_id: str, body: str) -> Comment:
@@ -394,21 +422,20 @@ class GitHubSource:
         owner, repo = _split_project(key.project)
         root = _comment_id(thread_id)
         path = f"/repos/{key.project}/pulls/{key.number}/comments/{root}/replies"
-        response = await self._call(
-            "POST",
+        marker = new_marker()
+        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
+
+        async def find() -> Any | None:
+            return next((c for c in await self._raw_review_comments(key) if has_marker(c.body, marker)), None)
+
+        reply = await self._create(
             path,
             lambda: self._github.rest.pulls.async_create_reply_for_review_comment(
-                owner, repo, key.number, root, body=body
+                owner, repo, key.number, root, body=text
             ),
+            find,
         )
-        reply = self._data(response, "POST", path)
-        return Comment(
-            id=str(reply.id),
-            author=_author(_given(reply.user)),
-            body=reply.body,
-            created_at=reply.created_at,
-            thread_id=thread_id,
-        )
+        return _comment(reply, thread_id)
 
     # ------------------------------------------------------------ delivery
 
@@ -478,20 +505,26 @@ class GitHubSource:
     async def open_change(self, project: str, head_branch: str, base_branch: str, title: str, body: str) -> ChangeRequest:
         owner, repo = _split_project(project)
         path = f"/repos/{project}/pulls"
-        response = await self._call(
-            "POST",
-            path,
-            lambda: self._github.rest.pulls.async_create(
-                owner, repo, title=title, head=head_branch, base=base_branch, body=body, draft=True
-            ),
-        )
-        return self._change(self._data(response, "POST", path))
+        text = cap_body(body, MAX_BODY_LENGTH)
+
+        async def send() -> Response[Any]:
+            return await self._github.rest.pulls.async_create(
+                owner, repo, title=title[:MAX_TITLE_LENGTH], head=head_branch, base=base_branch, body=text, draft=True
+            )
+
+        async def find() -> ChangeRequest | None:
+            return await self.find_open_change(project, head_branch)
+
+        created = await self._create(path, send, find)
+        return created if isinstance(created, ChangeRequest) else self._change(created)
 
     async def update_change(self, project: str, number: int, body: str) -> ChangeRequest:
         owner, repo = _split_project(project)
         path = f"/repos/{project}/pulls/{number}"
         response = await self._call(
-            "PATCH", path, lambda: self._github.rest.pulls.async_update(owner, repo, number, body=body)
+            "PATCH",
+            path,
+            lambda: self._github.rest.pulls.async_update(owner, repo, number, body=cap_body(body, MAX_BODY_LENGTH)),
         )
         return self._change(self._data(response, "PATCH", path))
 

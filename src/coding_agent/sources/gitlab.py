@@ -32,7 +32,8 @@ from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey,
 from coding_agent.errors import ForgeError, TransientError
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy, retry_async
-from coding_agent.sources.http import ETagCache, retry_after, transient_status
+from coding_agent.sources.http import ETagCache, rate_limited, retry_after, transient_status
+from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker, strip_marker, write_once
 
 __all__ = ["GitLabSource", "instance_url", "permission_for_access_level"]
 
@@ -40,6 +41,8 @@ T = TypeVar("T")
 JSON = dict[str, Any]
 
 PER_PAGE = 100  # GitLab's maximum
+# GitLab refuses a note longer than this ("Note is too long (maximum is 1000000 characters)").
+MAX_BODY_LENGTH = 1_000_000
 _THREAD_NOTE_TYPES = ("DiscussionNote", "DiffNote")
 _STATES = {"opened": "open"}
 _TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
@@ -111,10 +114,11 @@ def _assignees(data: JSON) -> list[str]:
 
 
 def _comment(note: JSON, thread_id: str | None = None) -> Comment:
+    """A note as the domain sees it: without our hidden marker."""
     return Comment(
         id=str(note["id"]),
         author=(note.get("author") or {}).get("username", ""),
-        body=note.get("body") or "",
+        body=strip_marker(note.get("body") or ""),
         created_at=_parse_time(note["created_at"]),
         thread_id=thread_id,
     )
@@ -181,6 +185,12 @@ class GitLabSource:
 
         return await retry_async(attempt, self._retry, f"gitlab {what}", sleep=self._sleep)
 
+    async def _create(self, what: str, fn: Callable[[], T], find: Callable[[], Awaitable[T | None]]) -> T:
+        """A POST that creates something: retried only after `find` says it did not happen."""
+        return await write_once(
+            f"gitlab {what}", lambda: asyncio.to_thread(self._guarded, what, fn), find, self._retry, self._sleep
+        )
+
     def _guarded(self, what: str, fn: Callable[[], T]) -> T:
         self._local.response = None
         try:
@@ -196,7 +206,11 @@ class GitLabSource:
         response: requests.Response | None = getattr(self._local, "response", None)
         headers = response.headers if response is not None and response.status_code == code else {}
         if code is not None and transient_status(code, headers):
-            return TransientError(f"gitlab {what}: HTTP {code}", retry_after=retry_after(headers))
+            return TransientError(
+                f"gitlab {what}: HTTP {code}",
+                retry_after=retry_after(headers),
+                maybe_applied=not rate_limited(code, headers),
+            )
         detail = self._redact(str(error.error_message))[:300]
         status = f"HTTP {code}" if code is not None else type(error).__name__
         return ForgeError(f"gitlab {what} failed: {status} {detail}".rstrip())
@@ -379,18 +393,25 @@ class GitLabSource:
 
     async def post_comment(self, key: TaskKey, body: str) -> Comment:
         path = self._item_path(key) + "/notes"
+        marker = new_marker()
+        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
 
         def create() -> JSON:
             item = self._manager(key).get(key.number, lazy=True)
-            return dict(item.notes.create({"body": body}).attributes)
+            return dict(item.notes.create({"body": text}).attributes)
 
-        return _comment(await self._call(f"POST {path}", create))
+        async def find() -> JSON | None:
+            notes = await self._call(f"GET {path}", lambda: self._fetch_notes(path))
+            return next((note for note in notes if has_marker(note.get("body"), marker)), None)
+
+        return _comment(await self._create(f"POST {path}", create, find))
 
     async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
         path = f"{self._item_path(key)}/notes/{comment_id}"
+        text = cap_body(body, MAX_BODY_LENGTH)
 
         def update() -> None:
-            self._manager(key).get(key.number, lazy=True).notes.update(int(comment_id), {"body": body})
+            self._manager(key).get(key.number, lazy=True).notes.update(int(comment_id), {"body": text})
 
         await self._call(f"PUT {path}", update)
 
@@ -487,12 +508,20 @@ class GitLabSource:
     async def reply_in_thread(self, key: TaskKey, thread_id: str, body: str) -> Comment:
         """A note on the same discussion (`Thread.id` is the discussion id)."""
         path = f"{self._item_path(key)}/discussions/{thread_id}/notes"
+        marker = new_marker()
+        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
 
         def create() -> JSON:
             item = self._manager(key).get(key.number, lazy=True)
-            return dict(item.discussions.get(thread_id, lazy=True).notes.create({"body": body}).attributes)
+            return dict(item.discussions.get(thread_id, lazy=True).notes.create({"body": text}).attributes)
 
-        return _comment(await self._call(f"POST {path}", create), thread_id)
+        async def find() -> JSON | None:
+            listing = self._item_path(key) + "/discussions"
+            discussions = await self._call(f"GET {listing}", lambda: self._get_all(listing))
+            notes = [note for d in discussions if str(d.get("id")) == thread_id for note in d.get("notes") or []]
+            return next((note for note in notes if has_marker(note.get("body"), marker)), None)
+
+        return _comment(await self._create(f"POST {path}", create, find), thread_id)
 
     async def clone_url(self, project: str) -> str:
         path = f"/projects/{self._project_ref(project)}"
@@ -557,19 +586,25 @@ class GitLabSource:
             "source_branch": head_branch,
             "target_branch": base_branch,
             "title": title if title.lower().startswith("draft:") else f"Draft: {title}",
-            "description": body,
+            "description": cap_body(body, MAX_BODY_LENGTH),
         }
 
         def create() -> JSON:
             return dict(self._gl.projects.get(project, lazy=True).mergerequests.create(fields).attributes)
 
-        return self._change(await self._call(f"POST {path}", create))
+        async def find() -> JSON | None:
+            found = await self.find_open_change(project, head_branch)
+            return {"iid": found.number, "web_url": found.url, "source_branch": found.head_branch,
+                    "target_branch": found.base_branch, "description": found.body, "draft": found.draft} if found else None
+
+        return self._change(await self._create(f"POST {path}", create, find))
 
     async def update_change(self, project: str, number: int, body: str) -> ChangeRequest:
         path = f"/projects/{self._project_ref(project)}/merge_requests/{number}"
 
         def update() -> JSON:
-            return dict(self._gl.projects.get(project, lazy=True).mergerequests.update(number, {"description": body}))
+            fields = {"description": cap_body(body, MAX_BODY_LENGTH)}
+            return dict(self._gl.projects.get(project, lazy=True).mergerequests.update(number, fields))
 
         return self._change(await self._call(f"PUT {path}", update))
 

@@ -31,7 +31,15 @@ import httpx
 
 from coding_agent.retry import parse_retry_after
 
-__all__ = ["CACHE_ENTRIES", "CachedAnswer", "CachingTransport", "ETagCache", "retry_after", "transient_status"]
+__all__ = [
+    "CACHE_ENTRIES",
+    "CachedAnswer",
+    "CachingTransport",
+    "ETagCache",
+    "rate_limited",
+    "retry_after",
+    "transient_status",
+]
 
 V = TypeVar("V")
 
@@ -66,12 +74,16 @@ class ETagCache(Generic[V]):
             self._items.clear()
 
 
-def transient_status(status: int, headers: Mapping[str, str]) -> bool:
-    """5xx, 429, or a rate-limit 403 (GitHub's primary and secondary limits)."""
-    if status >= 500 or status == 429:
-        return True
+def rate_limited(status: int, headers: Mapping[str, str]) -> bool:
+    """429, or a 403 that is GitHub's primary or secondary rate limit: nothing was done."""
     lowered = {key.lower(): value for key, value in headers.items()}
-    return status == 403 and (lowered.get("x-ratelimit-remaining") == "0" or "retry-after" in lowered)
+    limit_403 = status == 403 and (lowered.get("x-ratelimit-remaining") == "0" or "retry-after" in lowered)
+    return status == 429 or limit_403
+
+
+def transient_status(status: int, headers: Mapping[str, str]) -> bool:
+    """5xx, or a rate limit: worth asking again."""
+    return status >= 500 or rate_limited(status, headers)
 
 
 def retry_after(headers: Mapping[str, str] | None) -> float | None:
