@@ -2,13 +2,14 @@
 
 Each e2e test seeds a forge, scripts the model, writes a config file pointing at both,
 and runs `coding-agent run --once` (a real subprocess) or the service in-process.
-Secrets are real-looking strings passed through the environment, so the tests can grep
+Secrets are random strings passed through the environment, so the tests can grep
 every output for them afterwards.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,9 +26,12 @@ from coding_agent.testing.gitlab import GitLabSandbox
 from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.tools.builtin import builtin_workspace_server
 
-GITHUB_BOT_TOKEN = "ghp_" + "E2eGithubBotToken0123456789abcdef"
-GITLAB_BOT_TOKEN = "glpat-" + "E2eGitlabBotToken0123"
-LLM_API_KEY = "sk-" + "E2eReplayApiKey0123456789"
+# Random strings no built-in redaction pattern matches (no ghp_/glpat-/sk- shapes): a
+# test that finds none of them anywhere proves the configured secrets are masked, not
+# that a token-shaped regex happened to catch them. Fresh per test process.
+GITHUB_BOT_TOKEN = secrets.token_hex(20)
+GITLAB_BOT_TOKEN = secrets.token_hex(20)
+LLM_API_KEY = secrets.token_hex(20)
 SECRETS = (GITHUB_BOT_TOKEN, GITLAB_BOT_TOKEN, LLM_API_KEY)
 
 REPO = "acme/widgets"

@@ -188,6 +188,9 @@ class TaskRunner:
         if interruption is not None:
             status, context_dir = await control.interrupted(interruption, llm)
             return RunResult(run_uuid, key, status, control.steps, context_dir)
+        # Redacted before anything stores it: the state store keeps the outcome to publish
+        # (run_marks.final_body) and a failed run's reason (runs.error).
+        outcome = replace(outcome, comment=self._redactor.text(outcome.comment))
         control.record_outcome(outcome)
         status, failure = await self._publish(source, task, control.reporter(), outcome)
         if status is None:
