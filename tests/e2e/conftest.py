@@ -20,11 +20,11 @@ from typing import Any, Literal, Protocol
 import pytest
 import yaml
 
+from coding_agent.config import builtin_workspace_server
 from coding_agent.sources.writes import strip_marker
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.gitlab import GitLabSandbox
 from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.tools.builtin import builtin_workspace_server
 
 # Random strings no built-in redaction pattern matches (no ghp_/glpat-/sk- shapes): a
 # test that finds none of them anywhere proves the configured secrets are masked, not
