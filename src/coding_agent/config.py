@@ -334,6 +334,8 @@ class RetryConfig(_Strict):
     retries: int = Field(default=3, ge=0)
     base_delay_seconds: float = Field(default=1.0, ge=0)
     max_delay_seconds: float = Field(default=60.0, ge=0)
+    # One forge request, whole (also when answered through the conditional-request cache).
+    forge_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
 class TaskStopConfig(_Strict):
