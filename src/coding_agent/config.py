@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from coding_agent.errors import ConfigError
+from coding_agent.prompts.prompting import text
 
 __all__ = [
     "AgentConfig",
@@ -59,6 +62,25 @@ class LabelConfig(_Strict):
     paused_label: str = "coding agent paused"
     stopped_label: str = "coding agent stopped"
     failed_label: str = "coding agent failed"
+
+    @field_validator("bot_label", "processing_label", "done_label", "paused_label", "stopped_label", "failed_label")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        """An empty label matches nothing: the agent would never see a trigger."""
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> LabelConfig:
+        """Two lifecycle states under one label could not be told apart."""
+        seen: dict[str, str] = {}
+        for key in LabelConfig.model_fields:
+            value = getattr(self, key)
+            other = seen.setdefault(value.strip().lower(), key)
+            if other != key:
+                raise ValueError(f"{key} and {other} must be different labels")
+        return self
 
 
 class GitHubConfig(LabelConfig):
@@ -143,26 +165,23 @@ class MCPServerConfig(_Strict):
     system_prompt: str = ""
     tools_allow: list[str] | None = None
 
+    @field_validator("command")
+    @classmethod
+    def _this_interpreter(cls, command: list[str]) -> list[str]:
+        """`{python}` is this interpreter, and `coding-agent ...` runs this installation's CLI
+        through it: neither is looked up on PATH, so the config works from cron or a venv
+        that is not activated."""
+        command = [sys.executable if item == "{python}" else item for item in command]
+        if command[0] == "coding-agent":
+            command = [sys.executable, "-m", "coding_agent.cli", *command[1:]]
+        return command
+
 
 # -- the built-in workspace MCP server: the default of `mcp_servers` ---------------------
 # Here, not beside the server (`tools.workspace_server`), so that loading a config imports
 # neither the MCP server stack nor anything above this floor.
 
-WORKSPACE_SYSTEM_PROMPT = """\
-The workspace tools work on the repository checked out for this task; paths are relative
-to its root (absolute paths inside it work too, nothing outside it does).
-- Look before you edit: `list_files` and `search` to find code, `view` to read a file
-  with line numbers (use `view_range` for long files).
-- Edit with `str_replace` (old_str must match the file exactly, whitespace included, and
-  occur once; add surrounding lines to make it unique), `insert` to add lines after a
-  line number, `create` for new files (it overwrites an existing file).
-- `run` executes a shell command in the root (no network, so nothing can be downloaded;
-  output is capped, long commands time out). Use it to build and run the tests.
-- `git_status` and `git_diff` show what you changed; git commands inside `run` do not see
-  the repository's history. Do not commit or push: the agent commits and opens the pull
-  request when you are done.
-"""
-
+WORKSPACE_SYSTEM_PROMPT = text("workspace_server.j2")
 
 def builtin_workspace_server() -> dict[str, Any]:
     """The `mcp_servers` entry that starts the built-in workspace server for a run.
@@ -277,6 +296,25 @@ class LoggingConfig(_Strict):
 class DatabaseConfig(_Strict):
     url: str = "sqlite:///coding-agent.db"
 
+    @field_validator("url")
+    @classmethod
+    def _usable_url(cls, value: str) -> str:
+        """Checked at start, not at the first query; the URL itself is never echoed (it may
+        hold a password)."""
+        try:
+            url = make_url(value)
+            backend = url.get_backend_name()
+            url.get_dialect()
+        except (ArgumentError, ValueError):
+            raise ValueError("not a database URL (sqlite:///path/to/state.db or postgresql://user@host/db)") from None
+        except NoSuchModuleError:
+            raise ValueError("unknown database kind; use sqlite:///... or postgresql://...") from None
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError(f"{backend} is not supported; use sqlite:///... or postgresql://...")
+        if backend == "sqlite" and url.database in (None, "", ":memory:"):
+            raise ValueError("SQLite needs a file (sqlite:///path/to/state.db): an in-memory store forgets every task")
+        return value
+
 
 class BudgetConfig(_Strict):
     max_tokens: int | None = Field(default=None, gt=0)
@@ -296,6 +334,8 @@ class RetryConfig(_Strict):
     retries: int = Field(default=3, ge=0)
     base_delay_seconds: float = Field(default=1.0, ge=0)
     max_delay_seconds: float = Field(default=60.0, ge=0)
+    # One forge request, whole (also when answered through the conditional-request cache).
+    forge_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
 class TaskStopConfig(_Strict):
@@ -328,6 +368,71 @@ class ProgressCommentConfig(_Strict):
     min_edit_interval_seconds: float = Field(default=5, ge=0)
 
 
+class LoopGuardConfig(_Strict):
+    """A model repeating one tool call with one result (or one reply) is corrected, then
+    stopped (SPEC 4): weak and local models loop, and must never burn a budget silently."""
+
+    enabled: bool = True
+    warn_after: int = Field(default=3, ge=2)
+    fail_after: int = Field(default=5, ge=2)
+
+    @model_validator(mode="after")
+    def _fail_after_warning(self) -> LoopGuardConfig:
+        if self.fail_after <= self.warn_after:
+            raise ValueError("loop_guard.fail_after must be greater than loop_guard.warn_after")
+        return self
+
+
+class PlanningReflectionConfig(_Strict):
+    enabled: bool = True
+    trigger_interval: int = Field(default=3, ge=0)  # reflect after every N ended actions; 0: never
+    trigger_on_error: bool = True
+
+
+class PlanningRevisionConfig(_Strict):
+    max_revisions: int = Field(default=3, ge=0)
+
+
+class PlanningVerificationConfig(_Strict):
+    enabled: bool = True
+    max_rounds: int = Field(default=2, ge=1)
+
+
+class PlanningConfig(_Strict):
+    """Planning mode (SPEC 10): plan, act, reflect, revise, verify inside the section-4 loop."""
+
+    enabled: bool = False
+    max_actions: int = Field(default=20, ge=1)
+    max_steps_per_action: int = Field(default=10, ge=1)
+    reflection: PlanningReflectionConfig = Field(default_factory=PlanningReflectionConfig)
+    revision: PlanningRevisionConfig = Field(default_factory=PlanningRevisionConfig)
+    verification: PlanningVerificationConfig = Field(default_factory=PlanningVerificationConfig)
+
+
+class DashboardConfig(_Strict):
+    """The web dashboard of `serve` (SPEC 11.3). Beyond localhost every page needs `token`."""
+
+    enabled: bool = True
+    bind: str = Field(default="127.0.0.1:8080", pattern=r"^\[?[A-Za-z0-9.:-]*\]?:[0-9]{1,5}$")
+    token: SecretStr | None = None
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.bind.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+    @property
+    def local_only(self) -> bool:
+        """Bound to a loopback address: nothing beyond this machine can reach it."""
+        return self.host_port[0] in ("127.0.0.1", "localhost", "::1")
+
+    @model_validator(mode="after")
+    def _token_beyond_localhost(self) -> DashboardConfig:
+        if self.enabled and not self.local_only and (self.token is None or not self.token.get_secret_value()):
+            raise ValueError(f"dashboard.bind {self.bind} is beyond localhost: set dashboard.token")
+        return self
+
+
 SourceName = Literal["github", "gitlab"]
 
 
@@ -352,10 +457,13 @@ class AgentConfig(_Strict):
     comment_detection: CommentDetectionConfig = Field(default_factory=CommentDetectionConfig)
     pause_resume: PauseResumeConfig = Field(default_factory=PauseResumeConfig)
     progress_comment: ProgressCommentConfig = Field(default_factory=ProgressCommentConfig)
+    loop_guard: LoopGuardConfig = Field(default_factory=LoopGuardConfig)
+    planning: PlanningConfig = Field(default_factory=PlanningConfig)
     language: Literal["en", "ja"] = "en"
     comment_handling: CommentHandlingConfig = Field(default_factory=CommentHandlingConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     persona: str | None = None
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -397,7 +505,7 @@ class AgentConfig(_Strict):
     def secrets(self) -> list[str]:
         """Every secret value in the configuration, for redaction in logs and comments."""
         values: list[str] = []
-        for section in (self.github, self.gitlab, self.llm.openai, self.llm.lmstudio):
+        for section in (self.github, self.gitlab, self.llm.openai, self.llm.lmstudio, self.dashboard):
             secret = getattr(section, "token", None) or getattr(section, "api_key", None)
             if secret is not None and secret.get_secret_value():
                 values.append(secret.get_secret_value())
@@ -416,12 +524,13 @@ _ENV_OVERRIDES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def _substitute(value: Any, path: str, env: Mapping[str, str]) -> Any:
-    """Replace `${VAR}` / `${VAR:-default}` in every string, naming the key when VAR is unset."""
+def _substitute(value: Any, path: str, env: Mapping[str, str], lenient: bool = False) -> Any:
+    """Replace `${VAR}` / `${VAR:-default}` in every string, naming the key when VAR is unset
+    (`lenient`: an unset VAR becomes empty, for commands that only read local state)."""
     if isinstance(value, dict):
-        return {key: _substitute(item, f"{path}.{key}" if path else str(key), env) for key, item in value.items()}
+        return {key: _substitute(item, f"{path}.{key}" if path else str(key), env, lenient) for key, item in value.items()}
     if isinstance(value, list):
-        return [_substitute(item, f"{path}[{index}]", env) for index, item in enumerate(value)]
+        return [_substitute(item, f"{path}[{index}]", env, lenient) for index, item in enumerate(value)]
     if not isinstance(value, str):
         return value
 
@@ -431,6 +540,8 @@ def _substitute(value: Any, path: str, env: Mapping[str, str]) -> Any:
             return env[name]
         if default is not None:
             return default
+        if lenient:
+            return ""
         raise ConfigError(f"config key {path}: environment variable {name} is not set")
 
     return _ENV_PATTERN.sub(replace, value)
@@ -451,7 +562,8 @@ def _apply_env_overrides(data: dict[str, Any], env: Mapping[str, str]) -> None:
 
 
 def _format_validation_error(error: ValidationError, source: str) -> str:
-    lines = []
+    """One line: every bad key with what is wrong with it (a config error is one line)."""
+    problems = []
     for item in error.errors():
         location = ".".join(str(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
@@ -459,16 +571,22 @@ def _format_validation_error(error: ValidationError, source: str) -> str:
             message = "unknown key"
         elif item["type"] == "missing":
             message = "required key is missing"
-        lines.append(f"  {location}: {message}" if location else f"  {message}")
-    return f"invalid configuration in {source}:\n" + "\n".join(lines)
+        problems.append(f"{location}: {message}" if location else message)
+    return f"invalid configuration in {source}: " + "; ".join(problems)
 
 
-def parse_config(data: Any, source: str = "<config>", env: Mapping[str, str] | None = None) -> AgentConfig:
-    """Validate an already-parsed YAML document (after env substitution and overrides)."""
+def parse_config(
+    data: Any, source: str = "<config>", env: Mapping[str, str] | None = None, local_only: bool = False
+) -> AgentConfig:
+    """Validate an already-parsed YAML document (after env substitution and overrides).
+
+    `local_only`: the caller reads only the local state (status, memory, pause), so an
+    unset `${VAR}` (typically a token) is left empty instead of being an error.
+    """
     env = os.environ if env is None else env
     if not isinstance(data, dict):
         raise ConfigError(f"invalid configuration in {source}: the top level must be a mapping of keys")
-    data = _substitute(data, "", env)
+    data = _substitute(data, "", env, local_only)
     _apply_env_overrides(data, env)
     try:
         return AgentConfig.model_validate(data)
@@ -476,15 +594,63 @@ def parse_config(data: Any, source: str = "<config>", env: Mapping[str, str] | N
         raise ConfigError(_format_validation_error(error, source)) from None
 
 
-def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> AgentConfig:
-    """Read, substitute and validate the YAML file at `path`."""
+# Bounds on what a config file may make the loader do. A real config is a few KiB with a
+# few hundred values; an alias bomb ("billion laughs") is a few hundred bytes whose aliases
+# expand to billions of values, which the ${ENV} substitution would then copy.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_VALUES = 100_000
+
+
+def _expanded_size(data: Any, limit: int) -> int:
+    """How many values `data` holds once every alias is expanded, stopping past `limit`.
+
+    Aliases are shared objects in the loaded document, so each distinct node is sized
+    once (memoised by identity): the cost is the document's size, not its expansion.
+    """
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        children = node.values() if isinstance(node, dict) else node
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > limit:
+                break
+        sizes[id(node)] = total
+        return total
+
+    return size(data)
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None, local_only: bool = False) -> AgentConfig:
+    """Read, substitute and validate the YAML file at `path` (`local_only`: see `parse_config`);
+    any problem is one `ConfigError`."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
         raise ConfigError(f"cannot read config file {path}: {error.strerror or error}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is over {MAX_CONFIG_BYTES} bytes; is it the right file?")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {error.start})") from None
     try:
         data = yaml.safe_load(text)
+        if _expanded_size(data, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+            raise ConfigError(
+                f"config file {path} expands to over {MAX_CONFIG_VALUES} values (YAML alias bomb?)"
+            )
     except yaml.YAMLError as error:
-        raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
-    return parse_config(data, str(path), env)
+        detail = " ".join(str(error).split())
+        raise ConfigError(f"config file {path} is not valid YAML: {detail}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} is nested too deeply") from None
+    return parse_config(data, str(path), env, local_only)

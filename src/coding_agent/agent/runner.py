@@ -16,6 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from coding_agent.agent.loop import LoopLimits, LoopOutcome, run_loop
+from coding_agent.agent.loop_guard import LoopGuard
+from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
+from coding_agent.agent.planning import PlanningPolicy, load_planning_state, render_instructions
 from coding_agent.agent.reply_thread import request_thread
 from coding_agent.agent.steering import Continuation, LeaseLost, RunControl, RunControls, RunInterrupted
 from coding_agent.config import AgentConfig
@@ -25,13 +28,14 @@ from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.storage import ContextStorage, RunContextFiles
 from coding_agent.domain.ports import RunStore
 from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread
-from coding_agent.errors import AgentError
+from coding_agent.errors import AgentError, ForgeError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
-from coding_agent.llm.protocols import create_protocol
+from coding_agent.llm.protocols import ReplyProtocol, create_protocol
 from coding_agent.llm.types import TokenUsage
 from coding_agent.prompts.notices import notice
 from coding_agent.prompts.prompting import render_system_prompt
+from coding_agent.prompts.untrusted import UntrustedWrapper
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import retry_policy
@@ -42,6 +46,9 @@ from coding_agent.workspace.session import RunWorkspace
 __all__ = ["TaskRunner", "RunResult", "IssueReporter"]
 
 log = logging.getLogger(__name__)
+
+# Publications of an outcome (final comment, label) before the run gives up and ends failed.
+MAX_PUBLISH_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -77,10 +84,12 @@ class IssueReporter:
 
 
 class _TrustCache:
-    """Which comment authors have write access (looked up once per author per run)."""
+    """Which comment authors have write access (looked up once per author per run), and
+    the run's wrapper (one nonce per run) for the text of those who do not."""
 
     def __init__(self) -> None:
         self.trusted: dict[str, bool] = {}
+        self.wrapper = UntrustedWrapper.new()
 
     async def load(self, source: Source, key: TaskKey, authors: set[str]) -> None:
         for author in sorted(authors - self.trusted.keys()):
@@ -185,8 +194,16 @@ class TaskRunner:
         if interruption is not None:
             status, context_dir = await control.interrupted(interruption, llm)
             return RunResult(run_uuid, key, status, control.steps, context_dir)
+        # Redacted before anything stores it: the state store keeps the outcome to publish
+        # (run_marks.final_body) and a failed run's reason (runs.error).
+        outcome = replace(outcome, comment=self._redactor.text(outcome.comment))
         control.record_outcome(outcome)
-        status = await self._publish(source, task, control.reporter(), outcome)
+        status, failure = await self._publish(source, task, control.reporter(), outcome)
+        if status is None:
+            attempts = int(files.metadata.get("publish_attempts", 0)) + 1
+            if attempts < MAX_PUBLISH_ATTEMPTS:
+                return self._leave_finishing(key, run_uuid, files, outcome.steps, attempts)
+            status = await self._give_up(source, task, attempts, failure)
         await control.finished(status)
         files.write_metadata(status=status, steps=outcome.steps)
         context_dir = files.move_to("completed")
@@ -217,23 +234,35 @@ class TaskRunner:
             source, task, workspace, config.workspace, retry_policy(config), self._redactor, files.directory / "checkout.json"
         )
         await clone.prepare()
+        # Rule files are rules only when the trigger controls them: not on a PR head
+        # written by someone without write access (SPEC 15); then they are untrusted context.
+        rules = clone.rules()
+        branch_rules = rules if task.key.is_change and not trust(task.author) else {}
         protocol = create_protocol(config.llm.function_calling)
+        planner = self._planner(protocol, workspace, control)
+        policy: LoopPolicy = planner or ProtocolPolicy(protocol)
+        instructions = protocol.instructions()
+        if planner is not None:
+            instructions += "\n\n" + render_instructions(protocol.uses_native_tools, config.planning.max_actions)
         async with ToolHub(config.mcp_servers, config.tools, workspace, self._redactor.secrets) as hub:
             llm.send_system_prompt(
                 render_system_prompt(
                     task,
                     hub.tool_specs,
                     hub.system_prompts,
-                    protocol.instructions(),
+                    instructions,
                     show_schemas=not protocol.uses_native_tools,
                     language=config.language,
-                    repository_rules=clone.rules(),
+                    repository_rules={} if branch_rules else rules,
+                    untrusted=trust.wrapper,
                 )
             )
             if not control.restore(llm):  # a continued run has its history already
-                llm.send_user_message(self._first_turn(source, task, comments, threads, trust, files.run_uuid))
-            protocol.prepare(llm, hub.tool_specs)
+                first_turn = self._first_turn(source, task, comments, threads, trust, files.run_uuid, branch_rules)
+                llm.send_user_message(first_turn)
+            policy.prepare(llm, hub.tool_specs)
             await control.begin(comments, threads, trust)
+            guard = config.loop_guard
             limits = LoopLimits(
                 max_steps=config.max_llm_process_num,
                 max_tokens=config.budget.max_tokens,
@@ -252,14 +281,46 @@ class TaskRunner:
                 compressor=self._compressor(str(task.key), files.run_uuid),
                 start_steps=control.steps,
                 pending_reply=control.pending_reply(llm),
+                guard=LoopGuard(guard.enabled, guard.warn_after, guard.fail_after, config.language),
+                policy=policy,
             )
+            if planner is not None:
+                await planner.finish()
         if outcome.status == "done":  # SPEC 7: commit, push, open or update the PR/MR
             final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language)
             outcome = replace(outcome, comment=final)
         return outcome
 
+    def _planner(self, protocol: ReplyProtocol, workspace: Path, control: RunControl) -> PlanningPolicy | None:
+        """Planning mode's policy (SPEC 10), its state restored for a continued run."""
+        config = self._config
+        if not config.planning.enabled:
+            return None
+        saved = control.saved_planning()
+        state = load_planning_state(saved) if control.continued else None
+        planner = PlanningPolicy(
+            config.planning,
+            protocol,
+            workspace,
+            control.progress,
+            control.reporter().step_comment,
+            lambda: control.steps,
+            state,
+            git_timeout=config.workspace.git_timeout_seconds,
+        )
+        control.describe_position = planner.describe
+        control.planning_state = planner.get_state
+        return planner
+
     def _first_turn(
-        self, source: Source, task: Task, comments: list[Comment], threads: list[Thread], trust: _TrustCache, run_uuid: str
+        self,
+        source: Source,
+        task: Task,
+        comments: list[Comment],
+        threads: list[Thread],
+        trust: _TrustCache,
+        run_uuid: str,
+        branch_rules: dict[str, str],
     ) -> str:
         """The task, its conversation and review threads, and the memories (SPEC 9.1, 9.2)."""
         handling = self._config.comment_handling
@@ -269,11 +330,12 @@ class TaskRunner:
             completion_keywords=tuple(handling.completion_keywords),
             channel_messages_limit=self._config.memory.channel_messages_limit,
             persona=self._config.persona,
+            wrapper=trust.wrapper,
         )
         # A task whose previous run ended done is worked again: a follow-up (SPEC 3).
         previous = [run for run in self._store.runs(str(task.key)) if run.uuid != run_uuid]
         followup = bool(previous) and previous[-1].status == "done"
-        return build_first_turn(task, comments, threads, trust, settings, self._memories, followup)
+        return build_first_turn(task, comments, threads, trust, settings, self._memories, followup, branch_rules)
 
     def _compressor(self, key: str, run_uuid: str) -> Compressor:
         storage = self._config.context_storage
@@ -310,8 +372,15 @@ class TaskRunner:
         self._store.record_usages(run_uuid, key, self._pending_usage.pop(run_uuid, []))
         self._last_heartbeat.pop(run_uuid, None)
 
-    async def _publish(self, source: Source, task: Task, reporter: IssueReporter, outcome: LoopOutcome) -> str:
-        """Final comment and label. Returns the run status; never raises for forge errors."""
+    async def _publish(
+        self, source: Source, task: Task, reporter: IssueReporter, outcome: LoopOutcome
+    ) -> tuple[str | None, str]:
+        """Final comment and label: the run status, or None and why when the forge failed us.
+
+        A final comment the forge refuses for good (a 4xx: it will refuse it again) is
+        replaced by a failure notice that says why. Anything else that fails (5xx
+        streaks, timeouts, a forbidden label write) leaves the outcome to publish again.
+        """
         labels = source.labels
         language = self._config.language
         if outcome.status == "done":
@@ -320,11 +389,44 @@ class TaskRunner:
             comment, label = notice("failed", language, reason=outcome.comment, label=labels.failed_label), labels.failed_label
         status = outcome.status
         try:
-            await reporter.final_comment(comment)
+            try:
+                await reporter.final_comment(comment)
+            except ForgeError as refused:  # a 4xx (TransientError is not a ForgeError)
+                reason = self._redactor.text(f"the forge refused the final comment: {refused}")
+                log.error("%s: %s", task.key, reason)
+                await reporter.final_comment(notice("failed", language, reason=reason, label=labels.failed_label))
+                status, label = "failed", labels.failed_label
             await transition(source, task.key, label, [labels.processing_label])
         except AgentError as error:
-            # The forge itself is failing: the labels may be left at `processing`, which
-            # the next poll after the lease expires does not pick up; say so loudly.
-            log.error("%s: could not publish the outcome (%s): %s", task.key, status, self._redactor.text(str(error)))
-            status = "failed"
-        return status
+            failure = self._redactor.text(str(error))
+            log.error("%s: could not publish the outcome (%s): %s", task.key, status, failure)
+            return None, failure
+        return status, ""
+
+    def _leave_finishing(self, key: str, run_uuid: str, files: RunContextFiles, steps: int, attempts: int) -> RunResult:
+        """The outcome is recorded (run_marks) but not out: let the next cycle publish it.
+
+        The run stays `running` without a lease, which is what `Recovery` takes over: any
+        worker's next cycle continues it from its recorded outcome (the final comment is
+        not posted twice: its posting is marked in the store).
+        """
+        files.write_metadata(publish_attempts=attempts)
+        self._store.release_lease(key, self._owner)
+        log.warning("%s: run %s is finishing; its outcome is published at the next cycle", key, run_uuid)
+        return RunResult(run_uuid, key, "finishing", steps, files.directory)
+
+    async def _give_up(self, source: Source, task: Task, attempts: int, failure: str) -> str:
+        """After `attempts` failed publications: a failure comment and label, as far as the forge lets us."""
+        labels = source.labels
+        reason = f"the forge refused the run's outcome {attempts} times (last: {failure})"
+        log.error("%s: %s; the run ends failed", task.key, reason)
+        text = notice("failed", self._config.language, reason=reason, label=labels.failed_label)
+        for write in (
+            lambda: source.post_comment(task.key, self._redactor.text(text)),
+            lambda: transition(source, task.key, labels.failed_label, [labels.processing_label]),
+        ):
+            try:
+                await write()
+            except AgentError as error:
+                log.error("%s: %s", task.key, self._redactor.text(str(error)))
+        return "failed"

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from coding_agent.llm.base import LLMClient
+from coding_agent.llm.hygiene import clean_value
 from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY
 from coding_agent.llm.types import LLMReply, ToolSpec
+from coding_agent.prompts.prompting import text
 
 __all__ = [
     "ToolAction",
@@ -27,6 +29,7 @@ __all__ = [
     "DONE_TOOL",
     "create_protocol",
     "strip_think",
+    "strip_think_blocks",
     "extract_json_object",
 ]
 
@@ -100,6 +103,23 @@ def strip_think(text: str) -> str:
     if opening is not None:
         text = text[: opening.start()]
     return text.strip()
+
+
+def strip_think_blocks(value: Any) -> Any:
+    """Every string of a tool's arguments without whole `<think>...</think>` blocks.
+
+    Arguments can end up posted (a file that is pushed, an MCP server that comments), and
+    the JSON-text protocol already drops such blocks from the whole reply, so the native
+    protocol does the same. Unclosed tags are left alone here: cutting everything after
+    one would corrupt a file's content, not just drop reasoning.
+    """
+    if isinstance(value, str):
+        return _THINK_BLOCK.sub("", value)
+    if isinstance(value, dict):
+        return {key: strip_think_blocks(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [strip_think_blocks(item) for item in value]
+    return value
 
 
 # --- JSON extraction ------------------------------------------------------------------
@@ -197,11 +217,7 @@ def _find_object(text: str) -> dict[str, Any]:
     raise JsonExtractionError(first_problem or "no JSON object found in the reply")
 
 
-def extract_json_object(text: str) -> dict[str, Any]:
-    """The reply's JSON object: from a ```json fence if any, else from the surrounding prose."""
-    text = strip_think(text)
-    if not text:
-        raise JsonExtractionError("the reply is empty (or only a <think> block)")
+def _extract_from(text: str) -> dict[str, Any]:
     fences = [(language.lower(), body) for language, body in _FENCE.findall(text)]
     ordered = [body for language, body in fences if language == "json"] + [
         body for language, body in fences if language != "json"
@@ -214,19 +230,32 @@ def extract_json_object(text: str) -> dict[str, Any]:
     return _find_object(text)
 
 
+def extract_json_object(text: str) -> dict[str, Any]:
+    """The reply's JSON object: from a ```json fence if any, else from the surrounding prose.
+
+    `<think>` blocks are removed first. An unclosed `<thinking>` inside a JSON string (a
+    comment cut off mid-thought) would cut the JSON too, so when that leaves no object,
+    the text with only whole blocks removed is tried; the comment is stripped later.
+    """
+    stripped = strip_think(text)
+    if not stripped:
+        raise JsonExtractionError("the reply is empty (or only a <think> block)")
+    try:
+        return _extract_from(stripped)
+    except JsonExtractionError as error:
+        fallback = _THINK_BLOCK.sub("", text)
+        if fallback == stripped:
+            raise
+        try:
+            return _extract_from(fallback)
+        except JsonExtractionError:
+            raise error from None
+
+
 # --- JSON in text ---------------------------------------------------------------------
 
-_JSON_INSTRUCTIONS = """\
-Reply with exactly one JSON object and nothing else:
-- to run a tool:
-  {"comment": "<what you do next and why; posted on the issue>",
-   "command": {"tool": "<server>/<tool>", "args": {<the tool's arguments>}}}
-- when the task is finished:
-  {"done": true, "comment": "<summary of what was done; posted on the issue>"}
-Run one command per reply. The next message gives you the command's output as `previous_output`."""
-
-_JSON_REMINDER = "Answer with one JSON object: the next command, or {\"done\": true, \"comment\": ...}."
-
+_JSON_INSTRUCTIONS = text("protocol/json_instructions.j2")
+_JSON_REMINDER = text("protocol/json_reminder.j2")
 
 def _truthy(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.strip().lower() == "true")
@@ -271,14 +300,17 @@ class JsonTextProtocol:
         llm.set_tools([])  # the tools are described in the system prompt instead
 
     def parse(self, reply: LLMReply) -> Decision:
+        if reply.problem:
+            return Decision(comment="", actions=(), done=False, error=reply.problem)
         try:
-            data = extract_json_object(reply.content)
+            data = clean_value(extract_json_object(reply.content))  # "\u0000" decodes to NUL
         except JsonExtractionError as error:
             return Decision(comment="", actions=(), done=False, error=str(error))
-        command = data.get("command")
+        command = strip_think_blocks(data.get("command"))
         comment = data.get("comment")
         if comment is None and isinstance(command, dict):
             comment = command.get("comment")
+        comment = strip_think(_text(comment))
         if _truthy(data.get("done")):
             actions: tuple[ToolAction, ...] = ()
             if command is not None:
@@ -286,17 +318,17 @@ class JsonTextProtocol:
                     actions = (_command_action(command),)
                 except ValueError:
                     actions = ()
-            return Decision(comment=_text(comment), actions=actions, done=True)
+            return Decision(comment=comment, actions=actions, done=True)
         if command is None:
             return Decision(comment="", actions=(), done=False, error='the JSON has neither "command" nor "done": true')
         try:
             action = _command_action(command)
         except ValueError as error:
             return Decision(comment="", actions=(), done=False, error=str(error))
-        return Decision(comment=_text(comment), actions=(action,), done=False)
+        return Decision(comment=comment, actions=(action,), done=False)
 
     def correction_message(self, error: str) -> str:
-        return f"Your last reply could not be used: {error}.\n{_JSON_INSTRUCTIONS}"
+        return text("protocol/json_correction.j2", error=error, instructions=_JSON_INSTRUCTIONS)
 
     def send_tool_result(self, llm: LLMClient, action: ToolAction, output: str, is_error: bool) -> None:
         previous = {"tool": action.tool, "args": action.args, "is_error": is_error, "output": output}
@@ -308,19 +340,15 @@ class JsonTextProtocol:
 
 DONE_TOOL = ToolSpec(
     name="done",
-    description="Finish the task. Call it once the work is complete (or cannot be completed).",
+    description=text("protocol/done_tool.j2"),
     input_schema={
         "type": "object",
-        "properties": {"comment": {"type": "string", "description": "Summary of what was done; posted on the issue."}},
+        "properties": {"comment": {"type": "string", "description": text("protocol/done_comment.j2")}},
         "required": ["comment"],
     },
 )
 
-_TOOL_INSTRUCTIONS = """\
-Work on the task with the offered tools. In the text of each reply, say briefly what you do \
-next and why: it is posted on the issue. When the task is finished, call the `done` tool with \
-a summary of what was done as `comment`."""
-
+_TOOL_INSTRUCTIONS = text("protocol/tool_instructions.j2")
 
 class ToolCallsProtocol:
     """For models with native tool calling: the MCP tools plus a `done` function."""
@@ -335,6 +363,8 @@ class ToolCallsProtocol:
         llm.set_tools([*(tool for tool in tools if tool.name != DONE_TOOL.name), DONE_TOOL])
 
     def parse(self, reply: LLMReply) -> Decision:
+        if reply.problem:
+            return Decision(comment="", actions=(), done=False, error=reply.problem)
         text = strip_think(reply.content)
         if not reply.tool_calls:
             if not text:
@@ -348,9 +378,9 @@ class ToolCallsProtocol:
                 raw = str(call.arguments[RAW_ARGUMENTS_KEY])
                 problems.append(f"the arguments of {call.name} are not a JSON object: {raw[:200]}")
             elif call.name == DONE_TOOL.name:
-                done_comment = _text(call.arguments.get("comment"))
+                done_comment = strip_think(_text(call.arguments.get("comment")))
             else:
-                actions.append(ToolAction(tool=call.name, args=dict(call.arguments), call_id=call.id))
+                actions.append(ToolAction(tool=call.name, args=strip_think_blocks(dict(call.arguments)), call_id=call.id))
         if problems:
             return Decision(comment="", actions=(), done=False, error="; ".join(problems))
         if done_comment is not None:
@@ -358,10 +388,7 @@ class ToolCallsProtocol:
         return Decision(comment=text, actions=tuple(actions), done=False)
 
     def correction_message(self, error: str) -> str:
-        return (
-            f"Your last reply could not be used: {error}. None of its tool calls were run. "
-            "Call one of the offered tools with a JSON object of arguments, or call `done` with a comment."
-        )
+        return text("protocol/tool_correction.j2", error=error)
 
     def send_tool_result(self, llm: LLMClient, action: ToolAction, output: str, is_error: bool) -> None:
         text = f"[error] {output}" if is_error else output

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from coding_agent.domain.channel import ChannelMemory, Context
+from coding_agent.domain.chat import Message
 from coding_agent.domain.conversation import ConversationContext
 from coding_agent.domain.tasks import Comment, Task, TaskKey, Thread
-from coding_agent.llm.types import Message
-from coding_agent.prompts.prompting import task_kind_words, template
+from coding_agent.prompts.prompting import task_kind_words, template, text
 
 __all__ = [
     "render_context",
@@ -35,12 +35,9 @@ __all__ = [
     "SUMMARY_HEADING",
 ]
 
-SUMMARY_SYSTEM_PROMPT = (
-    "You compress the history of a coding agent's run into a short factual summary. "
-    "Answer with the summary text only."
-)
+SUMMARY_SYSTEM_PROMPT = text("context_summary_system.j2")
 # The first line of the message that replaces compressed messages in the history.
-SUMMARY_HEADING = "Summary of the earlier steps of this run (older messages were compressed):"
+SUMMARY_HEADING = text("context_summary_heading.j2")
 # Per message, in a summary request: long tool output is cut (the summary keeps facts, not logs).
 _MAX_MESSAGE_CHARS = 4000
 _BLANK_LINES = re.compile(r"\n{3,}")
@@ -111,8 +108,13 @@ def render_task_context(
     context: Context | None = None,
     locations: Mapping[str, Thread] | None = None,
     followup: bool = False,
+    branch_files: Mapping[str, str] | None = None,
 ) -> str:
-    """The first user turn of a run (`followup`: the run answers a new comment on a finished task)."""
+    """The first user turn of a run (`followup`: the run answers a new comment on a finished task).
+
+    `branch_files`: rule files of a PR head the trigger does not control, already wrapped
+    as untrusted (path -> block); shown as context, never as rules.
+    """
     title, noun = task_kind_words(task)
     opening, *turns = conversation.conversation
     text = template("task_context.j2").render(
@@ -125,6 +127,7 @@ def render_task_context(
         summary=conversation.context_summary,
         context_text=render_context(context, locations) if context is not None else "",
         followup=followup,
+        branch_files=dict(branch_files or {}),
     )
     return _tidy(text) + "\n"
 

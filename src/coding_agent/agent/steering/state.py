@@ -53,6 +53,7 @@ class RunState:
     progress: dict[str, Any] = field(default_factory=dict)
     paused: dict[str, Any] | None = None
     saved_at: str = ""
+    planning: dict[str, Any] | None = None  # planning mode's state (SPEC 10.4)
 
 
 def workspace_branch(workspace: Path) -> str | None:
@@ -151,6 +152,7 @@ def load_state(directory: Path) -> RunState | None:
             progress=dict(data.get("progress") or {}),
             paused=data.get("paused"),
             saved_at=str(data.get("saved_at") or ""),
+            planning=data.get("planning"),
         )
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.warning("%s is unreadable (%s): the run restarts cleanly", path, error)

@@ -53,6 +53,17 @@ def _string_list(value: Any, field: str) -> list[str]:
     return names
 
 
+# GitHub refuses longer issue, comment and pull request bodies with 422.
+MAX_BODY_LENGTH = 65_536
+
+
+def _within_limit(text: Any, resource: str) -> Any:
+    """`text`, or the 422 GitHub answers for a body over 65,536 characters."""
+    if isinstance(text, str) and len(text) > MAX_BODY_LENGTH:
+        raise ValidationFailed(f"body is too long (maximum is {MAX_BODY_LENGTH} characters)", resource, "custom", "body")
+    return text
+
+
 def _required_string(body: Any, field: str) -> str:
     value = body.get(field) if isinstance(body, dict) else None
     if not isinstance(value, str) or not value:
@@ -149,7 +160,9 @@ class _Api:
         may_triage = self.state.can(repo.full_name, login, "triage")
         labels = _string_list(body.get("labels"), "labels") if may_triage else []
         assignees = _string_list(body.get("assignees"), "assignees") if may_triage else []
-        number = self.state.create_issue(repo.full_name, title, body.get("body") or "", login, labels, assignees)
+        number = self.state.create_issue(
+            repo.full_name, title, _within_limit(body.get("body") or "", "Issue"), login, labels, assignees
+        )
         issue = self.state.issue(repo.full_name, number)
         return json_reply(request, self._render(request).issue(issue), status=201)
 
@@ -160,7 +173,11 @@ class _Api:
             self._require(request, repo, "triage")
         body = await _body(request)
         issue = self.state.update_issue(
-            repo.full_name, issue.number, title=body.get("title"), body=body.get("body"), state=body.get("state")
+            repo.full_name,
+            issue.number,
+            title=body.get("title"),
+            body=_within_limit(body.get("body"), "Issue"),
+            state=body.get("state"),
         )
         return json_reply(request, self._render(request).issue(issue))
 
@@ -184,7 +201,7 @@ class _Api:
     async def create_comment(self, request: Request) -> Response:
         repo = self._repo(request)
         issue = self._issue(request, repo)
-        text = _required_string(await _body(request), "body")
+        text = _within_limit(_required_string(await _body(request), "body"), "IssueComment")
         comment_id = self.state.add_comment(repo.full_name, issue.number, request.state.login, text)
         return json_reply(request, self._render(request).comment(self.state.comment(comment_id)), status=201)
 
@@ -205,7 +222,7 @@ class _Api:
         comment_id = self._own_comment(request, repo)
         if self.state.comment(comment_id).author.lower() != request.state.login.lower():
             self._require(request, repo, "write")
-        text = _required_string(await _body(request), "body")
+        text = _within_limit(_required_string(await _body(request), "body"), "IssueComment")
         return json_reply(request, self._render(request).comment(self.state.edit_comment(comment_id, text)))
 
     # ------------------------------------------------------------ labels
@@ -328,7 +345,7 @@ class _Api:
         number = self.state.create_pull(
             repo.full_name,
             title,
-            body.get("body") or "",
+            _within_limit(body.get("body") or "", "PullRequest"),
             request.state.login,
             head=head,
             base=base,
@@ -344,7 +361,11 @@ class _Api:
             self._require(request, repo, "write")
         body = await _body(request)
         pull = self.state.update_issue(
-            repo.full_name, pull.number, title=body.get("title"), body=body.get("body"), state=body.get("state")
+            repo.full_name,
+            pull.number,
+            title=body.get("title"),
+            body=_within_limit(body.get("body"), "PullRequest"),
+            state=body.get("state"),
         )
         return json_reply(request, self._render(request).pull(pull))
 
@@ -358,7 +379,7 @@ class _Api:
     async def reply_review_comment(self, request: Request) -> Response:
         repo = self._repo(request)
         pull = self._pull(request, repo)
-        text = _required_string(await _body(request), "body")
+        text = _within_limit(_required_string(await _body(request), "body"), "IssueComment")
         comment_id = self.state.add_review_comment(
             repo.full_name, pull.number, request.state.login, text, in_reply_to=request.path_params["comment_id"]
         )
