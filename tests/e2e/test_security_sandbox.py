@@ -240,8 +240,9 @@ def test_without_bwrap_the_agent_refuses_to_start_unless_told(github_forge: GitH
     assert refused.returncode == 2, refused.stderr
     assert "bwrap" in refused.stderr and "security.sandbox" in refused.stderr
 
-    setup = write_config(tmp_path, [github_forge], llm_section_stub(), security={"sandbox": "none"})
-    allowed = run_cli_with(setup, env_path, "run", "--once")
+    with ReplaySandbox({"replies": []}) as model:  # the start checks the model is reachable
+        setup = write_config(tmp_path, [github_forge], llm_section(model), security={"sandbox": "none"})
+        allowed = run_cli_with(setup, env_path, "run", "--once")
 
     assert allowed.returncode == 0, allowed.stderr
     logs = "\n".join(path.read_text(errors="replace") for path in setup.logs.rglob("*") if path.is_file())
