@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from coding_agent.tools.egress_sandbox import EgressSandbox
+
 __all__ = [
     "ALLOWED_ENV_VARS",
     "CommandResult",
@@ -104,12 +106,15 @@ def _shell() -> str:
     return shutil.which("bash") or "/bin/sh"
 
 
-def sandbox_argv(command: str, root: Path) -> list[str]:
+def sandbox_argv(command: str, root: Path, egress: EgressSandbox | None = None) -> list[str]:
     """The bwrap command line that runs `command` with `root` as the only writable tree.
 
     Mount order matters: the private /tmp comes before the workspace bind, so a workspace
-    that lives under /tmp is still visible.
+    that lives under /tmp is still visible. `egress`: the proxy socket is bound in and the
+    command wrapped with its forwarder (`egress_sandbox.py`); the network stays unshared.
     """
+    extra = egress.bwrap_args() if egress is not None else []
+    inner = egress.wrap(command, _shell()) if egress is not None else [_shell(), "-c", command]
     bwrap = shutil.which("bwrap") or "bwrap"
     root_text = str(root)
     return [
@@ -119,12 +124,13 @@ def sandbox_argv(command: str, root: Path) -> list[str]:
         "--proc", "/proc",
         "--tmpfs", "/tmp",
         "--bind", root_text, root_text,
+        *extra,
         "--unshare-all",  # includes the network: no connections in or out
         "--die-with-parent",
         "--new-session",
         "--chdir", root_text,
         "--",
-        _shell(), "-c", command,
+        *inner,
     ]  # fmt: skip
 
 
@@ -232,11 +238,13 @@ async def run_command(
     max_output_bytes: int = 40000,
     source_env: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
+    egress: EgressSandbox | None = None,
 ) -> CommandResult:
     """Run `command` through the shell in `root`, sandboxed per `mode`, with a timeout.
 
     `extra_env` is added to the scrubbed environment (the caller's own fixed settings,
-    never inherited values). The command gets its own session (process group); on timeout, and after it ends, the
+    never inherited values). `egress`: reach the network through the host's egress proxy
+    (sandboxed commands only; unsandboxed ones are not confined anyway). The command gets its own session (process group); on timeout, and after it ends, the
     whole group is killed so that nothing it started in the background outlives it.
     """
     if mode == "bwrap":
@@ -245,9 +253,11 @@ async def run_command(
         sandboxed = False
     else:
         sandboxed = await asyncio.to_thread(bwrap_usable, root)
-    argv = sandbox_argv(command, root) if sandboxed else [_shell(), "-c", command]
+    egress = egress if sandboxed else None
+    argv = sandbox_argv(command, root, egress) if sandboxed else [_shell(), "-c", command]
     env = command_environment(sandboxed, source_env)
     env.update(extra_env or {})
+    env.update(egress.env() if egress is not None else {})
     buffer = _CappedBuffer(head=max_output_bytes // 4, tail=max_output_bytes - max_output_bytes // 4)
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
