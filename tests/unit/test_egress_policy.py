@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from coding_agent.tools.egress_policy import AllowList, EgressPolicyError, normalize_host, parse_entry
+from coding_agent.domain.egress_policy import AllowList, EgressPolicyError, normalize_host, parse_entry
 from coding_agent.tools.egress_sandbox import no_proxy_value
 
 

@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import Literal
 from urllib.parse import urlsplit
 
-from coding_agent.tools.egress_policy import (
+from coding_agent.domain.egress_policy import (
     AllowList,
     Decision,
     EgressPolicyError,

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from coding_agent.tools.egress_policy import parse_entry
+from coding_agent.domain.egress_policy import parse_entry
 
 __all__ = [
     "EGRESS_NO_PROXY_ENV",

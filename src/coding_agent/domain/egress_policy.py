@@ -1,6 +1,6 @@
 """Which hosts the sandbox may reach: the allow-list rules of the egress proxy (SPEC 7.1).
 
-Kept apart from the proxy's I/O so the rules are read (and tested) as one small piece.
+Pure rules (no I/O), in `domain` so that config validation and the proxy share them.
 The sandbox has no network of its own; every connection goes through the host proxy,
 which asks `AllowList.check` first for the name and port the client asked for, and
 again for each address that name resolves to: a listed name that resolves to loopback
