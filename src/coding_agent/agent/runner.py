@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from coding_agent.agent.environment import RunEnvironment
 from coding_agent.agent.loop import LoopLimits, LoopOutcome, run_loop
 from coding_agent.agent.notices import notice
 from coding_agent.agent.prompting import render_system_prompt
@@ -218,7 +219,10 @@ class TaskRunner:
         )
         await clone.prepare()
         protocol = create_protocol(config.llm.function_calling)
-        async with ToolHub(config.mcp_servers, config.tools, workspace, self._redactor.secrets) as hub:
+        # SPEC 7.1: the egress proxy and the setup, before the servers and the first request.
+        async with RunEnvironment(config, source, task, workspace, self._redactor) as environment, ToolHub(
+            environment.servers(config.mcp_servers), config.tools, workspace, self._redactor.secrets
+        ) as hub:
             llm.send_system_prompt(
                 render_system_prompt(
                     task,
@@ -231,9 +235,12 @@ class TaskRunner:
                 )
             )
             if not control.restore(llm):  # a continued run has its history already
-                llm.send_user_message(self._first_turn(source, task, comments, threads, trust, files.run_uuid))
+                first = self._first_turn(source, task, comments, threads, trust, files.run_uuid)
+                llm.send_user_message("\n\n".join(part for part in (first, environment.first_turn_note()) if part))
             protocol.prepare(llm, hub.tool_specs)
             await control.begin(comments, threads, trust)
+            if (setup_note := environment.progress_note()) is not None:
+                await control.reporter().step_comment(setup_note)
             limits = LoopLimits(
                 max_steps=config.max_llm_process_num,
                 max_tokens=config.budget.max_tokens,
@@ -242,7 +249,7 @@ class TaskRunner:
             outcome = await run_loop(
                 llm,
                 protocol,
-                control.tools(hub),
+                environment.tools(control.tools(hub)),
                 files,
                 control.reporter(),
                 limits,
@@ -254,8 +261,9 @@ class TaskRunner:
                 pending_reply=control.pending_reply(llm),
             )
         if outcome.status == "done":  # SPEC 7: commit, push, open or update the PR/MR
-            final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language)
-            outcome = replace(outcome, comment=final)
+            blocked = environment.blocked_section()
+            final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language, blocked)
+            outcome = replace(outcome, comment="\n\n".join(part for part in (final, blocked) if part))
         return outcome
 
     def _first_turn(

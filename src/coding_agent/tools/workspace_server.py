@@ -26,6 +26,7 @@ from mcp.server.fastmcp import FastMCP
 
 from coding_agent.tools.builtin import WORKSPACE_SYSTEM_PROMPT
 from coding_agent.tools.paths import PathOutsideWorkspace, is_inside, relative_display, resolve_in_root
+from coding_agent.tools.egress_sandbox import EgressSandbox
 from coding_agent.tools.sandbox import CommandResult, SandboxMode, run_command
 
 __all__ = ["WORKSPACE_SYSTEM_PROMPT", "Workspace", "WorkspaceError", "create_server", "main"]
@@ -357,8 +358,11 @@ class _Git:
         return "\n\n".join(parts) if parts else "no changes"
 
 
-def create_server(root: Path, sandbox: SandboxMode = "auto") -> FastMCP:
-    """Build the FastMCP server for `root`. Separate from `main` so that it can be embedded."""
+def create_server(root: Path, sandbox: SandboxMode = "auto", egress: EgressSandbox | None = None) -> FastMCP:
+    """Build the FastMCP server for `root`. Separate from `main` so that it can be embedded.
+
+    `egress`: `run` commands reach the host's egress proxy (SPEC 7.1); git never does.
+    """
     workspace = Workspace(root)
     git = _Git(workspace.root, sandbox)
     server = FastMCP("workspace", instructions=WORKSPACE_SYSTEM_PROMPT, log_level="WARNING")
@@ -421,7 +425,7 @@ def create_server(root: Path, sandbox: SandboxMode = "auto") -> FastMCP:
             raise WorkspaceError("command is empty")
         if not 0 < timeout_seconds <= RUN_MAX_TIMEOUT_SECONDS:
             raise WorkspaceError(f"timeout_seconds must be between 0 and {RUN_MAX_TIMEOUT_SECONDS}")
-        result = await run_command(command, workspace.root, timeout_seconds, sandbox)
+        result = await run_command(command, workspace.root, timeout_seconds, sandbox, egress=egress)
         if result.timed_out:
             output = result.output.rstrip() or "(no output)"
             raise WorkspaceError(
@@ -459,7 +463,7 @@ def main(argv: list[str] | None = None) -> None:
     root = Path(options.root)
     if not root.is_dir():
         parser.error(f"--root {options.root!r} is not a directory")
-    create_server(root, options.sandbox).run("stdio")
+    create_server(root, options.sandbox, EgressSandbox.from_environment()).run("stdio")
 
 
 if __name__ == "__main__":
