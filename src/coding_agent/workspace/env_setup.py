@@ -123,11 +123,9 @@ async def _created_paths(git: Git, workspace: Path) -> set[str]:
     result = await git.run(
         workspace, "status", "--porcelain=v1", "-z", "--ignored=traditional", "--untracked-files=normal", check=False
     )
-    paths = set()
-    for record in result.stdout.split("\0"):
-        if record[:2] in ("??", "!!"):
-            paths.add(record[3:].rstrip("/"))
-    return paths
+    paths = {record[3:].rstrip("/") for record in result.stdout.split("\0") if record[:2] in ("??", "!!")}
+    # git lists ignored files inside an untracked directory too; keep the outermost only.
+    return {path for path in paths if not any(path.startswith(other + "/") for other in paths)}
 
 
 async def _exclude(git: Git, workspace: Path, paths: list[str]) -> None:
