@@ -23,14 +23,37 @@ from coding_agent.sources.base import Source
 from coding_agent.tools.egress_proxy import EgressProxy, blocked_lines
 from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value
 from coding_agent.tools.types import ToolResult
-from coding_agent.workspace.env_setup import SetupOutcome, plan_setup, run_setup
+from coding_agent.workspace.env_setup import REPOSITORY_SCRIPT, SetupOutcome, plan_setup, run_setup
 from coding_agent.workspace.git import Git
 
-__all__ = ["RunEnvironment", "WORKSPACE_SERVER_MODULE"]
+__all__ = ["RunEnvironment", "WORKSPACE_SERVER_MODULE", "describe_egress"]
 
 log = logging.getLogger(__name__)
 
 WORKSPACE_SERVER_MODULE = "coding_agent.tools.workspace_server"
+
+
+def describe_egress(config: AgentConfig) -> list[str]:
+    """Lines for `coding-agent doctor`: where the setup comes from and what the sandbox may reach."""
+    setup, egress = config.setup, config.security.egress
+
+    def source(commands: list[str] | None, from_repository: bool | None) -> str:
+        if from_repository:
+            return f"{REPOSITORY_SCRIPT} from each repository's default branch"
+        return f"{len(commands)} command(s) from the config" if commands else "none"
+
+    lines = [
+        f"setup: {source(setup.commands, setup.from_repository)}; limit {setup.timeout_seconds:g}s; "
+        + (f"cache in {setup.cache_dir}" if setup.cache else "no cache")
+    ]
+    for project, override in sorted(setup.repositories.items()):
+        commands = override.commands if override.commands is not None else setup.commands
+        chosen = override.from_repository if override.from_repository is not None else setup.from_repository
+        lines.append(f"setup for {project}: {source(commands, chosen)}")
+    for name, hosts in (("setup_hosts", egress.setup_hosts), ("run_hosts", egress.run_hosts)):
+        shown = ", ".join(hosts) if hosts else "none (no network)"
+        lines.append(f"security.egress.{name}: {shown}")
+    return lines
 
 
 class _AttributedTools:
