@@ -280,6 +280,7 @@ async def _answer(writer: asyncio.StreamWriter, status: int, message: str) -> No
 
 
 async def _copy(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
+    target.transport.set_write_buffer_limits(high=4 * _CHUNK)
     try:
         while chunk := await source.read(_CHUNK):
             target.write(chunk)

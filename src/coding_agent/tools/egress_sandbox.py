@@ -29,6 +29,8 @@ __all__ = [
 ]
 
 SANDBOX_SOCKET = "/tmp/.coding-agent-egress.sock"
+# socat copies 8 KiB at a time by default; a bigger block keeps large downloads near
+# direct speed (benchmarks/bench_egress.py).
 PROXY_PORT = 3128
 # How the host tells the workspace MCP server where the proxy is (never a secret).
 EGRESS_SOCKET_ENV = "CODING_AGENT_EGRESS_SOCKET"
@@ -84,7 +86,7 @@ class EgressSandbox:
         """
         socat = shutil.which("socat", path="/usr/bin:/bin:/usr/local/bin") or "socat"
         forward = shlex.join(
-            [socat, f"TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{SANDBOX_SOCKET}"]
+            [socat, "-b", "262144", f"TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{SANDBOX_SOCKET}"]
         )
         script = (
             f"{forward} </dev/null >/dev/null 2>&1 &\n"
