@@ -37,6 +37,7 @@ from coding_agent.domain.egress_policy import (
     normalize_host,
     split_host_port,
 )
+from coding_agent.tools.egress_relay import ClientSide, UpstreamSide
 
 __all__ = ["EgressProxy", "Phase", "Refusal", "blocked_lines"]
 
@@ -48,7 +49,6 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 _HEAD_LIMIT = 65536
 _HEAD_TIMEOUT_SECONDS = 30.0
 _CONNECT_TIMEOUT_SECONDS = 15.0
-_CHUNK = 262144
 _HOP_HEADERS = frozenset({"proxy-connection", "proxy-authorization", "connection", "keep-alive"})
 
 
@@ -110,7 +110,7 @@ class EgressProxy:
         self._own_dir: Path | None = None
         self._resolver = resolver
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._clients: set[ClientSide] = set()
         self.phase: Phase = "setup"
         self.command = "setup"
         self.refusals: list[Refusal] = []
@@ -137,7 +137,8 @@ class EgressProxy:
         else:
             directory = self._socket_dir
         self.socket_path = directory / "proxy.sock"
-        self._server = await asyncio.start_unix_server(self._accept, path=str(self.socket_path), limit=_HEAD_LIMIT)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(self._protocol, path=str(self.socket_path))
         # Anyone inside the sandbox connects as the same user; nobody else needs it.
         os.chmod(self.socket_path, 0o600)
         return self.socket_path
@@ -145,9 +146,13 @@ class EgressProxy:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-            for task in list(self._connections):
+            clients = list(self._clients)
+            for client in clients:
+                client.close()
+            tasks = [client.task for client in clients if client.task is not None]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*self._connections, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
             self._server = None
@@ -157,53 +162,35 @@ class EgressProxy:
             shutil.rmtree(self._own_dir, ignore_errors=True)
             self._own_dir = None
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
+    def _protocol(self) -> ClientSide:
+        return ClientSide(self._on_head, _HEAD_LIMIT, _HEAD_TIMEOUT_SECONDS, self._clients)
+
+    async def _on_head(self, client: ClientSide, head: bytes, rest: bytes) -> None:
+        """Decide on one request head; answer it, or connect and start relaying."""
         try:
-            await self._serve(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
-            pass
+            await self._serve(client, head, rest)
+        except _Refused as refused:
+            self._record(refused)
+            client.answer(refused.status, f"coding-agent egress proxy refused the request: {refused.reason}")
         except Exception:
             logger.exception("egress proxy: a connection failed")
-        finally:
-            self._connections.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            client.answer(502, "coding-agent egress proxy: internal error")
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_SECONDS)
-        except asyncio.IncompleteReadError as error:
-            if error.partial.strip():
-                await _answer(writer, 400, "incomplete request")
-            return  # an empty probe (the forwarder's readiness check): nothing to say
-        except asyncio.LimitOverrunError:
-            await _answer(writer, 431, "request head too large")
-            return
+    async def _serve(self, client: ClientSide, head: bytes, rest: bytes) -> None:
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            await _answer(writer, 400, "malformed request line")
+            client.answer(400, "malformed request line")
             return
         method, target, version = parts
-        try:
-            if method.upper() == "CONNECT":
-                host, port = self._target(target, None)
-                upstream = await self._open(host, port)
-                writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                await writer.drain()
-            else:
-                host, port, path = self._absolute(target)
-                upstream = await self._open(host, port)
-                upstream[1].write(_rewrite(method, path, version, lines[1:]))
-        except _Refused as refused:
-            self._record(refused)
-            await _answer(writer, refused.status, f"coding-agent egress proxy refused the request: {refused.reason}")
-            return
-        await _pipe(reader, writer, *upstream)
+        if method.upper() == "CONNECT":
+            host, port = self._target(target, None)
+            upstream = await self._open(host, port)
+            client.link(upstream, b"HTTP/1.1 200 Connection Established\r\n\r\n", rest)
+        else:
+            host, port, path = self._absolute(target)
+            upstream = await self._open(host, port)
+            client.link(upstream, b"", _rewrite(method, path, version, lines[1:]) + rest)
 
     def _target(self, authority: str, default_port: int | None) -> tuple[str, int]:
         try:
@@ -227,7 +214,7 @@ class EgressProxy:
         path = url.path or "/"
         return host, port, path + (f"?{url.query}" if url.query else "")
 
-    async def _open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(self, host: str, port: int) -> UpstreamSide:
         allow = self._lists[self.phase]
         decision = allow.check(host, port)
         if not decision.allowed:
@@ -245,9 +232,11 @@ class EgressProxy:
         last: Exception | None = None
         for address in checked:
             try:
-                return await asyncio.wait_for(
-                    asyncio.open_connection(address, port, limit=_CHUNK), _CONNECT_TIMEOUT_SECONDS
+                loop = asyncio.get_running_loop()
+                _, upstream = await asyncio.wait_for(
+                    loop.create_connection(UpstreamSide, address, port), _CONNECT_TIMEOUT_SECONDS
                 )
+                return upstream
             except (OSError, TimeoutError) as error:
                 last = error
         raise _Refused(502, host, port, f"cannot connect to {host}:{port} ({last.__class__.__name__ if last else 'no address'})")
@@ -265,46 +254,3 @@ def _rewrite(method: str, path: str, version: str, headers: list[str]) -> bytes:
     """The request head for the origin: origin-form path, no proxy headers, one request."""
     kept = [line for line in headers if line and line.split(":", 1)[0].strip().lower() not in _HOP_HEADERS]
     return ("\r\n".join([f"{method} {path} {version}", *kept, "Connection: close"]) + "\r\n\r\n").encode("latin-1")
-
-
-async def _answer(writer: asyncio.StreamWriter, status: int, message: str) -> None:
-    reasons = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large", 502: "Bad Gateway"}
-    body = (message + "\n").encode()
-    head = (
-        f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    with contextlib.suppress(ConnectionError):
-        writer.write(head.encode() + body)
-        await writer.drain()
-
-
-async def _copy(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
-    target.transport.set_write_buffer_limits(high=4 * _CHUNK)
-    try:
-        while chunk := await source.read(_CHUNK):
-            target.write(chunk)
-            await target.drain()
-        if target.can_write_eof():
-            target.write_eof()
-    except (ConnectionError, OSError):
-        pass
-
-
-async def _pipe(
-    client_reader: asyncio.StreamReader,
-    client_writer: asyncio.StreamWriter,
-    upstream_reader: asyncio.StreamReader,
-    upstream_writer: asyncio.StreamWriter,
-) -> None:
-    """Copy both ways until the origin is done (the client's half-close is passed on)."""
-    upload = asyncio.create_task(_copy(client_reader, upstream_writer))
-    try:
-        await _copy(upstream_reader, client_writer)
-    finally:
-        upload.cancel()
-        with contextlib.suppress(BaseException):
-            await upload
-        upstream_writer.close()
-        with contextlib.suppress(Exception):
-            await upstream_writer.wait_closed()
