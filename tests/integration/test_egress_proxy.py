@@ -183,3 +183,16 @@ async def test_sandboxed_command_reaches_only_listed_hosts(index: PackageIndex, 
 async def test_sandbox_without_egress_has_no_proxy(tmp_path: Path) -> None:
     result = await run_command("echo ${HTTP_PROXY:-none}", tmp_path, 30, "bwrap")
     assert result.output.strip() == "none"
+
+
+async def test_host_header_is_the_checked_authority(client: Client, index: PackageIndex) -> None:
+    """A forged Host header cannot pick another site behind a listed address (shared fronts)."""
+    out, err = await client.curl("-H", "Host: evil.example", f"{index.url}/echo-host")
+    assert out == f"127.0.0.1:{index.port}\n", (out, err)
+
+
+def test_blocked_lines_cannot_inject_markdown() -> None:
+    from coding_agent.tools.egress_proxy import Refusal
+
+    lines = blocked_lines([Refusal("@admin <b>x", 0, "malformed", "run", "curl `x`\n@boss")])
+    assert lines == ["blocked: ?admin??b?x:0, by `curl 'x''@boss`"]

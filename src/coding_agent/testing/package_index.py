@@ -45,7 +45,7 @@ def build_wheel(name: str, version: str, module_source: str) -> tuple[str, bytes
 
 
 class PackageIndex(ServedApp):
-    """`/simple/` (PEP 503) with one project, `/redirect?to=URL`, `/blob?bytes=N`, `/hello`."""
+    """`/simple/` (PEP 503) with one project, `/redirect?to=URL`, `/blob?bytes=N`, `/hello`, `/echo-host`."""
 
     def __init__(self, name: str = "tinypkg", version: str = "1.0", value: str = "egress-ok") -> None:
         self.name = name
@@ -91,7 +91,11 @@ class PackageIndex(ServedApp):
             self.requests.append(request.url.path)
             return PlainTextResponse("hello through the proxy\n")
 
+        async def echo_host(request: Request) -> Response:
+            return PlainTextResponse(request.headers.get("host", "") + "\n")
+
         return [
+            Route("/echo-host", echo_host),
             Route("/simple/", root),
             Route("/simple/{project}/", project),
             Route(f"/files/{self.wheel_name}", wheel),

@@ -20,6 +20,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -49,7 +50,7 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 _HEAD_LIMIT = 65536
 _HEAD_TIMEOUT_SECONDS = 30.0
 _CONNECT_TIMEOUT_SECONDS = 15.0
-_HOP_HEADERS = frozenset({"proxy-connection", "proxy-authorization", "connection", "keep-alive"})
+_HOP_HEADERS = frozenset({"proxy-connection", "proxy-authorization", "connection", "keep-alive", "host"})
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,11 @@ def blocked_lines(refusals: Sequence[Refusal]) -> list[str]:
         seen.setdefault((refusal.host, refusal.port, refusal.command), None)
     lines = []
     for host, port, command in seen:
-        shown = command.replace("`", "'").replace("\n", " ")
+        # Both come from the sandbox: nothing in them may become markdown or a mention.
+        safe_host = re.sub(r"[^A-Za-z0-9.:_*\[\]-]", "?", host)
+        shown = re.sub(r"[`\x00-\x1f]", "'", command)
         shown = shown if len(shown) <= 120 else shown[:117] + "..."
-        lines.append(f"blocked: {host}:{port}, by `{shown}`")
+        lines.append(f"blocked: {safe_host}:{port}, by `{shown}`")
     return lines
 
 
@@ -190,7 +193,9 @@ class EgressProxy:
         else:
             host, port, path = self._absolute(target)
             upstream = await self._open(host, port)
-            client.link(upstream, b"", _rewrite(method, path, version, lines[1:]) + rest)
+            authority = host if port == 80 else f"{host}:{port}"
+            authority = f"[{host}]:{port}" if ":" in host else authority
+            client.link(upstream, b"", _rewrite(method, path, version, authority, lines[1:]) + rest)
 
     def _target(self, authority: str, default_port: int | None) -> tuple[str, int]:
         try:
@@ -250,7 +255,12 @@ class EgressProxy:
         )  # fmt: skip
 
 
-def _rewrite(method: str, path: str, version: str, headers: list[str]) -> bytes:
-    """The request head for the origin: origin-form path, no proxy headers, one request."""
+def _rewrite(method: str, path: str, version: str, authority: str, headers: list[str]) -> bytes:
+    """The request head for the origin: origin-form path, no proxy headers, one request.
+
+    `Host` is the checked URL's authority, whatever the client sent: on a shared front
+    (a CDN) another Host header would reach a site the allow-list does not name.
+    """
     kept = [line for line in headers if line and line.split(":", 1)[0].strip().lower() not in _HOP_HEADERS]
-    return ("\r\n".join([f"{method} {path} {version}", *kept, "Connection: close"]) + "\r\n\r\n").encode("latin-1")
+    head = [f"{method} {path} {version}", f"Host: {authority}", *kept, "Connection: close"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")

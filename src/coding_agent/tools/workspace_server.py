@@ -432,7 +432,10 @@ def create_server(root: Path, sandbox: SandboxMode = "auto", egress: EgressSandb
                 f"command timed out after {timeout_seconds:g}s and was killed with everything it started. "
                 f"Output so far:\n{output}"
             )
-        return _format_command(command, result)
+        text = _format_command(command, result)
+        if egress is not None and result.sandboxed:  # SPEC 7.1: only the listed hosts, via the proxy
+            text = text.replace("; sandbox without network;", "; sandbox, network only through the egress proxy;")
+        return text
 
     @server.tool(structured_output=False)
     async def git_status() -> str:
