@@ -283,7 +283,7 @@ def memory_list(repo: RepoArgument = None, config: ConfigOption = None) -> None:
     import time
 
     from coding_agent.context.memory_admin import memory_listing
-    from coding_agent.context.memory_store import MemoryStore
+    from coding_agent.runtime.memory_store import MemoryStore
     from coding_agent.runtime.state_store import StateStore
 
     settings = _load(config)
@@ -303,7 +303,7 @@ def memory_clear(
 ) -> None:
     """Forget the memories of REPO (without REPO: of every repository, after confirmation)."""
     from coding_agent.context.memory_admin import clear_memories
-    from coding_agent.context.memory_store import MemoryStore
+    from coding_agent.runtime.memory_store import MemoryStore
     from coding_agent.runtime.state_store import StateStore
 
     settings = _load(config)

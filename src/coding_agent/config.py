@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from coding_agent.domain.egress_policy import EgressPolicyError, parse_entry
 from coding_agent.errors import ConfigError
-from coding_agent.tools.builtin import builtin_workspace_server
 
 __all__ = [
     "AgentConfig",
@@ -29,6 +29,8 @@ __all__ = [
     "OpenAICompatibleConfig",
     "OllamaConfig",
     "MCPServerConfig",
+    "WORKSPACE_SYSTEM_PROMPT",
+    "builtin_workspace_server",
     "ToolsConfig",
     "TaskStopConfig",
     "CommentDetectionConfig",
@@ -143,6 +145,37 @@ class MCPServerConfig(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     system_prompt: str = ""
     tools_allow: list[str] | None = None
+
+
+# -- the built-in workspace MCP server: the default of `mcp_servers` ---------------------
+# Here, not beside the server (`tools.workspace_server`), so that loading a config imports
+# neither the MCP server stack nor anything above this floor.
+
+WORKSPACE_SYSTEM_PROMPT = """\
+The workspace tools work on the repository checked out for this task; paths are relative
+to its root (absolute paths inside it work too, nothing outside it does).
+- Look before you edit: `list_files` and `search` to find code, `view` to read a file
+  with line numbers (use `view_range` for long files).
+- Edit with `str_replace` (old_str must match the file exactly, whitespace included, and
+  occur once; add surrounding lines to make it unique), `insert` to add lines after a
+  line number, `create` for new files (it overwrites an existing file).
+- `run` executes a shell command in the root (no network, so nothing can be downloaded;
+  output is capped, long commands time out). Use it to build and run the tests.
+- `git_status` and `git_diff` show what you changed. Do not commit or push: the agent
+  commits and opens the pull request when you are done.
+"""
+
+
+def builtin_workspace_server() -> dict[str, Any]:
+    """The `mcp_servers` entry that starts the built-in workspace server for a run.
+
+    It runs with this interpreter, so it works whether or not `coding-agent` is on PATH.
+    """
+    return {
+        "mcp_server_name": "workspace",
+        "command": [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"],
+        "system_prompt": WORKSPACE_SYSTEM_PROMPT,
+    }
 
 
 class ToolsConfig(_Strict):

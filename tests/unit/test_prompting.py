@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from coding_agent.agent.prompting import render_system_prompt, render_task_prompt
+from coding_agent.context.first_turn import render_task_prompt
 from coding_agent.domain.tasks import Comment, Task, TaskKey
 from coding_agent.llm.types import ToolSpec
+from coding_agent.prompts.prompting import render_system_prompt
 
 NOW = datetime(2026, 11, 1, tzinfo=timezone.utc)
 TASK = Task(

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal, Protocol
 
-from coding_agent.agent.notices import Language, notice
 from coding_agent.context.storage import RunContextFiles
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import ReplyProtocol, ToolAction
 from coding_agent.llm.types import LLMReply
+from coding_agent.prompts.notices import Language, notice
 from coding_agent.tools.types import ToolResult
 
 __all__ = [

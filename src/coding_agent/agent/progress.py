@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from coding_agent.agent.loop import ToolRunner
-from coding_agent.agent.notices import Language, notice
 from coding_agent.domain.tasks import TaskKey
+from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 from coding_agent.tools.types import ToolResult

@@ -17,24 +17,23 @@ from pathlib import Path
 
 from coding_agent.agent.environment import RunEnvironment
 from coding_agent.agent.loop import LoopLimits, LoopOutcome, run_loop
-from coding_agent.agent.notices import notice
-from coding_agent.agent.prompting import render_system_prompt
 from coding_agent.agent.reply_thread import request_thread
 from coding_agent.agent.steering import Continuation, LeaseLost, RunControl, RunControls, RunInterrupted
 from coding_agent.config import AgentConfig
 from coding_agent.context.compression import Compressor, model_summarizer
 from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
 from coding_agent.context.memory import MemoryKeeper
-from coding_agent.context.memory_store import MemoryStore
 from coding_agent.context.storage import ContextStorage, RunContextFiles
+from coding_agent.domain.ports import RunStore
 from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
 from coding_agent.llm.protocols import create_protocol
 from coding_agent.llm.types import TokenUsage
+from coding_agent.prompts.notices import notice
+from coding_agent.prompts.prompting import render_system_prompt
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import retry_policy
 from coding_agent.sources.lifecycle import transition
@@ -106,12 +105,15 @@ class TaskRunner:
     def __init__(
         self,
         config: AgentConfig,
-        store: StateStore,
+        store: RunStore,
         redactor: Redactor,
         owner: str,
         llm_factory: Callable[[], LLMClient] | None = None,
         controls: RunControls | None = None,
+        memories: MemoryKeeper | None = None,
     ) -> None:
+        """`memories`: the worker's memory keeper (None: memories are off); the worker owns
+        the database, the runner only reads and writes through the keeper."""
         self._config = config
         self._store = store
         self._redactor = redactor
@@ -121,9 +123,7 @@ class TaskRunner:
         self._llm_factory = llm_factory or (lambda: create_llm_client(config.llm, retry_policy(config)))
         self._pending_usage: dict[str, list[tuple[int, int]]] = {}
         self._last_heartbeat: dict[str, float] = {}
-        self._memories = (
-            MemoryKeeper(MemoryStore(store.engine), config.memory, redactor, time.time) if config.memory.enabled else None
-        )
+        self._memories = memories
 
     async def run(
         self, source: Source, task: Task, requester: str | None, continuation: Continuation | None = None

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from coding_agent.agent.prompting import wrap_untrusted
 from coding_agent.domain.channel import ChannelMessages
 from coding_agent.domain.tasks import Comment, Thread
+from coding_agent.prompts.prompting import wrap_untrusted
 
 __all__ = ["build_channel_messages", "trust_wrapped"]
 

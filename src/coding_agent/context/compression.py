@@ -18,12 +18,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from coding_agent.agent.context_prompts import SUMMARY_HEADING, SUMMARY_SYSTEM_PROMPT, render_summary_request
 from coding_agent.context.storage import RunContextFiles
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import strip_think
 from coding_agent.llm.types import Message, TokenUsage, ToolSpec
+from coding_agent.prompts.context_prompts import SUMMARY_HEADING, SUMMARY_SYSTEM_PROMPT, render_summary_request
 
 __all__ = ["Compressor", "Summarizer", "estimate_tokens", "fallback_summary", "model_summarizer"]
 

@@ -13,11 +13,10 @@ whatever renders the structure cannot forget to.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
 
-from coding_agent.agent.prompting import wrap_untrusted
+from coding_agent.domain.conversation import ContextSummary, ConversationContext, IssueInfo, Turn, TurnMetadata
 from coding_agent.domain.tasks import Comment, Task
+from coding_agent.prompts.prompting import wrap_untrusted
 
 __all__ = [
     "IssueInfo",
@@ -28,59 +27,6 @@ __all__ = [
     "build_conversation",
     "is_bot",
 ]
-
-Role = Literal["user", "assistant"]
-
-
-@dataclass(frozen=True)
-class IssueInfo:
-    number: int
-    title: str
-    description: str
-    labels: tuple[str, ...]
-    created_at: str
-    updated_at: str
-
-
-@dataclass(frozen=True)
-class TurnMetadata:
-    author: str
-    created_at: str
-    id: str
-    is_completion: bool
-
-
-@dataclass(frozen=True)
-class Turn:
-    role: Role
-    content: str
-    metadata: TurnMetadata
-
-    def __post_init__(self) -> None:
-        if self.role not in ("user", "assistant"):
-            raise ValueError(f"a turn's role is 'user' or 'assistant', got {self.role!r}")
-
-
-@dataclass(frozen=True)
-class ContextSummary:
-    total_comments: int
-    truncated: bool
-    oldest_included: str | None
-
-
-@dataclass(frozen=True)
-class ConversationContext:
-    issue: IssueInfo
-    conversation: tuple[Turn, ...]
-    context_summary: ContextSummary
-
-    def to_dict(self) -> dict[str, Any]:
-        """The seed's JSON shape (lists, not tuples)."""
-        data = asdict(self)
-        data["issue"]["labels"] = list(self.issue.labels)
-        data["conversation"] = list(data["conversation"])
-        return data
-
 
 def is_bot(author: str, bot_name: str | None) -> bool:
     return bool(bot_name) and author.lower() == str(bot_name).lower()

@@ -1,7 +1,7 @@
 """The first user turn of a run, assembled from the SPEC 9 structures.
 
 One function, used by the runner (with memories and the configured limits) and by
-`prompting.render_task_prompt` (everything, no memories), so that there is one way the
+`render_task_prompt` (everything, no memories), so that there is one way the
 task, its conversation, its review threads and the memories become prompt text.
 """
 
@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from coding_agent.agent.context_prompts import render_task_context
 from coding_agent.context.channel_context import build_channel_messages, trust_wrapped
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import build_conversation
 from coding_agent.context.memory import MemoryKeeper
-from coding_agent.context.memory_store import channel_of
 from coding_agent.domain.channel import Context
+from coding_agent.domain.memories import channel_of
 from coding_agent.domain.tasks import Comment, Task, Thread
+from coding_agent.prompts.context_prompts import render_task_context
 
-__all__ = ["FirstTurnSettings", "build_first_turn"]
+__all__ = ["FirstTurnSettings", "build_first_turn", "render_task_prompt"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,13 @@ def build_first_turn(
     else:
         context = Context(persona=settings.persona, conversation_history=history, target_thread=str(task.key))
     return render_task_context(task, conversation, context, {t.id: t for t in threads}, followup=followup)
+
+
+def render_task_prompt(
+    task: Task,
+    comments: list[Comment],
+    threads: list[Thread],
+    is_trusted: Callable[[str], bool],
+) -> str:
+    """The first user turn with every comment and thread, and no memories (tests, a dry run)."""
+    return build_first_turn(task, comments, threads, is_trusted)

@@ -24,10 +24,10 @@ from sqlalchemy import Float, String
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from coding_agent.agent.notices import Language, notice
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import is_bot
 from coding_agent.domain.tasks import Comment, Task
+from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.intake import Claim
 from coding_agent.runtime.state_store import StateStore, TableStore

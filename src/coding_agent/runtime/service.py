@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -17,6 +18,7 @@ from typing import Any
 from coding_agent.agent.runner import RunResult, TaskRunner
 from coding_agent.agent.steering import RunControls, ShutdownSignal
 from coding_agent.config import AgentConfig
+from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.storage import ContextStorage
 from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError
@@ -25,6 +27,7 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.cleanup import Cleanup
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Claim, Intake
+from coding_agent.runtime.memory_store import MemoryStore
 from coding_agent.runtime.recovery import Recovery, Takeover
 from coding_agent.runtime.state_store import StateStore, new_owner_id
 from coding_agent.sources.base import Source
@@ -67,7 +70,12 @@ class AgentService:
         )
         self.shutdown = ShutdownSignal()
         self.controls = RunControls(config, self.store, self.redactor, self.owner, self.shutdown)
-        self.runner = TaskRunner(config, self.store, self.redactor, self.owner, llm_factory, self.controls)
+        memories = (
+            MemoryKeeper(MemoryStore(self.store.engine), config.memory, self.redactor, time.time)
+            if config.memory.enabled
+            else None
+        )
+        self.runner = TaskRunner(config, self.store, self.redactor, self.owner, llm_factory, self.controls, memories)
         self.recovery = Recovery(config, self.store, ContextStorage(config.context_storage.base_dir, self.redactor), self.controls)
         self._slots = asyncio.Semaphore(config.workers)
         self.followups = FollowUpIntake(

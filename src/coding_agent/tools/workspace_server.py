@@ -24,7 +24,7 @@ from typing import ClassVar
 import anyio.to_thread
 from mcp.server.fastmcp import FastMCP
 
-from coding_agent.tools.builtin import WORKSPACE_SYSTEM_PROMPT
+from coding_agent.config import WORKSPACE_SYSTEM_PROMPT
 from coding_agent.tools.paths import PathOutsideWorkspace, is_inside, relative_display, resolve_in_root
 from coding_agent.tools.egress_sandbox import EgressSandbox
 from coding_agent.tools.sandbox import CommandResult, SandboxMode, run_command

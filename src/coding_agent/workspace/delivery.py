@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from coding_agent.agent.notices import Language
 from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError, ForgeError
+from coding_agent.prompts.notices import Language
 from coding_agent.retry import RetryPolicy, retry_async
 from coding_agent.sources.base import Source
 from coding_agent.workspace.checkout import Checkout, restore_git_config

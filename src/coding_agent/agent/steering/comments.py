@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from coding_agent.agent.prompting import wrap_untrusted
 from coding_agent.domain.tasks import Comment, TaskKey, Thread
 from coding_agent.llm.base import LLMClient
+from coding_agent.prompts.prompting import wrap_untrusted
 from coding_agent.sources.base import Source
 
 __all__ = ["CommentDetector", "TrustLookup", "format_comment_message", "thread_comments"]

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from coding_agent.agent.loop import Checkpoint, LoopOutcome, ToolRunner
-from coding_agent.agent.notices import notice
 from coding_agent.agent.progress import ProgressComment, ProgressTools
 from coding_agent.agent.steering.comments import CommentDetector, TrustLookup, thread_comments
 from coding_agent.agent.steering.pause import PauseWatch, ShutdownSignal, pause_signal_path
@@ -31,13 +30,15 @@ from coding_agent.agent.steering.state import RunState, StateWriter, workspace_b
 from coding_agent.agent.steering.stop import StopChecker
 from coding_agent.config import AgentConfig
 from coding_agent.context.storage import ContextStorage, RunContextFiles
+from coding_agent.domain.ports import RunStore
+from coding_agent.domain.runs import RunMarks, RunRecord
 from coding_agent.domain.tasks import Comment, Task, Thread
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import DONE_TOOL
 from coding_agent.llm.types import LLMReply, TokenUsage, ToolCallRequest
+from coding_agent.prompts.notices import notice
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.state_store import RunMarks, RunRecord, StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import transition
 
@@ -122,7 +123,7 @@ class RunControls:
     def __init__(
         self,
         config: AgentConfig,
-        store: StateStore,
+        store: RunStore,
         redactor: Redactor,
         owner: str,
         shutdown: ShutdownSignal | None = None,

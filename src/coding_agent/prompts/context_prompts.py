@@ -1,4 +1,4 @@
-"""Renders the context structures of SPEC 9 into prompt text (templates in `prompts/`).
+"""Renders the context structures of SPEC 9 into prompt text (templates in `templates/`).
 
 - `render_context`: a seed-004 `Context` (persona, memories, review threads);
 - `render_task_context`: the first user turn — the task, the rendered `Context`, and the
@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coding_agent.agent.prompting import task_kind_words, template
-from coding_agent.context.conversation import ConversationContext
 from coding_agent.domain.channel import ChannelMemory, Context
+from coding_agent.domain.conversation import ConversationContext
 from coding_agent.domain.tasks import Comment, Task, TaskKey, Thread
 from coding_agent.llm.types import Message
+from coding_agent.prompts.prompting import task_kind_words, template
 
 __all__ = [
     "render_context",

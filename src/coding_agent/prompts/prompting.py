@@ -1,23 +1,24 @@
-"""Renders the system prompt and the task prompt from the Jinja templates in `prompts/`.
+"""Renders the system prompt from the Jinja templates in `templates/`, and wraps untrusted text.
 
 Public functions so that tests (and a dry run) can see exactly what the model is sent.
-The system prompt is the stable part of every request; the task prompt is the first
-user turn. Untrusted authors' text is wrapped here, once (SPEC 3).
+The system prompt is the stable part of every request; the task prompt (the first user
+turn) is `context.first_turn.render_task_prompt`. Untrusted authors' text is wrapped
+with `wrap_untrusted`, once, by whatever builds the structures (SPEC 3).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import jinja2
 
-from coding_agent.domain.tasks import Comment, Task, Thread
+from coding_agent.domain.tasks import Task
 from coding_agent.llm.types import ToolSpec
 
-__all__ = ["render_system_prompt", "render_task_prompt", "wrap_untrusted", "template", "task_kind_words"]
+__all__ = ["render_system_prompt", "wrap_untrusted", "template", "task_kind_words"]
 
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("coding_agent.agent", "prompts"),
+    loader=jinja2.PackageLoader("coding_agent.prompts", "templates"),
     autoescape=False,
     keep_trailing_newline=False,
     undefined=jinja2.StrictUndefined,
@@ -33,7 +34,7 @@ def wrap_untrusted(author: str, text: str) -> str:
 
 
 def template(name: str) -> jinja2.Template:
-    """A template of `prompts/`, for every prompt module: one environment, one set of rules."""
+    """A template of `templates/`, for every prompt module: one environment, one set of rules."""
     return _ENV.get_template(name)
 
 
@@ -68,18 +69,3 @@ def render_system_prompt(
         repository_rules=dict(repository_rules or {}),
     )
 
-
-def render_task_prompt(
-    task: Task,
-    comments: list[Comment],
-    threads: list[Thread],
-    is_trusted: Callable[[str], bool],
-) -> str:
-    """The first user turn with every comment and thread, and no memories.
-
-    A shortcut over `context.first_turn.build_first_turn`, which renders the structures
-    of SPEC 9; imported here, not at the top, because that module builds on this one.
-    """
-    from coding_agent.context.first_turn import build_first_turn
-
-    return build_first_turn(task, comments, threads, is_trusted)
