@@ -26,6 +26,7 @@ __all__ = [
     "PROXY_PORT",
     "SANDBOX_SOCKET",
     "no_proxy_value",
+    "socat_path",
 ]
 
 SANDBOX_SOCKET = "/tmp/.coding-agent-egress.sock"
@@ -36,6 +37,11 @@ PROXY_PORT = 3128
 EGRESS_SOCKET_ENV = "CODING_AGENT_EGRESS_SOCKET"
 EGRESS_NO_PROXY_ENV = "CODING_AGENT_EGRESS_NO_PROXY"
 _LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def socat_path() -> str | None:
+    """socat under /usr or /bin: the directories every sandbox has, read-only."""
+    return shutil.which("socat", path="/usr/bin:/bin:/usr/local/bin")
 
 
 def no_proxy_value(hosts: Iterable[str]) -> str:
@@ -68,9 +74,19 @@ class EgressSandbox:
         """The variables that pass this binding to the workspace server."""
         return {EGRESS_SOCKET_ENV: str(self.socket_path), EGRESS_NO_PROXY_ENV: self.no_proxy}
 
+    @property
+    def available(self) -> bool:
+        """Whether the forwarder exists; without it a command would only wait for nothing."""
+        return socat_path() is not None
+
     def bwrap_args(self) -> list[str]:
-        """Mount the proxy socket inside (after `--tmpfs /tmp`, which holds the mount point)."""
-        return ["--ro-bind", str(self.socket_path), SANDBOX_SOCKET]
+        """Mount the proxy socket inside (after `--tmpfs /tmp`, which holds the mount point).
+
+        The proxy variables are also set with `--setenv`, so they survive a sandbox that
+        starts from `--clearenv`.
+        """
+        setenv = [part for name, value in self.env().items() for part in ("--setenv", name, value)]
+        return ["--ro-bind", str(self.socket_path), SANDBOX_SOCKET, *setenv]
 
     def env(self) -> dict[str, str]:
         proxy = f"http://127.0.0.1:{PROXY_PORT}"
@@ -84,7 +100,7 @@ class EgressSandbox:
         about two seconds without a listener the command runs anyway and its requests
         fail, which it reports itself.
         """
-        socat = shutil.which("socat", path="/usr/bin:/bin:/usr/local/bin") or "socat"
+        socat = socat_path() or "socat"
         forward = shlex.join(
             [socat, "-b", "262144", f"TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{SANDBOX_SOCKET}"]
         )

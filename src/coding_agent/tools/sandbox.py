@@ -253,7 +253,7 @@ async def run_command(
         sandboxed = False
     else:
         sandboxed = await asyncio.to_thread(bwrap_usable, root)
-    egress = egress if sandboxed else None
+    egress = egress if sandboxed and egress is not None and egress.available else None
     argv = sandbox_argv(command, root, egress) if sandboxed else [_shell(), "-c", command]
     env = command_environment(sandboxed, source_env)
     env.update(extra_env or {})
