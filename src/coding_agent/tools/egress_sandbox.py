@@ -79,35 +79,41 @@ class EgressSandbox:
         """Whether the forwarder exists; without it a command would only wait for nothing."""
         return socat_path() is not None
 
-    def bwrap_args(self) -> list[str]:
-        """Mount the proxy socket inside (after `--tmpfs /tmp`, which holds the mount point).
+    def binds(self) -> list[tuple[str, str]]:
+        """(host path, sandbox path), read-only: the proxy socket, under the private /tmp.
 
-        The proxy variables are also set with `--setenv`, so they survive a sandbox that
-        starts from `--clearenv`.
+        (`connect` on a socket needs no write access to its mount.)
         """
-        setenv = [part for name, value in self.env().items() for part in ("--setenv", name, value)]
-        return ["--ro-bind", str(self.socket_path), SANDBOX_SOCKET, *setenv]
+        return [(str(self.socket_path), SANDBOX_SOCKET)]
+
+    def bwrap_args(self) -> list[str]:
+        """The binds and the proxy variables as bwrap arguments (after `--tmpfs /tmp`).
+
+        The variables are set with `--setenv` too, so they survive a sandbox that starts
+        from `--clearenv`.
+        """
+        binds = [part for source, dest in self.binds() for part in ("--ro-bind", source, dest)]
+        return binds + [part for name, value in self.env().items() for part in ("--setenv", name, value)]
 
     def env(self) -> dict[str, str]:
         proxy = f"http://127.0.0.1:{PROXY_PORT}"
         names = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
         return {**{name: proxy for name in names}, "NO_PROXY": self.no_proxy, "no_proxy": self.no_proxy}
 
-    def wrap(self, command: str, shell: str) -> list[str]:
-        """argv running `command` with the forwarder listening first.
+    def wrap_command(self, command: str) -> str:
+        """A shell script (for the sandbox's `sh -c`) that starts the forwarder, then `command`.
 
-        The readiness probe connects once (the proxy ignores an empty connection); after
-        about two seconds without a listener the command runs anyway and its requests
-        fail, which it reports itself.
+        POSIX sh only. The readiness probe is socat itself (the proxy ignores an empty
+        connection); after about two seconds without a listener the command runs anyway
+        and its requests fail, which it reports itself. `command` runs in a shell of its
+        own (`exec`), so its syntax and exit code are what they would be unwrapped.
         """
-        socat = socat_path() or "socat"
-        forward = shlex.join(
-            [socat, "-b", "262144", f"TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{SANDBOX_SOCKET}"]
+        socat = shlex.quote(socat_path() or "socat")
+        listen = f"TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr"
+        shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+        return (
+            f"{socat} -b 262144 {listen} UNIX-CONNECT:{SANDBOX_SOCKET} </dev/null >/dev/null 2>&1 &\n"
+            f"_i=0; until {socat} -u OPEN:/dev/null TCP:127.0.0.1:{PROXY_PORT} 2>/dev/null || [ $_i -ge 200 ]; "
+            "do _i=$((_i+1)); sleep 0.01; done\n"
+            f"exec {shell} -c {shlex.quote(command)}\n"
         )
-        script = (
-            f"{forward} </dev/null >/dev/null 2>&1 &\n"
-            f"for _ in $(seq 200); do (: </dev/tcp/127.0.0.1/{PROXY_PORT}) 2>/dev/null && break; sleep 0.01; done\n"
-            f'exec {shlex.quote(shell)} -c "$1"\n'
-        )
-        bash = shutil.which("bash") or "/bin/bash"
-        return [bash, "-c", script, "coding-agent-egress", command]

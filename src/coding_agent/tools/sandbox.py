@@ -106,15 +106,13 @@ def _shell() -> str:
     return shutil.which("bash") or "/bin/sh"
 
 
-def sandbox_argv(command: str, root: Path, egress: EgressSandbox | None = None) -> list[str]:
+def sandbox_argv(command: str, root: Path, extra_args: Sequence[str] = ()) -> list[str]:
     """The bwrap command line that runs `command` with `root` as the only writable tree.
 
     Mount order matters: the private /tmp comes before the workspace bind, so a workspace
-    that lives under /tmp is still visible. `egress`: the proxy socket is bound in and the
-    command wrapped with its forwarder (`egress_sandbox.py`); the network stays unshared.
+    that lives under /tmp is still visible. `extra_args` come after both (the egress
+    proxy's socket bind and variables, `egress_sandbox.py`); the network stays unshared.
     """
-    extra = egress.bwrap_args() if egress is not None else []
-    inner = egress.wrap(command, _shell()) if egress is not None else [_shell(), "-c", command]
     bwrap = shutil.which("bwrap") or "bwrap"
     root_text = str(root)
     return [
@@ -124,13 +122,13 @@ def sandbox_argv(command: str, root: Path, egress: EgressSandbox | None = None) 
         "--proc", "/proc",
         "--tmpfs", "/tmp",
         "--bind", root_text, root_text,
-        *extra,
+        *extra_args,
         "--unshare-all",  # includes the network: no connections in or out
         "--die-with-parent",
         "--new-session",
         "--chdir", root_text,
         "--",
-        *inner,
+        _shell(), "-c", command,
     ]  # fmt: skip
 
 
@@ -244,7 +242,8 @@ async def run_command(
 
     `extra_env` is added to the scrubbed environment (the caller's own fixed settings,
     never inherited values). `egress`: reach the network through the host's egress proxy
-    (sandboxed commands only; unsandboxed ones are not confined anyway). The command gets its own session (process group); on timeout, and after it ends, the
+    (sandboxed commands only; unsandboxed ones are not confined anyway). The command gets
+    its own session (process group); on timeout, and after it ends, the
     whole group is killed so that nothing it started in the background outlives it.
     """
     if mode == "bwrap":
@@ -254,10 +253,11 @@ async def run_command(
     else:
         sandboxed = await asyncio.to_thread(bwrap_usable, root)
     egress = egress if sandboxed and egress is not None and egress.available else None
-    argv = sandbox_argv(command, root, egress) if sandboxed else [_shell(), "-c", command]
+    if egress is not None:  # SPEC 7.1: the proxy's socket, its forwarder, the proxy variables
+        command = egress.wrap_command(command)
+    argv = sandbox_argv(command, root, egress.bwrap_args() if egress else ()) if sandboxed else [_shell(), "-c", command]
     env = command_environment(sandboxed, source_env)
     env.update(extra_env or {})
-    env.update(egress.env() if egress is not None else {})
     buffer = _CappedBuffer(head=max_output_bytes // 4, tail=max_output_bytes - max_output_bytes // 4)
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
