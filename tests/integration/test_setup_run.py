@@ -148,3 +148,14 @@ def test_bad_allow_list_entry_is_a_config_error_naming_it(tmp_path: Path) -> Non
             }
         )
     assert "run_hosts" in str(raised.value) and "pypi.org/simple" in str(raised.value)
+
+
+def test_the_proxy_socket_goes_to_the_builtin_server_in_both_forms() -> None:
+    from coding_agent.agent.environment import is_workspace_server
+    from coding_agent.config import MCPServerConfig, builtin_workspace_server
+
+    assert is_workspace_server(MCPServerConfig(**builtin_workspace_server()))
+    cli_form = MCPServerConfig(mcp_server_name="ws", command=["coding-agent", "mcp-workspace", "--root", "{workspace}"])
+    assert is_workspace_server(cli_form)
+    other = MCPServerConfig(mcp_server_name="fs", command=["npx", "@modelcontextprotocol/server-filesystem", "{workspace}"])
+    assert not is_workspace_server(other)

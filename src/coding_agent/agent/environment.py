@@ -26,11 +26,16 @@ from coding_agent.tools.types import ToolResult
 from coding_agent.workspace.env_setup import REPOSITORY_SCRIPT, SetupOutcome, plan_setup, run_setup
 from coding_agent.workspace.git import Git
 
-__all__ = ["RunEnvironment", "WORKSPACE_SERVER_MODULE", "describe_egress"]
+__all__ = ["RunEnvironment", "WORKSPACE_SERVER_MODULE", "describe_egress", "is_workspace_server"]
 
 log = logging.getLogger(__name__)
 
 WORKSPACE_SERVER_MODULE = "coding_agent.tools.workspace_server"
+
+
+def is_workspace_server(server: MCPServerConfig) -> bool:
+    """The built-in workspace server, in either documented form (`python -m ...` or the CLI)."""
+    return any(WORKSPACE_SERVER_MODULE in part or part == "mcp-workspace" for part in server.command)
 
 
 def describe_egress(config: AgentConfig) -> list[str]:
@@ -129,7 +134,7 @@ class RunEnvironment:
         extra = self.sandbox.server_env()
         return [
             server.model_copy(update={"env": {**server.env, **extra}})
-            if any(WORKSPACE_SERVER_MODULE in part for part in server.command)
+            if is_workspace_server(server)
             else server
             for server in servers
         ]
