@@ -24,8 +24,18 @@ from coding_agent.testing.package_index import PackageIndex
 from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.tools.sandbox import bwrap_usable
 
-from .conftest import MAINTAINER, READER, REPO, AgentSetup, GitHubForge, llm_section, load_for_service, write_config
-from .conftest import progress_comments
+from .conftest import (
+    MAINTAINER,
+    READER,
+    REPO,
+    AgentSetup,
+    ForgeUnderTest,
+    GitHubForge,
+    llm_section,
+    load_for_service,
+    progress_comments,
+    write_config,
+)
 
 SCRIPT_PATH = ".coding-agent/setup.sh"
 MARKER = "SETUP-MARKER-FROM-DEFAULT-BRANCH"
@@ -79,7 +89,7 @@ def _run(command: str) -> dict[str, Any]:
     return {"tool": "workspace/run", "args": {"command": command, "timeout_seconds": 60}}
 
 
-def _config(tmp_path: Path, forge: GitHubForge, model: ReplaySandbox, setup_hosts: list[str], run_hosts: list[str]) -> AgentSetup:
+def _config(tmp_path: Path, forge: ForgeUnderTest, model: ReplaySandbox, setup_hosts: list[str], run_hosts: list[str]) -> AgentSetup:
     return write_config(
         tmp_path,
         [forge],
@@ -167,17 +177,19 @@ def test_empty_allow_list_fails_setup_cleanly_and_the_model_is_told(
     assert "Environment setup" in progress and "failed with exit code" in progress
 
 
-def test_untrusted_pr_head_cannot_change_the_setup(
-    github_forge: GitHubForge, index: PackageIndex, tmp_path: Path
-) -> None:
-    state = github_forge.sandbox.state
+def test_untrusted_pr_head_cannot_change_the_setup(forge: ForgeUnderTest, tmp_path: Path) -> None:
+    state = forge.sandbox.state  # type: ignore[attr-defined]
     state.init_repo(REPO, files={"README.md": "# widgets\n", SCRIPT_PATH: "echo SETUP-FROM-DEFAULT\n"})
     state.create_branch(REPO, "feature")
     state.git.commit_files(REPO, "feature", {SCRIPT_PATH: "echo SETUP-FROM-PR-HEAD\n"}, "change the setup")
-    number = state.create_pull(REPO, "Tweak", "A PR.", author=READER, head="feature", base="main")
-    state.add_label(REPO, number, "coding agent", actor=MAINTAINER)
+    if isinstance(forge, GitHubForge):
+        number = state.create_pull(REPO, "Tweak", "A PR.", author=READER, head="feature", base="main")
+        state.add_label(REPO, number, "coding agent", actor=MAINTAINER)
+    else:
+        number = state.create_merge_request(REPO, "Tweak", "An MR.", author=READER, source_branch="feature")
+        state.add_label(REPO, number, "coding agent", actor=MAINTAINER, kind="mr")
     with ReplaySandbox({"replies": [{"done": "Looked."}]}) as model:
-        setup = _config(tmp_path, github_forge, model, [], [])
+        setup = _config(tmp_path, forge, model, [], [])
         [result] = _run_once(setup).results
         first_turn = _first_turn(model)
 

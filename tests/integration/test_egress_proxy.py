@@ -196,3 +196,12 @@ def test_blocked_lines_cannot_inject_markdown() -> None:
 
     lines = blocked_lines([Refusal("@admin <b>x", 0, "malformed", "run", "curl `x`\n@boss")])
     assert lines == ["blocked: ?admin??b?x:0, by `curl 'x''@boss`"]
+
+
+async def test_oversized_head_is_refused_without_reading_forever() -> None:
+    async with EgressProxy([], []) as proxy:
+        reader, writer = await asyncio.open_unix_connection(str(proxy.socket_path))
+        writer.write(b"GET http://x/ HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 200_000)
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:80]
