@@ -32,6 +32,7 @@ from coding_agent.testing.waiting import wait_for
 from coding_agent.tools.egress_proxy import EgressProxy
 from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value
 from coding_agent.workspace.env_setup import plan_setup, run_setup
+from coding_agent.tools.host_git import git_dir_for
 from coding_agent.workspace.git import Git
 
 DOWNLOAD_BYTES = 10 * 1024 * 1024
@@ -114,10 +115,13 @@ async def _bench_proxy(origin_port: int, downloads: int) -> dict[str, object]:
 
 def _workspace(base: Path, name: str) -> Path:
     path = base / name
-    path.mkdir()
+    path.mkdir(parents=True)
+    git_dir_for(path).parent.mkdir(parents=True, exist_ok=True)
     (path / "requirements.txt").write_text("tinypkg==1.0\n")
-    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init"]):
+    # As the agent's checkout is: the git directory outside the workspace (`git_dir_for`).
+    for args in (["init", "-q", "--separate-git-dir", str(git_dir_for(path))], ["add", "."], ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init"]):
         subprocess.run(["git", *args], cwd=path, check=True)
+    (path / ".git").unlink()
     return path
 
 
@@ -147,7 +151,7 @@ async def bench_setup(index: PackageIndex, setups: int) -> dict[str, object]:
             for kind in ("cold", "warm"):
                 if kind == "cold":
                     shutil.rmtree(base / "cache", ignore_errors=True)
-                workspace = _workspace(base, f"{kind}-{number}")
+                workspace = _workspace(base / "workspaces", f"{kind}-{number}")
                 started = time.perf_counter()
                 async with EgressProxy([listed], []) as proxy:
                     egress = EgressSandbox(proxy.socket_path, no_proxy_value([listed]))

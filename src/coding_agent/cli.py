@@ -99,7 +99,21 @@ def _echo_report(report: CycleReport) -> None:
         typer.echo(error, err=True)
 
 
+def _check_sandbox(config: AgentConfig) -> None:
+    """SPEC 15: no bwrap -> refuse to start, unless the operator chose `security.sandbox: none`."""
+    from coding_agent.tools.sandbox import SandboxUnavailable, check_sandbox
+
+    try:
+        warning = check_sandbox(config.security.sandbox)
+    except SandboxUnavailable as error:
+        log.error("refusing to start: %s", error)
+        raise _fail(str(error), 2) from None
+    if warning is not None:
+        log.warning("%s", warning)
+
+
 def _run(config: AgentConfig, once: bool) -> None:
+    _check_sandbox(config)
     _exit_with(config, _run_service(config, once))
 
 
@@ -354,11 +368,12 @@ def cleanup(config: ConfigOption = None) -> None:
 @app.command("mcp-workspace")
 def mcp_workspace(
     root: Annotated[Path, typer.Option("--root", help="The workspace directory the tools may touch.")],
+    sandbox: Annotated[str, typer.Option("--sandbox", help="bwrap (default) or none.")] = "bwrap",
 ) -> None:
     """Run the built-in workspace MCP server on stdio (started by the agent for each run)."""
     from coding_agent.tools.workspace_server import main as workspace_main
 
-    workspace_main(["--root", str(root)])
+    workspace_main(["--root", str(root), "--sandbox", sandbox])
 
 
 @app.command()
@@ -366,12 +381,13 @@ def demo(
     llm: Annotated[bool, typer.Option("--llm", help="Use the model configured in --config instead of the replay model.")] = False,
     config: ConfigOption = None,
     keep: Annotated[Optional[Path], typer.Option("--dir", help="Keep the demo's files in this directory.")] = None,
+    planning: Annotated[bool, typer.Option("--planning", help="Work the task in planning mode (plan, act, reflect, verify).")] = False,
 ) -> None:
     """Run one whole task on a built-in sandbox forge with the real MCP workspace server."""
     from coding_agent.demo import run_demo
 
     llm_config = _load(config).llm if llm else None
-    raise typer.Exit(run_demo(llm_config, keep))
+    raise typer.Exit(run_demo(llm_config, keep, planning))
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -31,6 +31,7 @@ __all__ = [
     "MCPServerConfig",
     "WORKSPACE_SYSTEM_PROMPT",
     "builtin_workspace_server",
+    "with_sandbox_mode",
     "ToolsConfig",
     "TaskStopConfig",
     "CommentDetectionConfig",
@@ -161,8 +162,9 @@ to its root (absolute paths inside it work too, nothing outside it does).
   line number, `create` for new files (it overwrites an existing file).
 - `run` executes a shell command in the root (no network, so nothing can be downloaded;
   output is capped, long commands time out). Use it to build and run the tests.
-- `git_status` and `git_diff` show what you changed. Do not commit or push: the agent
-  commits and opens the pull request when you are done.
+- `git_status` and `git_diff` show what you changed; git commands inside `run` do not see
+  the repository's history. Do not commit or push: the agent commits and opens the pull
+  request when you are done.
 """
 
 
@@ -176,6 +178,32 @@ def builtin_workspace_server() -> dict[str, Any]:
         "command": [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"],
         "system_prompt": WORKSPACE_SYSTEM_PROMPT,
     }
+
+
+_WORKSPACE_SERVER_MARKERS = ("coding_agent.tools.workspace_server", "mcp-workspace")
+
+
+def with_sandbox_mode(command: list[str], mode: str) -> list[str]:
+    """`command` with `--sandbox MODE` when it starts the built-in workspace server, else as is.
+
+    The operator chooses the mode once (`security.sandbox`); every entry that runs the
+    built-in server gets it, whatever the entry itself says.
+    """
+    if not any(marker in part for part in command for marker in _WORKSPACE_SERVER_MARKERS):
+        return command
+    result: list[str] = []
+    skip = False
+    for part in command:
+        if skip:
+            skip = False
+            continue
+        if part == "--sandbox":
+            skip = True
+            continue
+        if part.startswith("--sandbox="):
+            continue
+        result.append(part)
+    return [*result, "--sandbox", mode]
 
 
 class ToolsConfig(_Strict):
@@ -282,6 +310,9 @@ class EgressConfig(_Strict):
 
 class SecurityConfig(_Strict):
     allow_untrusted_triggers: bool = False
+    # SPEC 15: `bwrap` runs the model's commands in bubblewrap and refuses to start where
+    # bwrap cannot run; `none` runs them unsandboxed (warned in the log at every start).
+    sandbox: Literal["bwrap", "none"] = "bwrap"
     egress: EgressConfig = Field(default_factory=EgressConfig)
 
 
@@ -351,6 +382,47 @@ class ProgressCommentConfig(_Strict):
     min_edit_interval_seconds: float = Field(default=5, ge=0)
 
 
+class LoopGuardConfig(_Strict):
+    """A model repeating one tool call with one result (or one reply) is corrected, then
+    stopped (SPEC 4): weak and local models loop, and must never burn a budget silently."""
+
+    enabled: bool = True
+    warn_after: int = Field(default=3, ge=2)
+    fail_after: int = Field(default=5, ge=2)
+
+    @model_validator(mode="after")
+    def _fail_after_warning(self) -> LoopGuardConfig:
+        if self.fail_after <= self.warn_after:
+            raise ValueError("loop_guard.fail_after must be greater than loop_guard.warn_after")
+        return self
+
+
+class PlanningReflectionConfig(_Strict):
+    enabled: bool = True
+    trigger_interval: int = Field(default=3, ge=0)  # reflect after every N ended actions; 0: never
+    trigger_on_error: bool = True
+
+
+class PlanningRevisionConfig(_Strict):
+    max_revisions: int = Field(default=3, ge=0)
+
+
+class PlanningVerificationConfig(_Strict):
+    enabled: bool = True
+    max_rounds: int = Field(default=2, ge=1)
+
+
+class PlanningConfig(_Strict):
+    """Planning mode (SPEC 10): plan, act, reflect, revise, verify inside the section-4 loop."""
+
+    enabled: bool = False
+    max_actions: int = Field(default=20, ge=1)
+    max_steps_per_action: int = Field(default=10, ge=1)
+    reflection: PlanningReflectionConfig = Field(default_factory=PlanningReflectionConfig)
+    revision: PlanningRevisionConfig = Field(default_factory=PlanningRevisionConfig)
+    verification: PlanningVerificationConfig = Field(default_factory=PlanningVerificationConfig)
+
+
 SourceName = Literal["github", "gitlab"]
 
 
@@ -376,6 +448,8 @@ class AgentConfig(_Strict):
     comment_detection: CommentDetectionConfig = Field(default_factory=CommentDetectionConfig)
     pause_resume: PauseResumeConfig = Field(default_factory=PauseResumeConfig)
     progress_comment: ProgressCommentConfig = Field(default_factory=ProgressCommentConfig)
+    loop_guard: LoopGuardConfig = Field(default_factory=LoopGuardConfig)
+    planning: PlanningConfig = Field(default_factory=PlanningConfig)
     language: Literal["en", "ja"] = "en"
     comment_handling: CommentHandlingConfig = Field(default_factory=CommentHandlingConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
@@ -407,6 +481,11 @@ class AgentConfig(_Strict):
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"mcp_servers: duplicate mcp_server_name {', '.join(duplicates)}")
+        # The built-in workspace server sandboxes `run` as security.sandbox says.
+        for server in self.mcp_servers:
+            command = with_sandbox_mode(server.command, self.security.sandbox)
+            if command != server.command:
+                server.command = command
         return self
 
     @property

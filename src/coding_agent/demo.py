@@ -33,13 +33,15 @@ DEMO_BOT = "coding-agent-bot"
 _DEMO_TOKEN = "demo-bot-token-not-a-secret"
 
 
-def _demo_script() -> ReplayScript:
-    text = resources.files("coding_agent.testing").joinpath("scripts/demo.yaml").read_text(encoding="utf-8")
+def _demo_script(planning: bool = False) -> ReplayScript:
+    name = "scripts/demo_planning.yaml" if planning else "scripts/demo.yaml"
+    text = resources.files("coding_agent.testing").joinpath(name).read_text(encoding="utf-8")
     return ReplayScript.from_dict(yaml.safe_load(text))
 
 
-def _config(forge_url: str, llm: dict[str, Any], directory: Path) -> dict[str, Any]:
+def _config(forge_url: str, llm: dict[str, Any], directory: Path, planning: bool = False) -> dict[str, Any]:
     return {
+        **({"planning": {"enabled": True}} if planning else {}),
         "task_source": "github",
         "github": {"api_url": forge_url, "token": _DEMO_TOKEN, "owner": "demo", "bot_name": DEMO_BOT},
         "llm": llm,
@@ -90,14 +92,14 @@ def _print_outcome(sandbox: GitHubSandbox, number: int, workspaces: Path) -> Non
         typer.echo(f"  the run's workspace (a clone): {', '.join(str(path) for path in sorted(workspaces.iterdir()))}")
 
 
-def run_demo(llm: LLMConfig | None, keep: Path | None) -> int:
-    """Run the demo; return the process exit code."""
+def run_demo(llm: LLMConfig | None, keep: Path | None, planning: bool = False) -> int:
+    """Run the demo (`planning`: in planning mode, SPEC 10); return the process exit code."""
     directory = keep or Path(tempfile.mkdtemp(prefix="coding-agent-demo-"))
     directory.mkdir(parents=True, exist_ok=True)
     with GitHubSandbox() as forge:
         number = _seed(forge)
         if llm is None:
-            replay: ReplaySandbox | None = ReplaySandbox(_demo_script()).start()
+            replay: ReplaySandbox | None = ReplaySandbox(_demo_script(planning)).start()
             llm_section: dict[str, Any] = {
                 "provider": "openai",
                 "function_calling": True,
@@ -111,7 +113,7 @@ def run_demo(llm: LLMConfig | None, keep: Path | None) -> int:
                 if section is not None and section.api_key is not None:
                     llm_section[name]["api_key"] = section.api_key.get_secret_value()
         try:
-            config = parse_config(_config(forge.url, llm_section, directory), source="demo")
+            config = parse_config(_config(forge.url, llm_section, directory, planning), source="demo")
             configure_logging(config.logging, Redactor(config.secrets()), console=True)
             typer.echo(f"Sandbox GitHub at {forge.url}; issue {DEMO_REPO}#{number} labelled 'coding agent' by @{DEMO_USER}.")
             typer.echo("Model: " + ("the replay model (scripted)" if replay else f"{llm.provider} {llm.active.model}"))  # type: ignore[union-attr]

@@ -18,6 +18,7 @@ from coding_agent.tools.egress_proxy import EgressProxy
 from coding_agent.tools.egress_sandbox import EgressSandbox
 from coding_agent.tools.sandbox import bwrap_usable
 from coding_agent.workspace.env_setup import plan_setup, run_setup
+from coding_agent.tools.host_git import git_dir_for
 from coding_agent.workspace.git import Git
 from coding_agent.workspace.setup_cache import SetupCache
 
@@ -36,10 +37,13 @@ def _config(tmp_path: Path, **setup: object) -> AgentConfig:
 
 
 def _repository(path: Path) -> Path:
-    path.mkdir()
+    path.mkdir(parents=True)
+    git_dir_for(path).parent.mkdir(parents=True, exist_ok=True)
     (path / "requirements.txt").write_text("tinypkg==1.0\n")
-    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]):
+    # As the agent's checkout is: the git directory outside the workspace (`git_dir_for`).
+    for args in (["init", "-q", "--separate-git-dir", str(git_dir_for(path))], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]):
         subprocess.run(["git", *args], cwd=path, check=True)
+    (path / ".git").unlink()
     return path
 
 
@@ -71,7 +75,7 @@ async def test_plan_uses_per_repository_overrides(tmp_path: Path) -> None:
 
 @needs_bwrap
 async def test_runaway_setup_is_killed_with_its_tree_and_leaves_the_workspace_usable(tmp_path: Path) -> None:
-    workspace = _repository(tmp_path / "ws")
+    workspace = _repository(tmp_path / "workspaces" / "ws")
     tag = "4321.987"
     config = _config(
         tmp_path,
@@ -100,7 +104,7 @@ async def test_cache_hit_restores_and_lockfile_change_misses(tmp_path: Path) -> 
     config = _config(tmp_path, commands=["mkdir -p .deps && echo built > .deps/lib.txt && echo RAN-SETUP"])
     plan = await plan_setup(config.setup, _NoSource(), "acme/widgets")  # type: ignore[arg-type]
     assert plan is not None
-    first, second, third = (_repository(tmp_path / name) for name in ("a", "b", "c"))
+    first, second, third = (_repository(tmp_path / "workspaces" / name) for name in ("a", "b", "c"))
     (third / "requirements.txt").write_text("tinypkg==2.0\n")
     async with EgressProxy([], []) as proxy:
         egress, git = EgressSandbox(proxy.socket_path), Git(timeout=30)

@@ -86,11 +86,12 @@ def test_no_proxy_keeps_the_sandbox_loopback_unless_listed() -> None:
     assert no_proxy_value(["127.0.0.1:8080", "pypi.org"]) == "localhost,::1"
 
 
-def test_sandbox_args_bind_the_socket_and_set_the_proxy_even_after_clearenv(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_sandbox_gets_the_socket_read_only_and_the_proxy_variables(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from coding_agent.tools.egress_sandbox import PROXY_PORT, SANDBOX_SOCKET, EgressSandbox
 
-    args = EgressSandbox(tmp_path / "proxy.sock", "localhost").bwrap_args()
-    assert args[:3] == ["--ro-bind", str(tmp_path / "proxy.sock"), SANDBOX_SOCKET]
-    pairs = {args[i + 1]: args[i + 2] for i in range(3, len(args), 3) if args[i] == "--setenv"}
-    assert pairs["HTTPS_PROXY"] == pairs["http_proxy"] == f"http://127.0.0.1:{PROXY_PORT}"
-    assert pairs["NO_PROXY"] == "localhost"
+    egress = EgressSandbox(tmp_path / "proxy.sock", "localhost")
+    assert egress.binds() == [(str(tmp_path / "proxy.sock"), SANDBOX_SOCKET)]
+    env = egress.env()
+    assert env["HTTPS_PROXY"] == env["http_proxy"] == f"http://127.0.0.1:{PROXY_PORT}"
+    assert env["NO_PROXY"] == env["no_proxy"] == "localhost"
+    assert egress.wrap_command("echo 'a b'").endswith("-c 'echo '\"'\"'a b'\"'\"''\n")

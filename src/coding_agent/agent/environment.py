@@ -22,6 +22,7 @@ from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 from coding_agent.tools.egress_proxy import EgressProxy, blocked_lines
 from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value, socat_path
+from coding_agent.tools.sandbox import SandboxUnavailable
 from coding_agent.tools.types import ToolResult
 from coding_agent.workspace.env_setup import REPOSITORY_SCRIPT, SetupOutcome, plan_setup, run_setup
 from coding_agent.workspace.git import Git
@@ -120,8 +121,9 @@ class RunEnvironment:
             plan = await plan_setup(settings, self._source, project)
             if plan is not None:
                 git = Git(timeout=self._config.workspace.git_timeout_seconds, redact=self._redactor.text)
-                self.setup = await run_setup(plan, project, self._workspace, self._config, self.sandbox, git)
-        except AgentError as error:
+                mode = self._config.security.sandbox
+                self.setup = await run_setup(plan, project, self._workspace, self._config, self.sandbox, git, mode)
+        except (AgentError, SandboxUnavailable) as error:
             message = self._redactor.text(str(error))
             log.warning("%s: setup could not start: %s", self._task.key, message)
             self.setup = SetupOutcome("the configured setup", None, False, "", False, 0.0, error=message)

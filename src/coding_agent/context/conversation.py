@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 
 from coding_agent.domain.conversation import ContextSummary, ConversationContext, IssueInfo, Turn, TurnMetadata
 from coding_agent.domain.tasks import Comment, Task
-from coding_agent.prompts.prompting import wrap_untrusted
+from coding_agent.context.windows import newest
+from coding_agent.prompts.untrusted import UntrustedWrapper
 
 __all__ = [
     "IssueInfo",
@@ -40,15 +41,20 @@ def build_conversation(
     is_trusted: Callable[[str], bool],
     max_comment_count: int,
     is_completion: Callable[[str], bool],
+    wrapper: UntrustedWrapper,
 ) -> ConversationContext:
-    """The task's description as the first user turn, then its newest `max_comment_count` comments."""
+    """The task's description as the first user turn, then its newest `max_comment_count` comments.
+
+    An untrusted author's title and description are wrapped like their comments: the
+    structure holds only text that is safe to render as it is.
+    """
 
     def content(author: str, text: str) -> str:
         text = text.strip() or "(empty)"
-        return text if is_trusted(author) else wrap_untrusted(author, text)
+        return text if is_trusted(author) else wrapper.wrap(author, text)
 
     ordered = sorted(comments, key=lambda c: c.created_at)
-    kept = ordered[len(ordered) - max_comment_count :] if max_comment_count > 0 else []
+    kept = newest(ordered, max_comment_count)
     opening = Turn(
         role="user",
         content=content(task.author, task.body),
@@ -67,8 +73,8 @@ def build_conversation(
         )
     issue = IssueInfo(
         number=task.key.number,
-        title=task.title,
-        description=task.body,
+        title=task.title if is_trusted(task.author) else wrapper.wrap(task.author, task.title),
+        description=opening.content,
         labels=tuple(task.labels),
         created_at=task.created_at.isoformat(),
         updated_at=task.updated_at.isoformat(),

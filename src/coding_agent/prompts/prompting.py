@@ -3,7 +3,7 @@
 Public functions so that tests (and a dry run) can see exactly what the model is sent.
 The system prompt is the stable part of every request; the task prompt (the first user
 turn) is `context.first_turn.render_task_prompt`. Untrusted authors' text is wrapped
-with `wrap_untrusted`, once, by whatever builds the structures (SPEC 3).
+with `prompts.untrusted.UntrustedWrapper`, once, by whatever builds the structures (SPEC 3).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import jinja2
 
 from coding_agent.domain.tasks import Task
 from coding_agent.llm.types import ToolSpec
+from coding_agent.prompts.untrusted import UntrustedWrapper
 
-__all__ = ["render_system_prompt", "wrap_untrusted", "template", "task_kind_words"]
+__all__ = ["render_system_prompt", "template", "task_kind_words"]
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("coding_agent.prompts", "templates"),
@@ -25,12 +26,6 @@ _ENV = jinja2.Environment(
 )
 
 _FORGE_TITLES = {"github": "GitHub", "gitlab": "GitLab"}
-
-
-def wrap_untrusted(author: str, text: str) -> str:
-    """Mark text from a user without write access as data, not instructions."""
-    safe = text.replace("</untrusted-content>", "&lt;/untrusted-content&gt;")
-    return f'<untrusted-content author="{author}">\n{safe}\n</untrusted-content>'
 
 
 def template(name: str) -> jinja2.Template:
@@ -53,9 +48,15 @@ def render_system_prompt(
     show_schemas: bool,
     language: str = "en",
     repository_rules: Mapping[str, str] | None = None,
+    untrusted: UntrustedWrapper | None = None,
 ) -> str:
     """The system prompt: rules, reply protocol, tool list, each MCP server's own prompt,
-    and the repository's own rule files (path -> text, already size-capped)."""
+    and the repository's own rule files (path -> text, already size-capped).
+
+    `untrusted`: the run's wrapper, whose tag the prompt names (the one the first turn and
+    later comments are wrapped in). Rule files go here only when the task's trigger
+    controls them; a PR head written by an untrusted author is not a source of rules.
+    """
     _, noun = task_kind_words(task)
     return _ENV.get_template("system.j2").render(
         task_kind=noun,
@@ -67,5 +68,6 @@ def render_system_prompt(
         show_schemas=show_schemas,
         language=language,
         repository_rules=dict(repository_rules or {}),
+        untrusted_tag=(untrusted or UntrustedWrapper.new()).tag,
     )
 

@@ -171,7 +171,11 @@ class AgentService:
             if claimed is None:
                 return None
             continuation = claimed.continuation if isinstance(claimed, Takeover) else None
-            return await self.runner.run(source, claimed.task, claimed.requester, continuation)
+            try:
+                return await self.runner.run(source, claimed.task, claimed.requester, continuation)
+            except Exception:  # a bug in one run must not end `serve` or the other runs (SPEC 15)
+                log.exception("%s: the run ended with an internal error", key)
+                return f"{key}: the run ended with an internal error (see the agent's log)"
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Poll every `scheduling.interval_seconds` until `stop` is set."""

@@ -82,18 +82,10 @@ class EgressSandbox:
     def binds(self) -> list[tuple[str, str]]:
         """(host path, sandbox path), read-only: the proxy socket, under the private /tmp.
 
-        (`connect` on a socket needs no write access to its mount.)
+        (`connect` on a socket needs no write access to its mount.) With `env()` and
+        `wrap_command`, what `sandbox.run_command` adds to the bwrap sandbox.
         """
         return [(str(self.socket_path), SANDBOX_SOCKET)]
-
-    def bwrap_args(self) -> list[str]:
-        """The binds and the proxy variables as bwrap arguments (after `--tmpfs /tmp`).
-
-        The variables are set with `--setenv` too, so they survive a sandbox that starts
-        from `--clearenv`.
-        """
-        binds = [part for source, dest in self.binds() for part in ("--ro-bind", source, dest)]
-        return binds + [part for name, value in self.env().items() for part in ("--setenv", name, value)]
 
     def env(self) -> dict[str, str]:
         proxy = f"http://127.0.0.1:{PROXY_PORT}"

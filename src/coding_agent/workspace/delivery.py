@@ -26,7 +26,7 @@ from coding_agent.errors import AgentError, ForgeError
 from coding_agent.prompts.notices import Language
 from coding_agent.retry import RetryPolicy, retry_async
 from coding_agent.sources.base import Source
-from coding_agent.workspace.checkout import Checkout, restore_git_config
+from coding_agent.workspace.checkout import Checkout, verify_git_dir
 from coding_agent.workspace.git import Git, PushRejected
 
 __all__ = ["Delivery", "deliver", "delivery_note", "commit_message", "change_body", "SUMMARY_START", "SUMMARY_END"]
@@ -169,7 +169,7 @@ async def deliver(
     `body_notes` go into the PR/MR description after the summary, not into the commit
     (e.g. the network requests the egress proxy refused, SPEC 7.1).
     """
-    restore_git_config(checkout)
+    verify_git_dir(checkout)
     dirty, committed = await _has_changes(git, checkout)
     if not dirty and not committed:
         log.info("%s: no changes in the workspace; nothing to deliver", task.key)

@@ -156,7 +156,7 @@ async def run_setup(
     config: AgentConfig,
     egress: EgressSandbox | None,
     git: Git,
-    sandbox: SandboxMode = "auto",
+    sandbox: SandboxMode = "bwrap",
 ) -> SetupOutcome:
     """Run (or restore from the cache) `plan` in `workspace`. Never raises for the script's failures."""
     started = time.monotonic()

@@ -191,6 +191,10 @@ class RunControl:
         self._inner = inner
         # Seeded so that the first checkpoint, whichever it is, asks the forge.
         self._previous_point = Checkpoint.ITERATION_START
+        # Planning mode (SPEC 10.4) plugs in here: where the run stands (for the stop
+        # comment) and its state (saved with every checkpoint and pause).
+        self.describe_position: Callable[[], str] = lambda: ""
+        self.planning_state: Callable[[], dict[str, Any] | None] = lambda: None
         self.progress: ProgressComment | None = None
         if config.progress_comment.enabled:
             self.progress = ProgressComment(
@@ -216,6 +220,15 @@ class RunControl:
     def pending_reply(self, llm: LLMClient) -> LLMReply | None:
         """A continued run paused between a reply and its action resumes with that action."""
         return pending_reply(llm.messages) if self._state is not None else None
+
+    @property
+    def continued(self) -> bool:
+        """Is this run carried on from a saved state (resumed or taken over)?"""
+        return self._state is not None
+
+    def saved_planning(self) -> dict[str, Any] | None:
+        """The planning state a continued run saved (None for a new run, or none saved)."""
+        return self._state.planning if self._state is not None else None
 
     def recorded_outcome(self) -> LoopOutcome | None:
         """The outcome a previous worker of this run recorded before dying, if any.
@@ -300,6 +313,7 @@ class RunControl:
             steering={"comments": self._detector.get_state(), "stop": self._stop.get_state()},
             progress=self.progress.get_state() if self.progress is not None else {},
             paused=paused,
+            planning=self.planning_state(),
         )
 
     # -- publishing ----------------------------------------------------------------
@@ -392,6 +406,8 @@ class RunControl:
                 turns=self.steps,
                 label=labels.bot_label,
             )
+            position = self.describe_position()
+            text = f"{text}\n\n{position}" if position else text
             self._store.record_final(self.run_uuid, "stopped", text)
         try:
             await self.post_final(text, self._inner)
