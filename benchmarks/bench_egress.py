@@ -119,7 +119,9 @@ def _workspace(base: Path, name: str) -> Path:
     git_dir_for(path).parent.mkdir(parents=True, exist_ok=True)
     (path / "requirements.txt").write_text("tinypkg==1.0\n")
     # As the agent's checkout is: the git directory outside the workspace (`git_dir_for`).
-    for args in (["init", "-q", "--separate-git-dir", str(git_dir_for(path))], ["add", "."], ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init"]):
+    init = ["init", "-q", "--separate-git-dir", str(git_dir_for(path))]
+    commit = ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init"]
+    for args in (init, ["add", "."], commit):
         subprocess.run(["git", *args], cwd=path, check=True)
     (path / ".git").unlink()
     return path

@@ -41,7 +41,9 @@ def _repository(path: Path) -> Path:
     git_dir_for(path).parent.mkdir(parents=True, exist_ok=True)
     (path / "requirements.txt").write_text("tinypkg==1.0\n")
     # As the agent's checkout is: the git directory outside the workspace (`git_dir_for`).
-    for args in (["init", "-q", "--separate-git-dir", str(git_dir_for(path))], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]):
+    init = ["init", "-q", "--separate-git-dir", str(git_dir_for(path))]
+    commit = ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]
+    for args in (init, ["add", "."], commit):
         subprocess.run(["git", *args], cwd=path, check=True)
     (path / ".git").unlink()
     return path

@@ -11,8 +11,8 @@ cannot even start is reported to the model like a failed one.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from coding_agent.agent.loop import ToolRunner
 from coding_agent.config import AgentConfig, MCPServerConfig
@@ -60,7 +60,7 @@ def describe_egress(config: AgentConfig) -> list[str]:
         shown = ", ".join(hosts) if hosts else "none (no network)"
         lines.append(f"security.egress.{name}: {shown}")
     if (egress.setup_hosts or egress.run_hosts) and socat_path() is None:
-        lines.append("socat: not found under /usr/bin or /bin; the sandbox cannot reach the egress proxy (install socat)")
+        lines.append("socat: not found under /usr/bin or /bin; the sandbox cannot reach the egress proxy")
     return lines
 
 
@@ -83,7 +83,7 @@ class _AttributedTools:
 class RunEnvironment:
     """`async with RunEnvironment(...) as environment:` around the MCP servers; entering runs the setup."""
 
-    def __init__(self, config: AgentConfig, source: Source, task: Task, workspace: Any, redactor: Redactor) -> None:
+    def __init__(self, config: AgentConfig, source: Source, task: Task, workspace: Path, redactor: Redactor) -> None:
         egress = config.security.egress
         self._config = config
         self._source = source

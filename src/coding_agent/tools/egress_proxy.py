@@ -244,7 +244,8 @@ class EgressProxy:
                 return upstream
             except (OSError, TimeoutError) as error:
                 last = error
-        raise _Refused(502, host, port, f"cannot connect to {host}:{port} ({last.__class__.__name__ if last else 'no address'})")
+        cause = last.__class__.__name__ if last else "no address"
+        raise _Refused(502, host, port, f"cannot connect to {host}:{port} ({cause})")
 
     def _record(self, refused: _Refused) -> None:
         refusal = Refusal(refused.host, refused.port, refused.reason, self.phase, self.command)
