@@ -49,19 +49,47 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _load(path: Path | None) -> AgentConfig:
-    chosen = path or Path(os.environ.get("CODING_AGENT_CONFIG", DEFAULT_CONFIG_PATH))
+def _config_path(path: Path | None) -> Path:
+    return path or Path(os.environ.get("CODING_AGENT_CONFIG", DEFAULT_CONFIG_PATH))
+
+
+def _load(path: Path | None, local: bool = False) -> AgentConfig:
+    """Load the config. `local`: for commands that only read the local state (status,
+    memory, pause, resume), so a `${GITHUB_TOKEN}` that is not exported is no error."""
     try:
-        config = load_config(chosen)
+        config = load_config(_config_path(path), local_only=local)
     except ConfigError as error:
         raise _fail(str(error), 2) from None
     configure_logging(config.logging, Redactor(config.secrets()))
     return config
 
 
+async def _preflight(config: AgentConfig, once: bool) -> bool:
+    """Check the forge and the LLM before claiming anything (SPEC 11). `run --once`: False
+    when one fails (each named on stderr). `serve`: wait, retrying with backoff."""
+    from coding_agent.runtime.checks import preflight
+
+    delay = 5.0
+    while True:
+        failed = await preflight(config)
+        if not failed:
+            return True
+        for check in failed:
+            log.error("preflight: %s: %s", check.name, check.detail)
+            if once:
+                typer.echo(f"coding-agent: preflight failed: {check.name}: {check.detail}", err=True)
+        if once:
+            return False
+        log.warning("preflight: nothing is claimed until this passes; retrying in %.0f s", delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 300.0)
+
+
 async def _run_service(config: AgentConfig, once: bool) -> int:
     from coding_agent.runtime.service import AgentService
 
+    if not await _preflight(config, once):
+        return 1
     service = AgentService(config)
     stop = asyncio.Event()
     _pause_on_signals(service, stop)
@@ -69,7 +97,12 @@ async def _run_service(config: AgentConfig, once: bool) -> int:
         if once:
             _echo_report(await service.run_cycle())
             return 0
-        await service.serve(stop)
+        from coding_agent.web.server import serving_dashboard
+
+        async with serving_dashboard(config, service.store) as url:
+            if url:
+                typer.echo(f"coding-agent: dashboard at {url}", err=True)
+            await service.serve(stop)
         return 0
     finally:
         await service.aclose()
@@ -147,7 +180,7 @@ def status(config: ConfigOption = None) -> None:
     """List runs recorded in the state store, with their status and token use."""
     from coding_agent.runtime.state_store import StateStore
 
-    settings = _load(config)
+    settings = _load(config, local=True)
     store = StateStore(settings.database.url)
     try:
         runs = store.runs()
@@ -199,9 +232,8 @@ def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:
     running tasks pause and none starts; they resume once it is removed.
     """
     from coding_agent.agent.steering import pause_signal_path
-    from coding_agent.runtime.state_store import StateStore
 
-    settings = _load(config)
+    settings = _load(config, local=True)
     if not settings.pause_resume.enabled:
         raise _fail("pause_resume.enabled is false in the configuration", 2)
     if task is None:
@@ -210,15 +242,24 @@ def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:
         path.touch()
         typer.echo(f"pause signal set ({path}): running tasks pause at their next step")
         return
-    key = _task_key(task)
+    _act(settings, _task_key(task), "pause")
+
+
+def _act(settings: AgentConfig, key: str, action: str) -> None:
+    """pause/stop TASK through the same code as the dashboard; continue a stopped paused run."""
+    from coding_agent.runtime.operator_actions import UnknownTask, apply_action
+    from coding_agent.runtime.state_store import StateStore
+
     store = StateStore(settings.database.url)
     try:
-        if not store.runs_with_status("running", key):
-            raise _fail(f"{key} has no running run to pause", 1)
-        store.request_control(key, "pause")
+        result = apply_action(store, key, action)  # type: ignore[arg-type]
+    except UnknownTask as error:
+        raise _fail(str(error), 1) from None
     finally:
         store.close()
-    typer.echo(f"{key}: pause requested; it pauses at its next step")
+    typer.echo(result.message)
+    if result.continue_now:
+        _exit_with(settings, _continue_runs(settings, {key}))
 
 
 @app.command()
@@ -237,7 +278,7 @@ def resume(
     from coding_agent.agent.steering import pause_signal_path
     from coding_agent.runtime.state_store import StateStore
 
-    settings = _load(config)
+    settings = _load(config, local=queue)
     path = pause_signal_path(settings)
     key = _task_key(task) if task is not None else None
     store = StateStore(settings.database.url)
@@ -263,25 +304,7 @@ def stop(task: Annotated[str, typer.Argument(help="The task key to stop.")], con
 
     A running run stops at its next step; a paused one is stopped now.
     """
-    from coding_agent.runtime.state_store import StateStore
-
-    settings = _load(config)
-    key = _task_key(task)
-    store = StateStore(settings.database.url)
-    try:
-        running = store.runs_with_status("running", key)
-        paused = store.runs_with_status("paused", key)
-        if not running and not paused:
-            raise _fail(f"{key} has no running or paused run to stop", 1)
-        store.request_control(key, "stop")
-        if paused:
-            store.release_holds(key)
-    finally:
-        store.close()
-    if running:
-        typer.echo(f"{key}: stop requested; it stops at its next step")
-        return
-    _exit_with(settings, _continue_runs(settings, {key}))
+    _act(_load(config), _task_key(task), "stop")
 
 
 memory_app = typer.Typer(help="What the agent remembers of each repository (SPEC 9.2).", no_args_is_help=True)
@@ -300,7 +323,7 @@ def memory_list(repo: RepoArgument = None, config: ConfigOption = None) -> None:
     from coding_agent.runtime.memory_store import MemoryStore
     from coding_agent.runtime.state_store import StateStore
 
-    settings = _load(config)
+    settings = _load(config, local=True)
     store = StateStore(settings.database.url)
     try:
         lines = memory_listing(MemoryStore(store.engine), repo, settings.memory.active_channel_days, time.time())
@@ -320,7 +343,7 @@ def memory_clear(
     from coding_agent.runtime.memory_store import MemoryStore
     from coding_agent.runtime.state_store import StateStore
 
-    settings = _load(config)
+    settings = _load(config, local=True)
     if repo is None and not yes and not typer.confirm("Forget every repository's memories?", default=False):
         raise _fail("nothing cleared", 1)
     store = StateStore(settings.database.url)
@@ -363,6 +386,20 @@ def cleanup(config: ConfigOption = None) -> None:
         f"removed {report.contexts_removed} completed context(s) and {report.thread_memories_removed} thread memorie(s)"
         f" older than {settings.context_storage.cleanup_days:g} day(s)"
     )
+
+
+@app.command()
+def doctor(config: ConfigOption = None) -> None:
+    """Check the deployment, one line per check: config, forge tokens, LLM, MCP servers,
+    sandbox, database, queue. Exit 0 when all pass, 1 otherwise. Prints no secret."""
+    from coding_agent.runtime.checks import run_doctor
+
+    path = _config_path(config)
+    settings = _load(config)
+    checks = asyncio.run(run_doctor(settings, str(path)))
+    for check in checks:
+        typer.echo(check.line())
+    raise typer.Exit(0 if all(check.ok for check in checks) else 1)
 
 
 @app.command("mcp-workspace")

@@ -147,6 +147,17 @@ class MCPServerConfig(_Strict):
     system_prompt: str = ""
     tools_allow: list[str] | None = None
 
+    @field_validator("command")
+    @classmethod
+    def _this_interpreter(cls, command: list[str]) -> list[str]:
+        """`{python}` is this interpreter, and `coding-agent ...` runs this installation's CLI
+        through it: neither is looked up on PATH, so the config works from cron or a venv
+        that is not activated."""
+        command = [sys.executable if item == "{python}" else item for item in command]
+        if command[0] == "coding-agent":
+            command = [sys.executable, "-m", "coding_agent.cli", *command[1:]]
+        return command
+
 
 # -- the built-in workspace MCP server: the default of `mcp_servers` ---------------------
 # Here, not beside the server (`tools.workspace_server`), so that loading a config imports
@@ -423,6 +434,30 @@ class PlanningConfig(_Strict):
     verification: PlanningVerificationConfig = Field(default_factory=PlanningVerificationConfig)
 
 
+class DashboardConfig(_Strict):
+    """The web dashboard of `serve` (SPEC 11.3). Beyond localhost every page needs `token`."""
+
+    enabled: bool = True
+    bind: str = Field(default="127.0.0.1:8080", pattern=r"^\[?[A-Za-z0-9.:-]*\]?:[0-9]{1,5}$")
+    token: SecretStr | None = None
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.bind.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+    @property
+    def local_only(self) -> bool:
+        """Bound to a loopback address: nothing beyond this machine can reach it."""
+        return self.host_port[0] in ("127.0.0.1", "localhost", "::1")
+
+    @model_validator(mode="after")
+    def _token_beyond_localhost(self) -> DashboardConfig:
+        if self.enabled and not self.local_only and (self.token is None or not self.token.get_secret_value()):
+            raise ValueError(f"dashboard.bind {self.bind} is beyond localhost: set dashboard.token")
+        return self
+
+
 SourceName = Literal["github", "gitlab"]
 
 
@@ -454,6 +489,7 @@ class AgentConfig(_Strict):
     comment_handling: CommentHandlingConfig = Field(default_factory=CommentHandlingConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     persona: str | None = None
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -495,7 +531,7 @@ class AgentConfig(_Strict):
     def secrets(self) -> list[str]:
         """Every secret value in the configuration, for redaction in logs and comments."""
         values: list[str] = []
-        for section in (self.github, self.gitlab, self.llm.openai, self.llm.lmstudio):
+        for section in (self.github, self.gitlab, self.llm.openai, self.llm.lmstudio, self.dashboard):
             secret = getattr(section, "token", None) or getattr(section, "api_key", None)
             if secret is not None and secret.get_secret_value():
                 values.append(secret.get_secret_value())
@@ -514,12 +550,13 @@ _ENV_OVERRIDES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def _substitute(value: Any, path: str, env: Mapping[str, str]) -> Any:
-    """Replace `${VAR}` / `${VAR:-default}` in every string, naming the key when VAR is unset."""
+def _substitute(value: Any, path: str, env: Mapping[str, str], lenient: bool = False) -> Any:
+    """Replace `${VAR}` / `${VAR:-default}` in every string, naming the key when VAR is unset
+    (`lenient`: an unset VAR becomes empty, for commands that only read local state)."""
     if isinstance(value, dict):
-        return {key: _substitute(item, f"{path}.{key}" if path else str(key), env) for key, item in value.items()}
+        return {key: _substitute(item, f"{path}.{key}" if path else str(key), env, lenient) for key, item in value.items()}
     if isinstance(value, list):
-        return [_substitute(item, f"{path}[{index}]", env) for index, item in enumerate(value)]
+        return [_substitute(item, f"{path}[{index}]", env, lenient) for index, item in enumerate(value)]
     if not isinstance(value, str):
         return value
 
@@ -529,6 +566,8 @@ def _substitute(value: Any, path: str, env: Mapping[str, str]) -> Any:
             return env[name]
         if default is not None:
             return default
+        if lenient:
+            return ""
         raise ConfigError(f"config key {path}: environment variable {name} is not set")
 
     return _ENV_PATTERN.sub(replace, value)
@@ -561,12 +600,18 @@ def _format_validation_error(error: ValidationError, source: str) -> str:
     return f"invalid configuration in {source}:\n" + "\n".join(lines)
 
 
-def parse_config(data: Any, source: str = "<config>", env: Mapping[str, str] | None = None) -> AgentConfig:
-    """Validate an already-parsed YAML document (after env substitution and overrides)."""
+def parse_config(
+    data: Any, source: str = "<config>", env: Mapping[str, str] | None = None, local_only: bool = False
+) -> AgentConfig:
+    """Validate an already-parsed YAML document (after env substitution and overrides).
+
+    `local_only`: the caller reads only the local state (status, memory, pause), so an
+    unset `${VAR}` (typically a token) is left empty instead of being an error.
+    """
     env = os.environ if env is None else env
     if not isinstance(data, dict):
         raise ConfigError(f"invalid configuration in {source}: the top level must be a mapping of keys")
-    data = _substitute(data, "", env)
+    data = _substitute(data, "", env, local_only)
     _apply_env_overrides(data, env)
     try:
         return AgentConfig.model_validate(data)
@@ -574,8 +619,8 @@ def parse_config(data: Any, source: str = "<config>", env: Mapping[str, str] | N
         raise ConfigError(_format_validation_error(error, source)) from None
 
 
-def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> AgentConfig:
-    """Read, substitute and validate the YAML file at `path`."""
+def load_config(path: str | Path, env: Mapping[str, str] | None = None, local_only: bool = False) -> AgentConfig:
+    """Read, substitute and validate the YAML file at `path` (`local_only`: see `parse_config`)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -585,4 +630,4 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Agent
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
-    return parse_config(data, str(path), env)
+    return parse_config(data, str(path), env, local_only)

@@ -74,7 +74,8 @@ def test_a_configured_builtin_server_cannot_choose_its_own_sandbox() -> None:
     ]
     config = parse_config(data, env={})
 
-    assert config.mcp_servers[0].command == ["coding-agent", "mcp-workspace", "--root", "{workspace}", "--sandbox", "bwrap"]
+    # A leading `coding-agent` runs with this interpreter (never looked up on PATH).
+    assert config.mcp_servers[0].command[-5:] == ["mcp-workspace", "--root", "{workspace}", "--sandbox", "bwrap"]
     assert config.mcp_servers[1].command == ["npx", "server", "--sandbox", "none"], "other servers are left alone"
 
 

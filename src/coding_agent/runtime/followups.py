@@ -98,8 +98,13 @@ def mentions(text: str, login: str) -> bool:
 
 
 def find_followup_comment(comments: Sequence[Comment], bot_name: str) -> Comment | None:
-    """The newest comment after the bot's last one that @mentions the bot, if any."""
-    for comment in sorted(comments, key=lambda c: c.created_at, reverse=True):
+    """The newest comment after the bot's last one that @mentions the bot, if any.
+
+    Forges stamp whole seconds, so a comment posted in the same second as the bot's is
+    ordered by its place in the listing (oldest first), not by a reversed sort that would
+    put the bot's comment after it.
+    """
+    for comment in reversed(sorted(comments, key=lambda c: c.created_at)):
         if is_bot(comment.author, bot_name):
             return None
         if mentions(comment.body, bot_name):

@@ -92,6 +92,9 @@ __all__ = [
     "EXHAUSTED_COMMENT",
 ]
 
+# What /api/show reports as the replay model's context length (it has no real limit).
+_REPLAY_CONTEXT_LENGTH = 131072
+
 EXHAUSTED_COMMENT = "The replay script is exhausted: there are no more scripted replies."
 StepKind = Literal["tool", "text", "done", "status", "raw", "plan", "action_done", "reflection", "revision", "verification"]
 _PHASE_KINDS = ("plan", "action_done", "reflection", "revision", "verification")
@@ -644,6 +647,16 @@ def create_replay_app(model: ReplayModel) -> Starlette:
         entry = {"id": model.script.model, "object": "model", "created": 0, "owned_by": "replay"}
         return JSONResponse({"object": "list", "data": [entry]})
 
+    async def ollama_show(request: Request) -> Response:
+        """Ollama's model details: the context length `doctor` compares with num_ctx."""
+        body = await request.json()
+        name = str(body.get("model") or body.get("name") or "")
+        if name not in (model.script.model, f"{model.script.model}:latest"):
+            return JSONResponse({"error": f"model '{name}' not found"}, status_code=404)
+        details = {"format": "gguf", "family": "replay", "parameter_size": "0B", "quantization_level": "none"}
+        info = {"general.architecture": "replay", "replay.context_length": _REPLAY_CONTEXT_LENGTH}
+        return JSONResponse({"modelfile": "", "parameters": "", "template": "", "details": details, "model_info": info})
+
     async def ollama_tags(request: Request) -> Response:
         details = {"format": "gguf", "family": "replay", "parameter_size": "0B", "quantization_level": "none"}
         entry = {
@@ -673,6 +686,7 @@ def create_replay_app(model: ReplayModel) -> Starlette:
             Route("/v1/models", openai_models, methods=["GET"]),
             Route("/api/chat", ollama_chat, methods=["POST"]),
             Route("/api/tags", ollama_tags, methods=["GET"]),
+            Route("/api/show", ollama_show, methods=["POST"]),
             Route("/api/version", ollama_version, methods=["GET"]),
             Route("/_replay/requests", recorded, methods=["GET"]),
             Route("/_replay/reset", reset, methods=["POST"]),
