@@ -37,7 +37,7 @@ from mcp.shared.exceptions import McpError
 from coding_agent.errors import ToolError
 from coding_agent.redaction import Redactor
 
-__all__ = ["Connection", "Launch", "Broken", "first_error"]
+__all__ = ["Connection", "Launch", "Broken"]
 
 logger = logging.getLogger("coding_agent.tools.hub")
 
@@ -47,11 +47,13 @@ _STDERR_TAIL_LINES = 20
 class Broken(Exception):
     """The session can no longer carry requests: the process died or the pipes closed."""
 
-def first_error(error: BaseException) -> BaseException:
+
+def _first_error(error: BaseException) -> BaseException:
     """The first real error, looking inside exception groups (task groups wrap them)."""
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
     return error
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -65,6 +67,7 @@ class Launch:
     @property
     def program(self) -> str:
         return self.argv[0]
+
 
 class Connection:
     """One server process and its session, owned by the task running `run()`.
@@ -142,7 +145,7 @@ class Connection:
                     finally:
                         group.cancel_scope.cancel()
         except Exception as error:  # the runner reports, it never raises
-            cause = first_error(error)
+            cause = _first_error(error)
             if isinstance(cause, OSError) and self.pid is None:  # the spawn itself failed
                 reasons = {FileNotFoundError: "command not found", PermissionError: "permission denied"}
                 self._fail(reasons.get(type(cause)) or cause.strerror or cause.__class__.__name__)
