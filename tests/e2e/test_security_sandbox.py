@@ -214,7 +214,9 @@ def test_run_has_no_capabilities_and_sees_only_the_workspace(github_forge: GitHu
     assert not proof.exists(), "the sandbox wrote a file on the host outside the workspace"
     environment = output.split("ENV-START", 1)[1].split("ENV-END", 1)[0].split()
     names = {line.split("=", 1)[0] for line in environment if "=" in line}
-    assert names <= {"PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD"}, names
+    # SPEC 7.1 adds the egress proxy's variables (an address inside the sandbox, no secret).
+    proxy = {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"}
+    assert names <= {"PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD"} | proxy, names
     assert "PIDS " in output and int(output.split("PIDS ", 1)[1].split()[0]) < 10, "own PID namespace"
     for expected in ("py 42", "git version", "node 42", "ok"):
         assert expected in output, f"{expected!r} missing: the toolchain does not work inside"
@@ -231,8 +233,11 @@ def _cli_env_without_bwrap(tmp_path: Path) -> dict[str, str]:
     return {"PATH": str(bin_dir)}
 
 
-def test_without_bwrap_the_agent_refuses_to_start_unless_told(github_forge: GitHubForge, tmp_path: Path) -> None:
-    setup = write_config(tmp_path, [github_forge], llm_section_stub())
+def test_without_bwrap_the_agent_refuses_to_start_unless_told(
+    github_forge: GitHubForge, replay: ReplaySandbox, tmp_path: Path
+) -> None:
+    # A live (replay) model, so that the preflight passes and the sandbox check is what decides.
+    setup = write_config(tmp_path, [github_forge], llm_section(replay))
     env_path = _cli_env_without_bwrap(tmp_path)
 
     refused = run_cli_with(setup, env_path, "run", "--once")
@@ -240,17 +245,12 @@ def test_without_bwrap_the_agent_refuses_to_start_unless_told(github_forge: GitH
     assert refused.returncode == 2, refused.stderr
     assert "bwrap" in refused.stderr and "security.sandbox" in refused.stderr
 
-    with ReplaySandbox({"replies": []}) as model:  # the start checks the model is reachable
-        setup = write_config(tmp_path, [github_forge], llm_section(model), security={"sandbox": "none"})
-        allowed = run_cli_with(setup, env_path, "run", "--once")
+    setup = write_config(tmp_path, [github_forge], llm_section(replay), security={"sandbox": "none"})
+    allowed = run_cli_with(setup, env_path, "run", "--once")
 
     assert allowed.returncode == 0, allowed.stderr
     logs = "\n".join(path.read_text(errors="replace") for path in setup.logs.rglob("*") if path.is_file())
     assert "security.sandbox is none" in logs
-
-
-def llm_section_stub() -> dict[str, Any]:
-    return {"provider": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": "k"}}
 
 
 def run_cli_with(setup: Any, env: dict[str, str], *args: str) -> Any:
