@@ -64,13 +64,14 @@ def _load(path: Path | None, local: bool = False) -> AgentConfig:
     return config
 
 
-async def _preflight(config: AgentConfig, once: bool) -> bool:
+async def _preflight(config: AgentConfig, once: bool, stop: asyncio.Event) -> bool:
     """Check the forge and the LLM before claiming anything (SPEC 11). `run --once`: False
-    when one fails (each named on stderr). `serve`: wait, retrying with backoff."""
+    when one fails (each named on stderr). `serve`: wait, retrying with backoff, until
+    it passes (True) or `stop` is set (False)."""
     from coding_agent.runtime.checks import preflight
 
     delay = 5.0
-    while True:
+    while not stop.is_set():
         failed = await preflight(config)
         if not failed:
             return True
@@ -81,19 +82,23 @@ async def _preflight(config: AgentConfig, once: bool) -> bool:
         if once:
             return False
         log.warning("preflight: nothing is claimed until this passes; retrying in %.0f s", delay)
-        await asyncio.sleep(delay)
+        try:
+            await asyncio.wait_for(stop.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
         delay = min(delay * 2, 300.0)
+    return False
 
 
 async def _run_service(config: AgentConfig, once: bool) -> int:
     from coding_agent.runtime.service import AgentService
 
-    if not await _preflight(config, once):
-        return 1
     service = AgentService(config)
     stop = asyncio.Event()
     _pause_on_signals(service, stop)
     try:
+        if not await _preflight(config, once, stop):
+            return 1 if once else 0
         if once:
             _echo_report(await service.run_cycle())
             return 0
@@ -386,6 +391,29 @@ def doctor(config: ConfigOption = None) -> None:
     for check in checks:
         typer.echo(check.line())
     raise typer.Exit(0 if all(check.ok for check in checks) else 1)
+
+
+@app.command("config-reference")
+def config_reference(
+    write: Annotated[
+        Optional[Path], typer.Option("--write", help="Replace the generated section of this file (README.md).")
+    ] = None,
+    example: Annotated[Path, typer.Option("--example", help="config.example.yaml, for the key comments.")] = Path(
+        "config.example.yaml"
+    ),
+) -> None:
+    """Print the config reference generated from the config model (or write it into README.md)."""
+    from coding_agent.config_reference import reference_markdown, write_readme
+
+    if write is None:
+        text = example.read_text(encoding="utf-8") if example.exists() else ""
+        typer.echo(reference_markdown(text), nl=False)
+        return
+    try:
+        changed = write_readme(write, example)
+    except (OSError, ValueError) as error:
+        raise _fail(str(error), 2) from None
+    typer.echo(f"{write}: config reference {'updated' if changed else 'already up to date'}")
 
 
 @app.command("mcp-workspace")

@@ -16,8 +16,11 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from coding_agent.errors import ConfigError
+from coding_agent.prompts.prompting import text
 
 __all__ = [
     "AgentConfig",
@@ -59,6 +62,25 @@ class LabelConfig(_Strict):
     paused_label: str = "coding agent paused"
     stopped_label: str = "coding agent stopped"
     failed_label: str = "coding agent failed"
+
+    @field_validator("bot_label", "processing_label", "done_label", "paused_label", "stopped_label", "failed_label")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        """An empty label matches nothing: the agent would never see a trigger."""
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> LabelConfig:
+        """Two lifecycle states under one label could not be told apart."""
+        seen: dict[str, str] = {}
+        for key in LabelConfig.model_fields:
+            value = getattr(self, key)
+            other = seen.setdefault(value.strip().lower(), key)
+            if other != key:
+                raise ValueError(f"{key} and {other} must be different labels")
+        return self
 
 
 class GitHubConfig(LabelConfig):
@@ -159,21 +181,7 @@ class MCPServerConfig(_Strict):
 # Here, not beside the server (`tools.workspace_server`), so that loading a config imports
 # neither the MCP server stack nor anything above this floor.
 
-WORKSPACE_SYSTEM_PROMPT = """\
-The workspace tools work on the repository checked out for this task; paths are relative
-to its root (absolute paths inside it work too, nothing outside it does).
-- Look before you edit: `list_files` and `search` to find code, `view` to read a file
-  with line numbers (use `view_range` for long files).
-- Edit with `str_replace` (old_str must match the file exactly, whitespace included, and
-  occur once; add surrounding lines to make it unique), `insert` to add lines after a
-  line number, `create` for new files (it overwrites an existing file).
-- `run` executes a shell command in the root (no network, so nothing can be downloaded;
-  output is capped, long commands time out). Use it to build and run the tests.
-- `git_status` and `git_diff` show what you changed; git commands inside `run` do not see
-  the repository's history. Do not commit or push: the agent commits and opens the pull
-  request when you are done.
-"""
-
+WORKSPACE_SYSTEM_PROMPT = text("workspace_server.j2")
 
 def builtin_workspace_server() -> dict[str, Any]:
     """The `mcp_servers` entry that starts the built-in workspace server for a run.
@@ -287,6 +295,25 @@ class LoggingConfig(_Strict):
 
 class DatabaseConfig(_Strict):
     url: str = "sqlite:///coding-agent.db"
+
+    @field_validator("url")
+    @classmethod
+    def _usable_url(cls, value: str) -> str:
+        """Checked at start, not at the first query; the URL itself is never echoed (it may
+        hold a password)."""
+        try:
+            url = make_url(value)
+            backend = url.get_backend_name()
+            url.get_dialect()
+        except (ArgumentError, ValueError):
+            raise ValueError("not a database URL (sqlite:///path/to/state.db or postgresql://user@host/db)") from None
+        except NoSuchModuleError:
+            raise ValueError("unknown database kind; use sqlite:///... or postgresql://...") from None
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError(f"{backend} is not supported; use sqlite:///... or postgresql://...")
+        if backend == "sqlite" and url.database in (None, "", ":memory:"):
+            raise ValueError("SQLite needs a file (sqlite:///path/to/state.db): an in-memory store forgets every task")
+        return value
 
 
 class BudgetConfig(_Strict):
@@ -535,7 +562,8 @@ def _apply_env_overrides(data: dict[str, Any], env: Mapping[str, str]) -> None:
 
 
 def _format_validation_error(error: ValidationError, source: str) -> str:
-    lines = []
+    """One line: every bad key with what is wrong with it (a config error is one line)."""
+    problems = []
     for item in error.errors():
         location = ".".join(str(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
@@ -543,8 +571,8 @@ def _format_validation_error(error: ValidationError, source: str) -> str:
             message = "unknown key"
         elif item["type"] == "missing":
             message = "required key is missing"
-        lines.append(f"  {location}: {message}" if location else f"  {message}")
-    return f"invalid configuration in {source}:\n" + "\n".join(lines)
+        problems.append(f"{location}: {message}" if location else message)
+    return f"invalid configuration in {source}: " + "; ".join(problems)
 
 
 def parse_config(
@@ -566,15 +594,63 @@ def parse_config(
         raise ConfigError(_format_validation_error(error, source)) from None
 
 
+# Bounds on what a config file may make the loader do. A real config is a few KiB with a
+# few hundred values; an alias bomb ("billion laughs") is a few hundred bytes whose aliases
+# expand to billions of values, which the ${ENV} substitution would then copy.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_VALUES = 100_000
+
+
+def _expanded_size(data: Any, limit: int) -> int:
+    """How many values `data` holds once every alias is expanded, stopping past `limit`.
+
+    Aliases are shared objects in the loaded document, so each distinct node is sized
+    once (memoised by identity): the cost is the document's size, not its expansion.
+    """
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        children = node.values() if isinstance(node, dict) else node
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > limit:
+                break
+        sizes[id(node)] = total
+        return total
+
+    return size(data)
+
+
 def load_config(path: str | Path, env: Mapping[str, str] | None = None, local_only: bool = False) -> AgentConfig:
-    """Read, substitute and validate the YAML file at `path` (`local_only`: see `parse_config`)."""
+    """Read, substitute and validate the YAML file at `path` (`local_only`: see `parse_config`);
+    any problem is one `ConfigError`."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
         raise ConfigError(f"cannot read config file {path}: {error.strerror or error}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is over {MAX_CONFIG_BYTES} bytes; is it the right file?")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {error.start})") from None
     try:
         data = yaml.safe_load(text)
+        if _expanded_size(data, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+            raise ConfigError(
+                f"config file {path} expands to over {MAX_CONFIG_VALUES} values (YAML alias bomb?)"
+            )
     except yaml.YAMLError as error:
-        raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
+        detail = " ".join(str(error).split())
+        raise ConfigError(f"config file {path} is not valid YAML: {detail}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} is nested too deeply") from None
     return parse_config(data, str(path), env, local_only)
