@@ -361,6 +361,20 @@ def memory_clear(
     typer.echo(f"cleared the memories of {channels} repositor{'y' if channels == 1 else 'ies'} ({rows} record(s))")
 
 
+cache_app = typer.Typer(help="The setup cache (SPEC 7.1: setup.cache).", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("clear")
+def cache_clear(config: ConfigOption = None) -> None:
+    """Remove every cached setup: the next run of each repository runs its setup again."""
+    from coding_agent.workspace.setup_cache import SetupCache
+
+    settings = _load(config)
+    removed = SetupCache(Path(settings.setup.cache_dir)).clear()
+    typer.echo(f"removed {removed} cached setup(s) from {settings.setup.cache_dir}")
+
+
 @app.command()
 def cleanup(config: ConfigOption = None) -> None:
     """Remove completed contexts (and thread memories) older than context_storage.cleanup_days."""

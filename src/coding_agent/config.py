@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from coding_agent.domain.egress_policy import EgressPolicyError, parse_entry
 from coding_agent.errors import ConfigError
 from coding_agent.prompts.prompting import text
 
@@ -39,6 +40,9 @@ __all__ = [
     "CommentDetectionConfig",
     "PauseResumeConfig",
     "ProgressCommentConfig",
+    "EgressConfig",
+    "SetupConfig",
+    "SetupOverride",
     "load_config",
     "parse_config",
     "DEFAULT_CONFIG_PATH",
@@ -321,11 +325,61 @@ class BudgetConfig(_Strict):
     max_seconds: float | None = Field(default=None, gt=0)
 
 
+class EgressConfig(_Strict):
+    """What setup and `run` may reach through the host's egress proxy (SPEC 7.1).
+
+    Entries: `host` (ports 80/443), `host:port`, `*.domain`. Empty: no network at all.
+    Loopback, link-local and metadata addresses need an exact `host:port` entry.
+    """
+
+    setup_hosts: list[str] = Field(default_factory=list)
+    run_hosts: list[str] = Field(default_factory=list)
+
+    @field_validator("setup_hosts", "run_hosts")
+    @classmethod
+    def _entries(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            try:
+                parse_entry(entry)
+            except EgressPolicyError as error:
+                raise ValueError(f"{error} (an entry is host, host:port or *.domain)") from None
+        return entries
+
+
 class SecurityConfig(_Strict):
     allow_untrusted_triggers: bool = False
     # SPEC 15: `bwrap` runs the model's commands in bubblewrap and refuses to start where
     # bwrap cannot run; `none` runs them unsandboxed (warned in the log at every start).
     sandbox: Literal["bwrap", "none"] = "bwrap"
+    egress: EgressConfig = Field(default_factory=EgressConfig)
+
+
+class SetupOverride(_Strict):
+    """Per-repository setup (`setup.repositories["owner/name"]`): unset keys inherit."""
+
+    commands: list[str] | None = None
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    from_repository: bool | None = None
+    cache: bool | None = None
+
+
+class SetupConfig(_Strict):
+    """Environment setup before the first model request (SPEC 7.1).
+
+    `commands` run in the workspace inside the sandbox, through the egress proxy with
+    `security.egress.setup_hosts`. `from_repository: true` runs `.coding-agent/setup.sh`
+    read from the default branch instead (never from a PR head). `cache`: keep what the
+    setup left in the workspace, per repository and lockfile hash, under `cache_dir`.
+    """
+
+    commands: list[str] = Field(default_factory=list)
+    timeout_seconds: float = Field(default=600, gt=0)
+    from_repository: bool = False
+    cache: bool = True
+    cache_dir: str = "setup-cache"
+    # Keep this much of the setup's output (its tail) for the model's first turn.
+    output_tail_chars: int = Field(default=4000, ge=0)
+    repositories: dict[str, SetupOverride] = Field(default_factory=dict)
 
 
 class RetryConfig(_Strict):
@@ -452,6 +506,7 @@ class AgentConfig(_Strict):
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     security: SecurityConfig = Field(default_factory=SecurityConfig)
+    setup: SetupConfig = Field(default_factory=SetupConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     task_stop: TaskStopConfig = Field(default_factory=TaskStopConfig)
     comment_detection: CommentDetectionConfig = Field(default_factory=CommentDetectionConfig)

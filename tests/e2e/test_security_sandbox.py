@@ -204,7 +204,9 @@ def test_run_has_no_capabilities_and_sees_only_the_workspace(github_forge: GitHu
     assert not proof.exists(), "the sandbox wrote a file on the host outside the workspace"
     environment = output.split("ENV-START", 1)[1].split("ENV-END", 1)[0].split()
     names = {line.split("=", 1)[0] for line in environment if "=" in line}
-    assert names <= {"PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD"}, names
+    # SPEC 7.1 adds the egress proxy's variables (an address inside the sandbox, no secret).
+    proxy = {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"}
+    assert names <= {"PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD"} | proxy, names
     assert "PIDS " in output and int(output.split("PIDS ", 1)[1].split()[0]) < 10, "own PID namespace"
     for expected in ("py 42", "git version", "node 42", "ok"):
         assert expected in output, f"{expected!r} missing: the toolchain does not work inside"

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from coding_agent.agent.environment import RunEnvironment
 from coding_agent.agent.loop import LoopLimits, LoopOutcome, run_loop
 from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
@@ -244,7 +245,10 @@ class TaskRunner:
         instructions = protocol.instructions()
         if planner is not None:
             instructions += "\n\n" + render_instructions(protocol.uses_native_tools, config.planning.max_actions)
-        async with ToolHub(config.mcp_servers, config.tools, workspace, self._redactor.secrets) as hub:
+        # SPEC 7.1: the egress proxy and the setup, before the servers and the first request.
+        async with RunEnvironment(config, source, task, workspace, self._redactor) as environment, ToolHub(
+            environment.servers(config.mcp_servers), config.tools, workspace, self._redactor.secrets
+        ) as hub:
             llm.send_system_prompt(
                 render_system_prompt(
                     task,
@@ -259,9 +263,11 @@ class TaskRunner:
             )
             if not control.restore(llm):  # a continued run has its history already
                 first_turn = self._first_turn(source, task, comments, threads, trust, files.run_uuid, branch_rules)
-                llm.send_user_message(first_turn)
+                llm.send_user_message("\n\n".join(part for part in (first_turn, environment.first_turn_note()) if part))
             policy.prepare(llm, hub.tool_specs)
             await control.begin(comments, threads, trust)
+            if (setup_note := environment.progress_note()) is not None:
+                await control.reporter().step_comment(setup_note)
             guard = config.loop_guard
             limits = LoopLimits(
                 max_steps=config.max_llm_process_num,
@@ -271,7 +277,7 @@ class TaskRunner:
             outcome = await run_loop(
                 llm,
                 protocol,
-                control.tools(hub),
+                environment.tools(control.tools(hub)),
                 files,
                 control.reporter(),
                 limits,
@@ -287,8 +293,9 @@ class TaskRunner:
             if planner is not None:
                 await planner.finish()
         if outcome.status == "done":  # SPEC 7: commit, push, open or update the PR/MR
-            final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language)
-            outcome = replace(outcome, comment=final)
+            blocked = environment.blocked_section()
+            final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language, blocked)
+            outcome = replace(outcome, comment="\n\n".join(part for part in (final, blocked) if part))
         return outcome
 
     def _planner(self, protocol: ReplyProtocol, workspace: Path, control: RunControl) -> PlanningPolicy | None:

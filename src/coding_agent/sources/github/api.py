@@ -230,6 +230,28 @@ class GitHubSource:
             raise ForgeError(f"github GET /repos/{project}: the repository has no clone_url")
         return url
 
+    # ------------------------------------------------------------ setup script (SPEC 7.1)
+
+    async def read_default_branch_file(self, project: str, path: str) -> bytes | None:
+        """`path` on the repository's default branch (never a PR head), or None when absent.
+
+        Read through the API, not the clone: the clone may be a PR head the task's author
+        controls, and the setup script must come from people with write access.
+        """
+        owner, repo = split_project(project)
+        info = await self._json_object(f"/repos/{project}", lambda: self._rest.repos.async_get(owner, repo))
+        branch = info.get("default_branch")
+        if not isinstance(branch, str) or not branch:
+            raise ForgeError(f"github GET /repos/{project}: the repository has no default_branch")
+        where = f"/repos/{project}/contents/{path}"
+        try:
+            data = await self._json_object(where, lambda: self._rest.repos.async_get_content(owner, repo, path, ref=branch))
+        except GitHubNotFoundError:
+            return None
+        if data.get("type") != "file" or data.get("encoding") != "base64" or not isinstance(data.get("content"), str):
+            raise ForgeError(f"github GET {where}: not a file")
+        return base64.b64decode(data["content"])
+
     def git_http_auth(self) -> str | None:
         """HTTP Basic with `x-access-token` as the user: what GitHub accepts from PATs and app tokens."""
         if not self._http.token:

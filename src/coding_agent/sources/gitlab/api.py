@@ -289,6 +289,23 @@ class GitLabSource:
             raise ForgeError(f"gitlab GET {path}: the project has no http_url_to_repo")
         return url
 
+    # -- setup script (SPEC 7.1) ----------------------------------------------------
+
+    async def read_default_branch_file(self, project: str, path: str) -> bytes | None:
+        """`path` on the project's default branch (never an MR head), or None when absent."""
+        where = f"/projects/{project_ref(project)}/repository/files"
+
+        def read() -> bytes | None:
+            handle = self._http.gl.projects.get(project)
+            try:
+                return bytes(handle.files.get(file_path=path, ref=handle.default_branch).decode())
+            except GitlabError as error:
+                if error.response_code == 404:
+                    return None
+                raise
+
+        return await self._http.call(f"GET {where}", read)
+
     def git_http_auth(self) -> str | None:
         """HTTP Basic with user `oauth2` and the token as password (GitLab ignores the user for PATs)."""
         if not self._http.token:

@@ -7,6 +7,8 @@ against the same protocol it meets in production.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from collections.abc import Callable
 from datetime import datetime
@@ -115,6 +117,20 @@ class _Api:
 
     async def get_repo(self, request: Request) -> Response:
         return json_reply(request, self._render(request).repo(self._repo(request)))
+
+    async def get_contents(self, request: Request) -> Response:
+        """A file's content at `?ref=` (default branch when absent), base64 as on GitHub."""
+        repo = self._repo(request)
+        path = request.path_params["path"]
+        ref = request.query_params.get("ref") or repo.default_branch
+        data = self.state.git.read_file(repo.full_name, ref, path)
+        if data is None:
+            raise NotFoundError(f"{repo.full_name}:{ref}:{path}")
+        return json_reply(
+            request,
+            {"type": "file", "name": path.rsplit("/", 1)[-1], "path": path, "size": len(data), "encoding": "base64",
+             "content": base64.b64encode(data).decode(), "sha": hashlib.sha1(data).hexdigest()},
+        )  # fmt: skip
 
     async def search_issues(self, request: Request) -> Response:
         q = request.query_params.get("q", "")
@@ -395,6 +411,7 @@ def _routes(api: _Api) -> list[Route]:
         Route("/users/{username}", api.get_user_by_name, methods=["GET"]),
         Route("/search/issues", api.search_issues, methods=["GET"]),
         Route(repo, api.get_repo, methods=["GET"]),
+        Route(repo + "/contents/{path:path}", api.get_contents, methods=["GET"]),
         Route(repo + "/issues", api.create_issue, methods=["POST"]),
         Route(repo + "/issues/comments/{comment_id:int}", api.get_comment, methods=["GET"]),
         Route(repo + "/issues/comments/{comment_id:int}", api.update_comment, methods=["PATCH"]),
