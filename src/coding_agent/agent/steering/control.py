@@ -204,9 +204,10 @@ class RunControl:
     async def finished(self, status: str) -> None:
         """After the final comment and label: the progress comment's last state."""
         if self.progress is not None:
-            if self.progress.comment_id is None and self._continuation is not None:
+            continuation = self._scope.continuation
+            if self.progress.comment_id is None and continuation is not None:
                 # A run continued only to publish its recorded outcome never ran `begin`.
-                self.progress.comment_id = self._continuation.marks.progress_comment_id
+                self.progress.comment_id = continuation.marks.progress_comment_id
             await self.progress.finish(status)
 
     async def interrupted(self, error: RunInterrupted, llm: LLMClient | None) -> tuple[str, Path]:
