@@ -14,6 +14,7 @@ import secrets
 import shutil
 import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,12 +149,12 @@ def test_planted_git_config_never_runs_on_the_host_nor_reaches_a_proxy(
 def _probe_command(planted: dict[str, Path], proof: Path) -> str:
     reads = "; ".join(f"echo {name}; cat {path} 2>&1 | head -c 300" for name, path in planted.items())
     return (
-        "grep CapEff /proc/self/status; "
-        "mount -t tmpfs none /usr 2>&1 && echo MOUNT-OK || echo MOUNT-FAILED; "
-        "mount -o remount,rw /usr 2>&1 && echo REMOUNT-OK || echo REMOUNT-FAILED; "
         f"{reads}; "
         f"touch {proof} 2>&1; "
         "ls -a /root 2>&1; "
+        "grep CapEff /proc/self/status; "
+        "mount -o remount,rw /usr 2>&1 && echo REMOUNT-OK || echo REMOUNT-FAILED; "
+        "mkdir -p mnt-probe && mount -t tmpfs none mnt-probe 2>&1 && echo MOUNT-OK || echo MOUNT-FAILED; "
         "echo ENV-START; env | sort; echo ENV-END; "
         "echo PIDS $(ls -d /proc/[0-9]* | wc -l); "
         "python3 -c 'print(\"py\", 6*7)'; git --version; node -e 'console.log(\"node\", 6*7)'; "
@@ -161,7 +162,16 @@ def _probe_command(planted: dict[str, Path], proof: Path) -> str:
     )
 
 
-def test_run_has_no_capabilities_and_sees_only_the_workspace(github_forge: GitHubForge, tmp_path: Path) -> None:
+@pytest.fixture
+def deployment() -> Iterator[Path]:
+    """A deployment directory outside /tmp (which the sandbox replaces anyway): under HOME."""
+    directory = Path(tempfile.mkdtemp(prefix="coding-agent-security-", dir=Path.home()))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_run_has_no_capabilities_and_sees_only_the_workspace(github_forge: GitHubForge, deployment: Path) -> None:
+    tmp_path = deployment
     marker = secrets.token_hex(16)
     outside = tmp_path / "outside-secret.txt"
     outside.write_text(f"OUTSIDE {marker}\n")
@@ -223,8 +233,11 @@ def _cli_env_without_bwrap(tmp_path: Path) -> dict[str, str]:
     return {"PATH": str(bin_dir)}
 
 
-def test_without_bwrap_the_agent_refuses_to_start_unless_told(github_forge: GitHubForge, tmp_path: Path) -> None:
-    setup = write_config(tmp_path, [github_forge], llm_section_stub())
+def test_without_bwrap_the_agent_refuses_to_start_unless_told(
+    github_forge: GitHubForge, replay: ReplaySandbox, tmp_path: Path
+) -> None:
+    # A live (replay) model, so that the preflight passes and the sandbox check is what decides.
+    setup = write_config(tmp_path, [github_forge], llm_section(replay))
     env_path = _cli_env_without_bwrap(tmp_path)
 
     refused = run_cli_with(setup, env_path, "run", "--once")
@@ -232,16 +245,12 @@ def test_without_bwrap_the_agent_refuses_to_start_unless_told(github_forge: GitH
     assert refused.returncode == 2, refused.stderr
     assert "bwrap" in refused.stderr and "security.sandbox" in refused.stderr
 
-    setup = write_config(tmp_path, [github_forge], llm_section_stub(), security={"sandbox": "none"})
+    setup = write_config(tmp_path, [github_forge], llm_section(replay), security={"sandbox": "none"})
     allowed = run_cli_with(setup, env_path, "run", "--once")
 
     assert allowed.returncode == 0, allowed.stderr
     logs = "\n".join(path.read_text(errors="replace") for path in setup.logs.rglob("*") if path.is_file())
     assert "security.sandbox is none" in logs
-
-
-def llm_section_stub() -> dict[str, Any]:
-    return {"provider": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": "k"}}
 
 
 def run_cli_with(setup: Any, env: dict[str, str], *args: str) -> Any:

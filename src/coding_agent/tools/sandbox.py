@@ -10,7 +10,8 @@ workspace and read-only system directories, an environment of four variables). T
 no silent fallback (SPEC 15): in `bwrap` mode a machine where bwrap cannot run refuses
 the command with a message that says why; only `none`, which the operator must choose
 (`security.sandbox: none`), runs a plain subprocess, in its own session, with the same
-scrubbed environment.
+scrubbed environment. (A little over 300 lines: the environment scrubbing, the probe and
+the capped, group-killing runner are one job — a command that leaks nothing.)
 """
 
 from __future__ import annotations
