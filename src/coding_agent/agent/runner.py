@@ -26,6 +26,7 @@ from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
 from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.memory_store import MemoryStore
 from coding_agent.context.storage import ContextStorage, RunContextFiles
+from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
@@ -99,6 +100,11 @@ class _TrustCache:
         return self.trusted.get(author, False)
 
 
+def _check_lease(lease: LeaseWatch | None, key: str, run_uuid: str) -> None:
+    if lease is not None and lease.lost:
+        raise LeaseLost(f"lease of {key} lost to another worker during run {run_uuid}")
+
+
 class TaskRunner:
     """Works claimed tasks. One instance serves every task of a worker process."""
 
@@ -125,12 +131,18 @@ class TaskRunner:
         )
 
     async def run(
-        self, source: Source, task: Task, requester: str | None, continuation: Continuation | None = None
+        self,
+        source: Source,
+        task: Task,
+        requester: str | None,
+        continuation: Continuation | None = None,
+        lease: LeaseWatch | None = None,
     ) -> RunResult:
         """Work `task` (already claimed by this worker) to its end; release its lease.
 
         `continuation`: an existing run to carry on (resumed after a pause, or taken over
-        after its worker died) instead of starting a new one.
+        after its worker died) instead of starting a new one. `lease`: the worker's
+        heartbeat; once it is lost the run stops at its next step, writing nothing more.
         """
         config = self._config
         key = str(task.key)
@@ -163,7 +175,10 @@ class TaskRunner:
             llm = self._llm_factory()
             llm.on_usage(lambda usage: self._record_usage(run_uuid, key, usage))
             recorded = control.recorded_outcome()
-            outcome = recorded or await self._work(source, task, llm, files, reporter, workspace, requester, control)
+            outcome = recorded or await self._work(
+                source, task, llm, files, reporter, workspace, requester, control, lease
+            )
+            _check_lease(lease, key, run_uuid)  # the task is another worker's now: publish nothing
             if self._memories is not None and recorded is None:
                 await self._memories.after_run(llm, task.key, run_uuid, outcome.status, outcome.comment)
         except RunInterrupted as error:  # pause, stop, lease lost: steering's endings (SPEC 8)
@@ -205,6 +220,7 @@ class TaskRunner:
         workspace: Path,
         requester: str | None,
         control: RunControl,
+        lease: LeaseWatch | None = None,
     ) -> LoopOutcome:
         config = self._config
         comments = await source.list_comments(task.key)
@@ -248,7 +264,10 @@ class TaskRunner:
                 limits,
                 language=config.language,
                 steering=control,
-                on_step=lambda steps: (self._heartbeat(str(task.key), files.run_uuid, steps), control.on_step(steps)),
+                on_step=lambda steps: (
+                    self._heartbeat(str(task.key), files.run_uuid, steps, lease),
+                    control.on_step(steps),
+                ),
                 compressor=self._compressor(str(task.key), files.run_uuid),
                 start_steps=control.steps,
                 pending_reply=control.pending_reply(llm),
@@ -284,14 +303,16 @@ class TaskRunner:
             model_summarizer(self._llm_factory, lambda usage: self._record_usage(run_uuid, key, usage)),
         )
 
-    def _heartbeat(self, key: str, run_uuid: str, steps: int) -> None:
-        """Keep the lease alive while the run makes progress.
+    def _heartbeat(self, key: str, run_uuid: str, steps: int, lease: LeaseWatch | None = None) -> None:
+        """Record the run's progress (steps, token usage) and stop if the lease is gone.
 
-        Written at most every tenth of the lease (10 s at most): often enough that the
-        lease never lapses while we work, and that a lost lease is noticed long before
-        the taker-over could have done much; rarely enough that a database transaction
-        is not part of every step's cost.
+        The lease itself is kept alive by the worker's heartbeat (`runtime/lease.py`),
+        whatever the run waits on; this per-step write also extends it, and notices a
+        lost lease before the step's reply is acted on. Written at most every tenth of
+        the lease (10 s at most): rarely enough that a database transaction is not part
+        of every step's cost.
         """
+        _check_lease(lease, key, run_uuid)
         now = time.monotonic()
         interval = min(self._config.scheduling.lease_seconds / 10, 10.0)
         if now - self._last_heartbeat.get(run_uuid, -interval) < interval:

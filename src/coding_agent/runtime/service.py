@@ -25,6 +25,7 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.cleanup import Cleanup
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Claim, Intake
+from coding_agent.runtime.lease import LeaseHeartbeat
 from coding_agent.runtime.recovery import Recovery, Takeover
 from coding_agent.runtime.state_store import StateStore, new_owner_id
 from coding_agent.sources.base import Source
@@ -163,7 +164,8 @@ class AgentService:
             if claimed is None:
                 return None
             continuation = claimed.continuation if isinstance(claimed, Takeover) else None
-            return await self.runner.run(source, claimed.task, claimed.requester, continuation)
+            async with LeaseHeartbeat(self.store, key, self.owner, self.config.scheduling.lease_seconds) as lease:
+                return await self.runner.run(source, claimed.task, claimed.requester, continuation, lease)
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Poll every `scheduling.interval_seconds` until `stop` is set."""
