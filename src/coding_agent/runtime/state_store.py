@@ -30,10 +30,12 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-__all__ = ["StateStore", "RunRecord", "RunMarks", "new_owner_id", "create_tables", "TableStore"]
+from coding_agent.runtime.schema import migrate
+
+__all__ = ["StateStore", "RunRecord", "RunMarks", "new_owner_id", "TableStore"]
 
 
 class _Base(DeclarativeBase):
@@ -171,29 +173,18 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.close()
 
 
-def create_tables(engine: Engine, metadata: MetaData) -> None:
-    """Create missing tables; tolerate another process creating them at the same moment."""
-    # Each lost race means the other process created one more table, so this ends.
-    attempts = len(metadata.tables) + 2
-    for attempt in range(attempts):
-        try:
-            metadata.create_all(engine)
-            return
-        except (OperationalError, IntegrityError, ProgrammingError):
-            # CREATE TABLE raced with another process's (SQLite: "already exists";
-            # PostgreSQL: a duplicate in pg_type). The next checkfirst pass sees them.
-            if attempt == attempts - 1:
-                raise
-
-
 class TableStore:
     """Base of the stores other modules keep beside the state store's tables, on its engine
-    (memories, follow-ups): one database and one backend choice, separate metadata."""
+    (memories, follow-ups): one database and one backend choice, separate metadata.
+
+    Their tables are created by the schema's migrations (`schema.py`) like every other;
+    `metadata` only describes them to the ORM.
+    """
 
     def __init__(self, engine: Engine, metadata: MetaData, clock: Callable[[], float] = time.time) -> None:
         self._engine = engine
         self._clock = clock
-        create_tables(engine, metadata)
+        migrate(engine)
 
     @contextmanager
     def _session(self) -> Iterator[Session]:
@@ -212,7 +203,7 @@ class StateStore:
         self._engine: Engine = create_engine(url, future=True, pool_pre_ping=True)
         if url.startswith("sqlite"):
             event.listen(self._engine, "connect", _sqlite_pragmas)
-        create_tables(self._engine, _Base.metadata)
+        migrate(self._engine)
 
     @property
     def engine(self) -> Engine:
