@@ -35,7 +35,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from coding_agent.runtime.schema import migrate
 
-__all__ = ["StateStore", "RunRecord", "RunMarks", "new_owner_id", "TableStore"]
+__all__ = ["StateStore", "RunRecord", "RunMarks", "new_owner_id", "TableStore", "LEASES"]
 
 
 class _Base(DeclarativeBase):
@@ -62,6 +62,10 @@ class _Lease(_Base):
     task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
     owner: Mapped[str] = mapped_column(String(100))
     expires_at: Mapped[float] = mapped_column(Float)
+
+
+# The leases table, for the stores beside this one that must know whether a lease is live.
+LEASES = _Lease.__table__
 
 
 class _TokenUsage(_Base):

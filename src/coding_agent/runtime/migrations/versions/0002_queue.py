@@ -15,7 +15,7 @@ def upgrade() -> None:
         "queue_entries",
         sa.Column("task_key", sa.String(300), primary_key=True),
         sa.Column("state", sa.String(10), nullable=False),
-        sa.Column("reason", sa.String(20), nullable=False),
+        sa.Column("scope", sa.String(250), nullable=False),
         sa.Column("updated_at", sa.Float, nullable=False),
     )
     op.create_table(
