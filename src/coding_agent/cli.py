@@ -96,15 +96,28 @@ async def _run_service(config: AgentConfig, role: Role) -> int:
     try:
         if role == "once":
             _echo_report(await service.run_cycle())
-        elif role == "producer":
-            await service.produce(stop)
-        elif role == "worker":
-            await service.work(stop)
-        else:
-            await service.serve(stop)
+            return 0
+        http = await _http_server(config, service, stop) if role in ("serve", "producer") else None
+        work = service.produce(stop) if role == "producer" else service.work(stop) if role == "worker" else service.serve(stop)
+        try:
+            await work
+        finally:
+            stop.set()
+            if http is not None:
+                await http
         return 0
     finally:
         await service.aclose()
+
+
+async def _http_server(config: AgentConfig, service: AgentService, stop: asyncio.Event) -> asyncio.Task[None] | None:
+    """The webhooks (SPEC 11.2) on `dashboard.bind`, when a webhook secret is configured."""
+    from coding_agent.web.server import BindError, start_runtime_http
+
+    try:
+        return await start_runtime_http(config, service, stop)
+    except BindError as error:
+        raise _Unreachable(str(error)) from None
 
 
 def _pause_on_signals(service: AgentService, stop: asyncio.Event) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -135,6 +136,17 @@ class RunControls:
         self.shutdown = shutdown or ShutdownSignal()
         self.signal_file = pause_signal_path(config)
         self.clock = clock
+        # The runs of this process by task key, for webhooks to steer (`nudge`).
+        self.active: weakref.WeakValueDictionary[str, RunControl] = weakref.WeakValueDictionary()
+
+    def nudge(self, task_key: str) -> bool:
+        """A webhook reported a comment or an (un)assignment on `task_key`: its run here,
+        if any, asks the forge at its next checkpoint. False when no run of it is here."""
+        control = self.active.get(task_key)
+        if control is None:
+            return False
+        control.nudge()
+        return True
 
 
 class RunControl:
@@ -188,6 +200,7 @@ class RunControl:
         )
         self._writer = StateWriter(self._redactor)
         self._inner = inner
+        controls.active[self._key] = self
         # Seeded so that the first checkpoint, whichever it is, asks the forge.
         self._previous_point = Checkpoint.ITERATION_START
         self.progress: ProgressComment | None = None
@@ -201,6 +214,10 @@ class RunControl:
                 config.progress_comment.min_edit_interval_seconds,
                 on_created=lambda comment_id: self._store.set_progress_comment(self.run_uuid, comment_id),
             )
+
+    def nudge(self) -> None:
+        """See `RunControls.nudge`."""
+        self._stop.nudge()
 
     # -- setting the run up --------------------------------------------------------
 

@@ -1,0 +1,21 @@
+"""The one HTTP app of `serve` / `producer`: webhooks, and the dashboard's pages and API.
+
+Each feature hands over its list of routes; this module only composes them, so the
+features stay independent of each other and of the server that runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+
+__all__ = ["build_app"]
+
+
+def build_app(*route_lists: Sequence[BaseRoute], extra: Iterable[BaseRoute] = ()) -> Starlette:
+    """A Starlette app serving every given route list (e.g. `webhook_routes(...)`)."""
+    routes = [route for routes in route_lists for route in routes]
+    routes.extend(extra)
+    return Starlette(routes=routes)
