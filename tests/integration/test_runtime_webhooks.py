@@ -1,7 +1,7 @@
 """The webhook endpoints (SPEC 11.2): signatures, size, duplicates, scope, and what a
 valid GitHub or GitLab event asks of the runtime. Payloads are shaped like the forges'
-documented examples (GitHub's are built from the sandbox's records and must pass
-githubkit's own models)."""
+documented examples (GitHub's are built from the sandbox's records, complete enough for
+githubkit's typed webhook models to accept them)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ async def test_out_of_scope_unknown_and_malformed_events_enqueue_nothing(sink: R
         await _post(_config(), sink, "/webhooks/github", broken, hooks.headers("issues", broken, SECRET)),
         await _post(_config(), sink, "/webhooks/github", b"not json", hooks.headers("issues", b"not json", SECRET)),
     ]
-    assert [answer.status_code for answer in answers] == [200, 202, 400, 400]
+    assert [answer.status_code for answer in answers] == [200, 202, 200, 400]
     assert sink.accepted == []
 
 

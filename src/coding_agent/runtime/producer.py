@@ -59,6 +59,7 @@ class Producer:
         self._entries = entries
         self._redactor = redactor
         self.snapshots: dict[str, Task] = {}
+        self.cycles = 0  # finished looks for work (observed by tests and the dashboard)
 
     async def cycle(self, queue: TaskQueue, only: set[str] | None = None, discover: bool = True) -> ProducerReport:
         """One look for work. While the pause signal file exists, nothing is enqueued."""
@@ -69,6 +70,7 @@ class Producer:
         for key in await asyncio.to_thread(self._recovery.candidates, only):
             await self._offer(queue, key, "continue", enqueued)
         if not discover:
+            self.cycles += 1
             return ProducerReport(0, tuple(enqueued), ())
         errors: list[str] = []
         found = await self._discover("discovery", lambda source: source.discover(), errors)
@@ -81,6 +83,7 @@ class Producer:
         for task in candidates:
             if str(task.key) not in pending:
                 await self._offer(queue, str(task.key), "followup", enqueued, task)
+        self.cycles += 1
         return ProducerReport(len(found), tuple(enqueued), tuple(errors))
 
     async def offer(self, queue: TaskQueue, key: str, reason: Reason) -> bool:

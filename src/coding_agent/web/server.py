@@ -18,7 +18,7 @@ from coding_agent.config import AgentConfig
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.webhook_sink import DeliveryLog, RuntimeWebhookSink
 from coding_agent.web.app import build_app
-from coding_agent.web.webhooks import WebhookSink, webhook_routes
+from coding_agent.web.webhooks import WebhookSink, warm_up, webhook_routes
 
 __all__ = [
     "DEFAULT_BIND",
@@ -99,6 +99,8 @@ async def start_runtime_http(
             sock = bind_socket(host, port)
         except OSError as error:
             raise BindError(f"dashboard.bind {host}:{port} cannot be used for the webhooks: {error.strerror}") from None
+    if config.webhooks.github_secret is not None and config.webhooks.github_secret.get_secret_value():
+        await asyncio.to_thread(warm_up)
     queue = await service.queue()
     sink = RuntimeWebhookSink(DeliveryLog(service.store.engine), service.controls, service.producer, lambda: queue)
     log.info("webhooks served on %s /webhooks/{github,gitlab}", sock.getsockname())
