@@ -25,13 +25,12 @@ from typing import Any
 
 from _common import emit, open_labelled_issues, seed_github
 
-from coding_agent.agent.context_prompts import SUMMARY_HEADING
-from coding_agent.config import parse_config
+from coding_agent.config import builtin_workspace_server, parse_config
 from coding_agent.context.compression import estimate_tokens
+from coding_agent.prompts.context_prompts import SUMMARY_HEADING
 from coding_agent.runtime.service import AgentService
 from coding_agent.testing.github import GitHubSandbox, GitHubState
 from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.tools.builtin import builtin_workspace_server
 
 REPO = "acme/bench"
 USER = "maintainer"

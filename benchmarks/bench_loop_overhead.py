@@ -4,7 +4,8 @@ A real task runs end to end through `AgentService.run_cycle`: a labelled issue o
 sandbox GitHub, the replay model over HTTP (OpenAI provider), the built-in workspace MCP
 server over stdio, the SQLite state store, file logging and context files, with the
 default configuration. The script asks for one cheap tool call per step
-(`workspace/view` of a small file), 40 steps, then `done`.
+(`workspace/view` of a small file, a range that varies so that the loop guard has
+nothing to stop), 40 steps, then `done`.
 
 A step is the time between two `ITERATION_START` steering checkpoints (the last one ends
 when `run_loop` returns). From each step's wall time the script subtracts what the host
@@ -291,7 +292,12 @@ def _script(steps: int, comment: str) -> dict[str, Any]:
     replies: list[dict[str, Any]] = [
         {"tool": "workspace/create", "args": {"path": "notes.txt", "content": FILE_TEXT}, "comment": comment}
     ]
-    replies += [{"tool": "workspace/view", "args": {"path": "notes.txt"}, "comment": comment}] * (steps - 1)
+    # Each view asks for a slightly different range: the same call with the same result in a
+    # row is what the loop guard (SPEC 4) stops, and a benchmark must not measure a failure.
+    replies += [
+        {"tool": "workspace/view", "args": {"path": "notes.txt", "view_range": [1, 10 + step % 10]}, "comment": comment}
+        for step in range(steps - 1)
+    ]
     replies.append({"done": "Read notes.txt."})
     return {"replies": replies}
 

@@ -33,8 +33,7 @@ from _common import emit, summary_ms
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from coding_agent.config import MCPServerConfig, ToolsConfig
-from coding_agent.tools.builtin import builtin_workspace_server
+from coding_agent.config import MCPServerConfig, ToolsConfig, builtin_workspace_server
 from coding_agent.tools.hub import ToolHub
 
 TARGET_RATIO = 2.0

@@ -49,21 +49,48 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _load(path: Path | None) -> AgentConfig:
-    chosen = path or Path(os.environ.get("CODING_AGENT_CONFIG", DEFAULT_CONFIG_PATH))
+def _config_path(path: Path | None) -> Path:
+    return path or Path(os.environ.get("CODING_AGENT_CONFIG", DEFAULT_CONFIG_PATH))
+
+
+def _load(path: Path | None, local: bool = False) -> AgentConfig:
+    """Load the config. `local`: for commands that only read the local state (status,
+    memory, pause, resume), so a `${GITHUB_TOKEN}` that is not exported is no error."""
     try:
-        config = load_config(chosen)
+        config = load_config(_config_path(path), local_only=local)
     except ConfigError as error:
         raise _fail(str(error), 2) from None
     configure_logging(config.logging, Redactor(config.secrets()))
     return config
 
 
+async def _preflight(config: AgentConfig, once: bool) -> bool:
+    """Check the forge and the LLM before claiming anything (SPEC 11). `run --once`: False
+    when one fails (each named on stderr). `serve`: wait, retrying with backoff."""
+    from coding_agent.runtime.checks import preflight
+
+    delay = 5.0
+    while True:
+        failed = await preflight(config)
+        if not failed:
+            return True
+        for check in failed:
+            log.error("preflight: %s: %s", check.name, check.detail)
+            if once:
+                typer.echo(f"coding-agent: preflight failed: {check.name}: {check.detail}", err=True)
+        if once:
+            return False
+        log.warning("preflight: nothing is claimed until this passes; retrying in %.0f s", delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 300.0)
+
+
 Role = Literal["once", "serve", "producer", "worker"]
 
 
 class _Unreachable(Exception):
-    """The database or the queue is down at start: one line naming it, exit 2."""
+    """The database, the queue or (with webhooks) dashboard.bind is unusable at start:
+    one line naming it, exit 2."""
 
 
 async def _start_service(config: AgentConfig) -> AgentService:
@@ -90,6 +117,8 @@ async def _start_service(config: AgentConfig) -> AgentService:
 
 
 async def _run_service(config: AgentConfig, role: Role) -> int:
+    if not await _preflight(config, role == "once"):
+        return 1
     service = await _start_service(config)
     stop = asyncio.Event()
     _pause_on_signals(service, stop)
@@ -97,27 +126,21 @@ async def _run_service(config: AgentConfig, role: Role) -> int:
         if role == "once":
             _echo_report(await service.run_cycle())
             return 0
-        http = await _http_server(config, service, stop) if role in ("serve", "producer") else None
-        work = service.produce(stop) if role == "producer" else service.work(stop) if role == "worker" else service.serve(stop)
+        if role == "worker":  # no HTTP: many workers may share a machine
+            await service.work(stop)
+            return 0
+        from coding_agent.web.server import BindError, serving_http
+
         try:
-            await work
-        finally:
-            stop.set()
-            if http is not None:
-                await http
+            async with serving_http(config, service) as url:
+                if url:
+                    typer.echo(f"coding-agent: dashboard at {url}", err=True)
+                await (service.produce(stop) if role == "producer" else service.serve(stop))
+        except BindError as error:
+            raise _Unreachable(str(error)) from None
         return 0
     finally:
         await service.aclose()
-
-
-async def _http_server(config: AgentConfig, service: AgentService, stop: asyncio.Event) -> asyncio.Task[None] | None:
-    """The webhooks (SPEC 11.2) on `dashboard.bind`, when a webhook secret is configured."""
-    from coding_agent.web.server import BindError, start_runtime_http
-
-    try:
-        return await start_runtime_http(config, service, stop)
-    except BindError as error:
-        raise _Unreachable(str(error)) from None
 
 
 def _pause_on_signals(service: AgentService, stop: asyncio.Event) -> None:
@@ -144,9 +167,24 @@ def _echo_report(report: CycleReport) -> None:
         typer.echo(error, err=True)
 
 
+def _check_sandbox(config: AgentConfig) -> None:
+    """SPEC 15: no bwrap -> refuse to start, unless the operator chose `security.sandbox: none`."""
+    from coding_agent.tools.sandbox import SandboxUnavailable, check_sandbox
+
+    try:
+        warning = check_sandbox(config.security.sandbox)
+    except SandboxUnavailable as error:
+        log.error("refusing to start: %s", error)
+        raise _fail(str(error), 2) from None
+    if warning is not None:
+        log.warning("%s", warning)
+
+
 def _run(config: AgentConfig, role: Role) -> None:
     if role in ("producer", "worker") and config.queue.backend == "memory":
         raise _fail(f"`{role}` needs a shared queue: set queue.backend to rabbitmq (or use `serve`)", 2)
+    if role != "producer":
+        _check_sandbox(config)
     _exit_with(config, _run_service(config, role))
 
 
@@ -196,7 +234,7 @@ def status(config: ConfigOption = None) -> None:
     """List runs recorded in the state store, with their status and token use."""
     from coding_agent.runtime.state_store import StateStore
 
-    settings = _load(config)
+    settings = _load(config, local=True)
     store = StateStore(settings.database.url)
     try:
         runs = store.runs()
@@ -248,9 +286,8 @@ def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:
     running tasks pause and none starts; they resume once it is removed.
     """
     from coding_agent.agent.steering import pause_signal_path
-    from coding_agent.runtime.state_store import StateStore
 
-    settings = _load(config)
+    settings = _load(config, local=True)
     if not settings.pause_resume.enabled:
         raise _fail("pause_resume.enabled is false in the configuration", 2)
     if task is None:
@@ -259,15 +296,24 @@ def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:
         path.touch()
         typer.echo(f"pause signal set ({path}): running tasks pause at their next step")
         return
-    key = _task_key(task)
+    _act(settings, _task_key(task), "pause")
+
+
+def _act(settings: AgentConfig, key: str, action: str) -> None:
+    """pause/stop TASK through the same code as the dashboard; continue a stopped paused run."""
+    from coding_agent.runtime.operator_actions import UnknownTask, apply_action
+    from coding_agent.runtime.state_store import StateStore
+
     store = StateStore(settings.database.url)
     try:
-        if not store.runs_with_status("running", key):
-            raise _fail(f"{key} has no running run to pause", 1)
-        store.request_control(key, "pause")
+        result = apply_action(store, key, action)  # type: ignore[arg-type]
+    except UnknownTask as error:
+        raise _fail(str(error), 1) from None
     finally:
         store.close()
-    typer.echo(f"{key}: pause requested; it pauses at its next step")
+    typer.echo(result.message)
+    if result.continue_now:
+        _exit_with(settings, _continue_runs(settings, {key}))
 
 
 @app.command()
@@ -286,7 +332,7 @@ def resume(
     from coding_agent.agent.steering import pause_signal_path
     from coding_agent.runtime.state_store import StateStore
 
-    settings = _load(config)
+    settings = _load(config, local=queue)
     path = pause_signal_path(settings)
     key = _task_key(task) if task is not None else None
     store = StateStore(settings.database.url)
@@ -312,25 +358,7 @@ def stop(task: Annotated[str, typer.Argument(help="The task key to stop.")], con
 
     A running run stops at its next step; a paused one is stopped now.
     """
-    from coding_agent.runtime.state_store import StateStore
-
-    settings = _load(config)
-    key = _task_key(task)
-    store = StateStore(settings.database.url)
-    try:
-        running = store.runs_with_status("running", key)
-        paused = store.runs_with_status("paused", key)
-        if not running and not paused:
-            raise _fail(f"{key} has no running or paused run to stop", 1)
-        store.request_control(key, "stop")
-        if paused:
-            store.release_holds(key)
-    finally:
-        store.close()
-    if running:
-        typer.echo(f"{key}: stop requested; it stops at its next step")
-        return
-    _exit_with(settings, _continue_runs(settings, {key}))
+    _act(_load(config), _task_key(task), "stop")
 
 
 memory_app = typer.Typer(help="What the agent remembers of each repository (SPEC 9.2).", no_args_is_help=True)
@@ -346,10 +374,10 @@ def memory_list(repo: RepoArgument = None, config: ConfigOption = None) -> None:
     import time
 
     from coding_agent.context.memory_admin import memory_listing
-    from coding_agent.context.memory_store import MemoryStore
+    from coding_agent.runtime.memory_store import MemoryStore
     from coding_agent.runtime.state_store import StateStore
 
-    settings = _load(config)
+    settings = _load(config, local=True)
     store = StateStore(settings.database.url)
     try:
         lines = memory_listing(MemoryStore(store.engine), repo, settings.memory.active_channel_days, time.time())
@@ -366,10 +394,10 @@ def memory_clear(
 ) -> None:
     """Forget the memories of REPO (without REPO: of every repository, after confirmation)."""
     from coding_agent.context.memory_admin import clear_memories
-    from coding_agent.context.memory_store import MemoryStore
+    from coding_agent.runtime.memory_store import MemoryStore
     from coding_agent.runtime.state_store import StateStore
 
-    settings = _load(config)
+    settings = _load(config, local=True)
     if repo is None and not yes and not typer.confirm("Forget every repository's memories?", default=False):
         raise _fail("nothing cleared", 1)
     store = StateStore(settings.database.url)
@@ -400,14 +428,29 @@ def cleanup(config: ConfigOption = None) -> None:
     )
 
 
+@app.command()
+def doctor(config: ConfigOption = None) -> None:
+    """Check the deployment, one line per check: config, forge tokens, LLM, MCP servers,
+    sandbox, database, queue. Exit 0 when all pass, 1 otherwise. Prints no secret."""
+    from coding_agent.runtime.checks import run_doctor
+
+    path = _config_path(config)
+    settings = _load(config)
+    checks = asyncio.run(run_doctor(settings, str(path)))
+    for check in checks:
+        typer.echo(check.line())
+    raise typer.Exit(0 if all(check.ok for check in checks) else 1)
+
+
 @app.command("mcp-workspace")
 def mcp_workspace(
     root: Annotated[Path, typer.Option("--root", help="The workspace directory the tools may touch.")],
+    sandbox: Annotated[str, typer.Option("--sandbox", help="bwrap (default) or none.")] = "bwrap",
 ) -> None:
     """Run the built-in workspace MCP server on stdio (started by the agent for each run)."""
     from coding_agent.tools.workspace_server import main as workspace_main
 
-    workspace_main(["--root", str(root)])
+    workspace_main(["--root", str(root), "--sandbox", sandbox])
 
 
 @app.command()
@@ -415,12 +458,13 @@ def demo(
     llm: Annotated[bool, typer.Option("--llm", help="Use the model configured in --config instead of the replay model.")] = False,
     config: ConfigOption = None,
     keep: Annotated[Optional[Path], typer.Option("--dir", help="Keep the demo's files in this directory.")] = None,
+    planning: Annotated[bool, typer.Option("--planning", help="Work the task in planning mode (plan, act, reflect, verify).")] = False,
 ) -> None:
     """Run one whole task on a built-in sandbox forge with the real MCP workspace server."""
     from coding_agent.demo import run_demo
 
     llm_config = _load(config).llm if llm else None
-    raise typer.Exit(run_demo(llm_config, keep))
+    raise typer.Exit(run_demo(llm_config, keep, planning))
 
 
 def main() -> None:  # pragma: no cover - console entry point

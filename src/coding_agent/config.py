@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from coding_agent.errors import ConfigError
-from coding_agent.tools.builtin import builtin_workspace_server
 
 __all__ = [
     "AgentConfig",
@@ -28,6 +28,9 @@ __all__ = [
     "OpenAICompatibleConfig",
     "OllamaConfig",
     "MCPServerConfig",
+    "WORKSPACE_SYSTEM_PROMPT",
+    "builtin_workspace_server",
+    "with_sandbox_mode",
     "ToolsConfig",
     "TaskStopConfig",
     "CommentDetectionConfig",
@@ -140,6 +143,75 @@ class MCPServerConfig(_Strict):
     system_prompt: str = ""
     tools_allow: list[str] | None = None
 
+    @field_validator("command")
+    @classmethod
+    def _this_interpreter(cls, command: list[str]) -> list[str]:
+        """`{python}` is this interpreter, and `coding-agent ...` runs this installation's CLI
+        through it: neither is looked up on PATH, so the config works from cron or a venv
+        that is not activated."""
+        command = [sys.executable if item == "{python}" else item for item in command]
+        if command[0] == "coding-agent":
+            command = [sys.executable, "-m", "coding_agent.cli", *command[1:]]
+        return command
+
+
+# -- the built-in workspace MCP server: the default of `mcp_servers` ---------------------
+# Here, not beside the server (`tools.workspace_server`), so that loading a config imports
+# neither the MCP server stack nor anything above this floor.
+
+WORKSPACE_SYSTEM_PROMPT = """\
+The workspace tools work on the repository checked out for this task; paths are relative
+to its root (absolute paths inside it work too, nothing outside it does).
+- Look before you edit: `list_files` and `search` to find code, `view` to read a file
+  with line numbers (use `view_range` for long files).
+- Edit with `str_replace` (old_str must match the file exactly, whitespace included, and
+  occur once; add surrounding lines to make it unique), `insert` to add lines after a
+  line number, `create` for new files (it overwrites an existing file).
+- `run` executes a shell command in the root (no network, so nothing can be downloaded;
+  output is capped, long commands time out). Use it to build and run the tests.
+- `git_status` and `git_diff` show what you changed; git commands inside `run` do not see
+  the repository's history. Do not commit or push: the agent commits and opens the pull
+  request when you are done.
+"""
+
+
+def builtin_workspace_server() -> dict[str, Any]:
+    """The `mcp_servers` entry that starts the built-in workspace server for a run.
+
+    It runs with this interpreter, so it works whether or not `coding-agent` is on PATH.
+    """
+    return {
+        "mcp_server_name": "workspace",
+        "command": [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"],
+        "system_prompt": WORKSPACE_SYSTEM_PROMPT,
+    }
+
+
+_WORKSPACE_SERVER_MARKERS = ("coding_agent.tools.workspace_server", "mcp-workspace")
+
+
+def with_sandbox_mode(command: list[str], mode: str) -> list[str]:
+    """`command` with `--sandbox MODE` when it starts the built-in workspace server, else as is.
+
+    The operator chooses the mode once (`security.sandbox`); every entry that runs the
+    built-in server gets it, whatever the entry itself says.
+    """
+    if not any(marker in part for part in command for marker in _WORKSPACE_SERVER_MARKERS):
+        return command
+    result: list[str] = []
+    skip = False
+    for part in command:
+        if skip:
+            skip = False
+            continue
+        if part == "--sandbox":
+            skip = True
+            continue
+        if part.startswith("--sandbox="):
+            continue
+        result.append(part)
+    return [*result, "--sandbox", mode]
+
 
 class ToolsConfig(_Strict):
     call_timeout_seconds: float = Field(default=120, gt=0)
@@ -240,6 +312,9 @@ class BudgetConfig(_Strict):
 
 class SecurityConfig(_Strict):
     allow_untrusted_triggers: bool = False
+    # SPEC 15: `bwrap` runs the model's commands in bubblewrap and refuses to start where
+    # bwrap cannot run; `none` runs them unsandboxed (warned in the log at every start).
+    sandbox: Literal["bwrap", "none"] = "bwrap"
 
 
 class RetryConfig(_Strict):
@@ -280,6 +355,71 @@ class ProgressCommentConfig(_Strict):
     min_edit_interval_seconds: float = Field(default=5, ge=0)
 
 
+class LoopGuardConfig(_Strict):
+    """A model repeating one tool call with one result (or one reply) is corrected, then
+    stopped (SPEC 4): weak and local models loop, and must never burn a budget silently."""
+
+    enabled: bool = True
+    warn_after: int = Field(default=3, ge=2)
+    fail_after: int = Field(default=5, ge=2)
+
+    @model_validator(mode="after")
+    def _fail_after_warning(self) -> LoopGuardConfig:
+        if self.fail_after <= self.warn_after:
+            raise ValueError("loop_guard.fail_after must be greater than loop_guard.warn_after")
+        return self
+
+
+class PlanningReflectionConfig(_Strict):
+    enabled: bool = True
+    trigger_interval: int = Field(default=3, ge=0)  # reflect after every N ended actions; 0: never
+    trigger_on_error: bool = True
+
+
+class PlanningRevisionConfig(_Strict):
+    max_revisions: int = Field(default=3, ge=0)
+
+
+class PlanningVerificationConfig(_Strict):
+    enabled: bool = True
+    max_rounds: int = Field(default=2, ge=1)
+
+
+class PlanningConfig(_Strict):
+    """Planning mode (SPEC 10): plan, act, reflect, revise, verify inside the section-4 loop."""
+
+    enabled: bool = False
+    max_actions: int = Field(default=20, ge=1)
+    max_steps_per_action: int = Field(default=10, ge=1)
+    reflection: PlanningReflectionConfig = Field(default_factory=PlanningReflectionConfig)
+    revision: PlanningRevisionConfig = Field(default_factory=PlanningRevisionConfig)
+    verification: PlanningVerificationConfig = Field(default_factory=PlanningVerificationConfig)
+
+
+class DashboardConfig(_Strict):
+    """The web dashboard of `serve` (SPEC 11.3). Beyond localhost every page needs `token`."""
+
+    enabled: bool = True
+    bind: str = Field(default="127.0.0.1:8080", pattern=r"^\[?[A-Za-z0-9.:-]*\]?:[0-9]{1,5}$")
+    token: SecretStr | None = None
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.bind.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+    @property
+    def local_only(self) -> bool:
+        """Bound to a loopback address: nothing beyond this machine can reach it."""
+        return self.host_port[0] in ("127.0.0.1", "localhost", "::1")
+
+    @model_validator(mode="after")
+    def _token_beyond_localhost(self) -> DashboardConfig:
+        if self.enabled and not self.local_only and (self.token is None or not self.token.get_secret_value()):
+            raise ValueError(f"dashboard.bind {self.bind} is beyond localhost: set dashboard.token")
+        return self
+
+
 SourceName = Literal["github", "gitlab"]
 
 
@@ -306,10 +446,13 @@ class AgentConfig(_Strict):
     comment_detection: CommentDetectionConfig = Field(default_factory=CommentDetectionConfig)
     pause_resume: PauseResumeConfig = Field(default_factory=PauseResumeConfig)
     progress_comment: ProgressCommentConfig = Field(default_factory=ProgressCommentConfig)
+    loop_guard: LoopGuardConfig = Field(default_factory=LoopGuardConfig)
+    planning: PlanningConfig = Field(default_factory=PlanningConfig)
     language: Literal["en", "ja"] = "en"
     comment_handling: CommentHandlingConfig = Field(default_factory=CommentHandlingConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     persona: str | None = None
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -337,6 +480,11 @@ class AgentConfig(_Strict):
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"mcp_servers: duplicate mcp_server_name {', '.join(duplicates)}")
+        # The built-in workspace server sandboxes `run` as security.sandbox says.
+        for server in self.mcp_servers:
+            command = with_sandbox_mode(server.command, self.security.sandbox)
+            if command != server.command:
+                server.command = command
         return self
 
     @property
@@ -346,7 +494,7 @@ class AgentConfig(_Strict):
     def secrets(self) -> list[str]:
         """Every secret value in the configuration, for redaction in logs and comments."""
         values: list[str] = []
-        for section in (self.github, self.gitlab, self.llm.openai, self.llm.lmstudio):
+        for section in (self.github, self.gitlab, self.llm.openai, self.llm.lmstudio, self.dashboard):
             secret = getattr(section, "token", None) or getattr(section, "api_key", None)
             if secret is not None and secret.get_secret_value():
                 values.append(secret.get_secret_value())
@@ -368,12 +516,13 @@ _ENV_OVERRIDES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def _substitute(value: Any, path: str, env: Mapping[str, str]) -> Any:
-    """Replace `${VAR}` / `${VAR:-default}` in every string, naming the key when VAR is unset."""
+def _substitute(value: Any, path: str, env: Mapping[str, str], lenient: bool = False) -> Any:
+    """Replace `${VAR}` / `${VAR:-default}` in every string, naming the key when VAR is unset
+    (`lenient`: an unset VAR becomes empty, for commands that only read local state)."""
     if isinstance(value, dict):
-        return {key: _substitute(item, f"{path}.{key}" if path else str(key), env) for key, item in value.items()}
+        return {key: _substitute(item, f"{path}.{key}" if path else str(key), env, lenient) for key, item in value.items()}
     if isinstance(value, list):
-        return [_substitute(item, f"{path}[{index}]", env) for index, item in enumerate(value)]
+        return [_substitute(item, f"{path}[{index}]", env, lenient) for index, item in enumerate(value)]
     if not isinstance(value, str):
         return value
 
@@ -383,6 +532,8 @@ def _substitute(value: Any, path: str, env: Mapping[str, str]) -> Any:
             return env[name]
         if default is not None:
             return default
+        if lenient:
+            return ""
         raise ConfigError(f"config key {path}: environment variable {name} is not set")
 
     return _ENV_PATTERN.sub(replace, value)
@@ -415,12 +566,18 @@ def _format_validation_error(error: ValidationError, source: str) -> str:
     return f"invalid configuration in {source}:\n" + "\n".join(lines)
 
 
-def parse_config(data: Any, source: str = "<config>", env: Mapping[str, str] | None = None) -> AgentConfig:
-    """Validate an already-parsed YAML document (after env substitution and overrides)."""
+def parse_config(
+    data: Any, source: str = "<config>", env: Mapping[str, str] | None = None, local_only: bool = False
+) -> AgentConfig:
+    """Validate an already-parsed YAML document (after env substitution and overrides).
+
+    `local_only`: the caller reads only the local state (status, memory, pause), so an
+    unset `${VAR}` (typically a token) is left empty instead of being an error.
+    """
     env = os.environ if env is None else env
     if not isinstance(data, dict):
         raise ConfigError(f"invalid configuration in {source}: the top level must be a mapping of keys")
-    data = _substitute(data, "", env)
+    data = _substitute(data, "", env, local_only)
     _apply_env_overrides(data, env)
     try:
         return AgentConfig.model_validate(data)
@@ -428,8 +585,8 @@ def parse_config(data: Any, source: str = "<config>", env: Mapping[str, str] | N
         raise ConfigError(_format_validation_error(error, source)) from None
 
 
-def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> AgentConfig:
-    """Read, substitute and validate the YAML file at `path`."""
+def load_config(path: str | Path, env: Mapping[str, str] | None = None, local_only: bool = False) -> AgentConfig:
+    """Read, substitute and validate the YAML file at `path` (`local_only`: see `parse_config`)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -439,4 +596,4 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Agent
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
-    return parse_config(data, str(path), env)
+    return parse_config(data, str(path), env, local_only)

@@ -9,8 +9,11 @@ the issue's labels and comments and the draft pull request that holds the change
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -33,13 +36,19 @@ DEMO_BOT = "coding-agent-bot"
 _DEMO_TOKEN = "demo-bot-token-not-a-secret"
 
 
-def _demo_script() -> ReplayScript:
-    text = resources.files("coding_agent.testing").joinpath("scripts/demo.yaml").read_text(encoding="utf-8")
+def _demo_script(planning: bool = False) -> ReplayScript:
+    name = "scripts/demo_planning.yaml" if planning else "scripts/demo.yaml"
+    text = resources.files("coding_agent.testing").joinpath(name).read_text(encoding="utf-8")
     return ReplayScript.from_dict(yaml.safe_load(text))
 
 
-def _config(forge_url: str, llm: dict[str, Any], directory: Path) -> dict[str, Any]:
+def _config(
+    forge_url: str, llm: dict[str, Any], directory: Path, sandbox_none: bool, planning: bool = False
+) -> dict[str, Any]:
+    security: dict[str, Any] = {"sandbox": "none"} if sandbox_none else {}
     return {
+        **({"planning": {"enabled": True}} if planning else {}),
+        "security": security,
         "task_source": "github",
         "github": {"api_url": forge_url, "token": _DEMO_TOKEN, "owner": "demo", "bot_name": DEMO_BOT},
         "llm": llm,
@@ -70,7 +79,7 @@ def _seed(sandbox: GitHubSandbox) -> int:
     return number
 
 
-def _print_outcome(sandbox: GitHubSandbox, number: int, workspaces: Path) -> None:
+def _print_outcome(sandbox: GitHubSandbox, number: int, workspaces: Path, keep: bool) -> None:
     issue = sandbox.state.issue(DEMO_REPO, number)
     typer.echo("")
     typer.echo(f"Issue {DEMO_REPO}#{number}: {issue.title}")
@@ -86,18 +95,43 @@ def _print_outcome(sandbox: GitHubSandbox, number: int, workspaces: Path) -> Non
         typer.echo(f"  branch: {pull.head} -> {pull.base}")
         typer.echo(f"  files changed: {', '.join(files) or 'none'}")
         typer.echo(f"  url: {sandbox.url}/{DEMO_REPO}/pull/{pull.number}")
-    if workspaces.is_dir():
+    if keep and workspaces.is_dir():
         typer.echo(f"  the run's workspace (a clone): {', '.join(str(path) for path in sorted(workspaces.iterdir()))}")
 
 
-def run_demo(llm: LLMConfig | None, keep: Path | None) -> int:
-    """Run the demo; return the process exit code."""
-    directory = keep or Path(tempfile.mkdtemp(prefix="coding-agent-demo-"))
-    directory.mkdir(parents=True, exist_ok=True)
+def _no_bwrap() -> bool:
+    """Whether this machine lacks bubblewrap, so the demo must run its commands unsandboxed."""
+    return shutil.which("bwrap") is None
+
+
+@contextlib.contextmanager
+def _demo_directory(keep: Path | None) -> Iterator[Path]:
+    """The demo's files: `keep` when given (left in place), else a temp dir removed at the end."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix="coding-agent-demo-", ignore_cleanup_errors=True) as name:
+        yield Path(name)
+
+
+def run_demo(llm: LLMConfig | None, keep: Path | None, planning: bool = False) -> int:
+    """Run the demo (`planning`: in planning mode, SPEC 10); return the process exit code."""
+    sandbox_none = _no_bwrap()
+    if sandbox_none:
+        typer.echo(
+            "No bubblewrap (bwrap) on this machine: the demo runs with security.sandbox: none "
+            "(commands unsandboxed; it runs only its own scripted task)."
+        )
+    with _demo_directory(keep) as directory:
+        return _run_in(directory, llm, keep is not None, sandbox_none, planning)
+
+
+def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bool, planning: bool) -> int:
     with GitHubSandbox() as forge:
         number = _seed(forge)
         if llm is None:
-            replay: ReplaySandbox | None = ReplaySandbox(_demo_script()).start()
+            replay: ReplaySandbox | None = ReplaySandbox(_demo_script(planning)).start()
             llm_section: dict[str, Any] = {
                 "provider": "openai",
                 "function_calling": True,
@@ -111,19 +145,23 @@ def run_demo(llm: LLMConfig | None, keep: Path | None) -> int:
                 if section is not None and section.api_key is not None:
                     llm_section[name]["api_key"] = section.api_key.get_secret_value()
         try:
-            config = parse_config(_config(forge.url, llm_section, directory), source="demo")
+            # An empty environment: forge tokens exported for real work (GITHUB_TOKEN ...)
+            # must not replace the sandbox forge's token (SPEC 12).
+            data = _config(forge.url, llm_section, directory, sandbox_none, planning)
+            config = parse_config(data, source="demo", env={})
             configure_logging(config.logging, Redactor(config.secrets()), console=True)
             typer.echo(f"Sandbox GitHub at {forge.url}; issue {DEMO_REPO}#{number} labelled 'coding agent' by @{DEMO_USER}.")
             typer.echo("Model: " + ("the replay model (scripted)" if replay else f"{llm.provider} {llm.active.model}"))  # type: ignore[union-attr]
-            typer.echo(f"Files of this demo: {directory}")
+            typer.echo(f"Files of this demo: {directory}" + ("" if keep else " (removed at the end; --dir DIR keeps them)"))
             report = asyncio.run(_run_once(config))
         finally:
             if replay is not None:
                 replay.stop()
-        _print_outcome(forge, number, directory / "workspaces")
+        _print_outcome(forge, number, directory / "workspaces", keep)
     ok = bool(report.results) and all(result.status == "done" for result in report.results)
     if not ok:
-        typer.echo("The demo task did not finish as done; see the comments above and the log in " f"{directory / 'logs'}.", err=True)
+        where = f" and the log in {directory / 'logs'}" if keep else "; run with --dir DIR to keep the log"
+        typer.echo(f"The demo task did not finish as done; see the comments above{where}.", err=True)
     return 0 if ok else 1
 
 

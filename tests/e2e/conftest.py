@@ -19,10 +19,10 @@ from typing import Any, Literal, Protocol
 import pytest
 import yaml
 
+from coding_agent.config import builtin_workspace_server
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.gitlab import GitLabSandbox
 from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.tools.builtin import builtin_workspace_server
 
 GITHUB_BOT_TOKEN = "ghp_" + "E2eGithubBotToken0123456789abcdef"
 GITLAB_BOT_TOKEN = "glpat-" + "E2eGitlabBotToken0123"

@@ -57,15 +57,16 @@ def test_missing_config_file_exits_2(tmp_path: Path) -> None:
     assert "cannot read config file" in result.stderr and "nope.yaml" in result.stderr
 
 
-def test_unreachable_forge_is_reported_but_run_once_exits_0(tmp_path: Path) -> None:
-    """A forge that cannot be reached is an error in the log and on stderr, not a crash."""
+def test_unreachable_forge_fails_the_preflight_of_run_once(tmp_path: Path) -> None:
+    """A forge that cannot be reached: exit 1 with a line naming it, no traceback (SPEC 11)."""
     config = yaml.safe_load(yaml.safe_dump(VALID))
     config["github"]["api_url"] = "http://127.0.0.1:9"
     config["retry"] = {"retries": 0}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     result = _cli("run", "--once", cwd=tmp_path)
-    assert result.returncode == 0
-    assert "discovery failed" in result.stderr
+    assert result.returncode == 1
+    assert "preflight failed: forge github http://127.0.0.1:9" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.skipif(shutil.which("mcp-server-filesystem") is None, reason="npm server not installed")

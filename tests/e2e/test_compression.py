@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from coding_agent.agent.context_prompts import SUMMARY_HEADING
+from coding_agent.prompts.context_prompts import SUMMARY_HEADING
 from coding_agent.testing.replay_model import RecordedRequest, ReplaySandbox
 
 from ._steering import run_cycle

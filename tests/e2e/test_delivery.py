@@ -21,6 +21,7 @@ from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.testing.git_http import git_client
 from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.testing.waiting import wait_for
+from coding_agent.tools.host_git import git_dir_for
 
 from .conftest import (
     BOT,
@@ -254,7 +255,7 @@ def test_the_token_reaches_no_tool_process_config_or_file(github_forge: GitHubFo
             workspace = waiting[0].parent
             pids = wait_for(lambda: _mcp_server_pids(workspace), 60, "the MCP server process")
             environments = {pid: Path(f"/proc/{pid}/environ").read_bytes() for pid in pids}
-            git_config = (workspace / ".git" / "config").read_text()
+            git_config = (git_dir_for(workspace) / "config").read_text()
             (workspace / ".gate-open").touch()
             out, err = process.communicate(timeout=180)
         finally:

@@ -5,10 +5,15 @@ acknowledgement and no run; an @mention from a reader does nothing."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from coding_agent.runtime.state_store import StateStore
+from coding_agent.testing.github import GitHubSandbox, GitHubState
 from coding_agent.testing.replay_model import ReplaySandbox
 
 from ._steering import post_comment
@@ -61,8 +66,18 @@ def test_mention_on_a_done_task_starts_a_run_that_inherits_the_summary(forge: Fo
     assert forge.comments("issue", number)[-1] == (BOT, "RUN-TWO-FINAL: README added.")
 
 
-def test_completion_comment_gets_one_acknowledgement_and_no_run(github_forge: GitHubForge, tmp_path: Path) -> None:
-    forge = github_forge
+@pytest.fixture
+def same_second_forge() -> Iterator[GitHubForge]:
+    """GitHub stamps whole seconds: the worst case is every object in the same second."""
+    frozen = datetime.now(timezone.utc).replace(microsecond=0)
+    with GitHubSandbox(GitHubState(clock=lambda: frozen)) as sandbox:
+        yield GitHubForge(sandbox)
+
+
+def test_completion_comment_gets_one_acknowledgement_and_no_run(same_second_forge: GitHubForge, tmp_path: Path) -> None:
+    """Also when the comment lands in the same second as the bot's last one (it used to
+    depend on a second passing between them, which a loaded machine does not guarantee)."""
+    forge = same_second_forge
     number = forge.open_task("issue", "Greet people", "Please add hello.txt.")
     with ReplaySandbox(SCRIPT) as model:
         setup = write_config(tmp_path, [forge], llm_section(model))

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coding_agent.context.memory_store import MemoryStore
 from coding_agent.domain.tasks import TaskKey
+from coding_agent.runtime.memory_store import MemoryStore
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import RecordedRequest, ReplaySandbox
 

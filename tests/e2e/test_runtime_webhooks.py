@@ -15,7 +15,7 @@ from coding_agent.runtime.service import AgentService
 from coding_agent.testing.github.webhooks import GitHubWebhooks
 from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.testing.waiting import wait_for
-from coding_agent.web.server import bind_socket, start_runtime_http
+from coding_agent.web.server import bind_socket, serving_http
 
 from ._steering import steering_config
 from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, REPO, GitHubForge, load_for_service
@@ -33,20 +33,19 @@ async def _serve_with_webhooks(config: Any, until: Any, ready: Any = None) -> Ag
     """Run `serve` plus its webhooks until `until(service)` is true; returns the service."""
     service = AgentService(config)
     stop = asyncio.Event()
-    sock = bind_socket("127.0.0.1", 0)
-    url = "http://127.0.0.1:%d" % sock.getsockname()[1]
-    http = await start_runtime_http(config, service, stop, sock)
-    serving = asyncio.create_task(service.serve(stop))
     try:
-        if ready is not None:
-            await asyncio.to_thread(ready, service, url)
-        while not until(service) and not serving.done():
-            await asyncio.sleep(0.05)
+        async with serving_http(config, service, bind_socket("127.0.0.1", 0)) as url:
+            assert url is not None
+            serving = asyncio.create_task(service.serve(stop))
+            try:
+                if ready is not None:
+                    await asyncio.to_thread(ready, service, url)
+                while not until(service) and not serving.done():
+                    await asyncio.sleep(0.05)
+            finally:
+                stop.set()
+                await serving
     finally:
-        stop.set()
-        await serving
-        assert http is not None
-        await http
         await service.aclose()
     return service
 

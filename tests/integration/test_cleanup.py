@@ -12,9 +12,9 @@ from pathlib import Path
 import yaml
 
 from coding_agent.config import parse_config
-from coding_agent.context.memory_store import MemoryStore
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.runtime.cleanup import Cleanup
+from coding_agent.runtime.memory_store import MemoryStore
 from coding_agent.runtime.state_store import StateStore
 
 DAY = 86400.0

@@ -6,11 +6,11 @@ import asyncio
 import json
 from pathlib import Path
 
-from coding_agent.agent.context_prompts import SUMMARY_HEADING
 from coding_agent.context.compression import Compressor, estimate_tokens, model_summarizer
 from coding_agent.context.storage import ContextStorage
 from coding_agent.llm.openai_client import OpenAICompatibleClient
 from coding_agent.llm.types import TokenUsage
+from coding_agent.prompts.context_prompts import SUMMARY_HEADING
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
 from coding_agent.testing.replay_model import ReplaySandbox

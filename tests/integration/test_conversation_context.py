@@ -17,6 +17,7 @@ from coding_agent.retry import RetryPolicy
 from coding_agent.sources.github import GitHubSource
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.github.state import GitHubState
+from coding_agent.prompts.untrusted import UntrustedWrapper
 
 REPO = "acme/widgets"
 TOKEN = "ghp_" + "ConversationTestToken0123456789ab"
@@ -70,6 +71,7 @@ def _conversation(sandbox: GitHubSandbox, number: int, limit: int) -> Conversati
         is_trusted=lambda author: author in ("alice", "agent-bot"),
         max_comment_count=limit,
         is_completion=CompletionDetector(DEFAULT_COMPLETION_KEYWORDS),
+        wrapper=UntrustedWrapper("0123456789abcdef"),
     )
 
 
@@ -107,7 +109,7 @@ def test_untrusted_comments_are_wrapped_and_never_completion(sandbox: GitHubSand
     context = _conversation(sandbox, number, limit=10)
 
     rita, alice = context.conversation[1:]
-    assert rita.content.startswith('<untrusted-content author="rita">') and not rita.metadata.is_completion
+    assert rita.content.startswith('<untrusted-content-0123456789abcdef author="rita">') and not rita.metadata.is_completion
     assert alice.content == "Thanks, done!" and alice.metadata.is_completion
     assert context.context_summary == type(context.context_summary)(2, False, context.conversation[1].metadata.created_at)
 

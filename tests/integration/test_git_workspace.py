@@ -21,6 +21,7 @@ from coding_agent.retry import RetryPolicy
 from coding_agent.sources.github import GitHubSource
 from coding_agent.testing.git_http import git_client
 from coding_agent.testing.github import GitHubSandbox
+from coding_agent.tools.host_git import git_dir_for
 from coding_agent.workspace.checkout import Checkout, branch_name, prepare_workspace, reopen_workspace
 from coding_agent.workspace.delivery import SUMMARY_END, SUMMARY_START, deliver
 from coding_agent.workspace.git import Git, PushRejected
@@ -103,11 +104,13 @@ async def test_issue_clone_is_shallow_on_its_own_branch_without_the_token(
 
     assert shallow.branch == "coding-agent/1-add-a-greeting" and not shallow.branch_exists
     assert shallow.base_branch == "main" and shallow.start_sha == sandbox.state.branches(REPO)["main"]
-    assert git_client(shallow.path, "rev-list", "--count", "HEAD").stdout.strip() == "1"
-    assert git_client(full.path, "rev-list", "--count", "HEAD").stdout.strip() == "3"
-    assert git_client(shallow.path, "branch", "--show-current").stdout.strip() == shallow.branch
+    assert git_client(None, f"--git-dir={shallow.git_dir}", "rev-list", "--count", "HEAD").stdout.strip() == "1"
+    assert git_client(None, f"--git-dir={full.git_dir}", "rev-list", "--count", "HEAD").stdout.strip() == "3"
+    assert git_client(None, f"--git-dir={shallow.git_dir}", "branch", "--show-current").stdout.strip() == shallow.branch
     assert (shallow.path / "src" / "app.py").read_text() == "x = 3\n"
-    config = (shallow.path / ".git" / "config").read_text()
+    assert not (shallow.path / ".git").exists(), "the git directory is not in the workspace"
+    assert shallow.git_dir == git_dir_for(shallow.path) and not shallow.git_dir.is_relative_to(shallow.path)
+    config = (shallow.git_dir / "config").read_text()
     assert BOT_TOKEN not in config and "extraheader" not in config.lower() and "Authorization" not in config
     assert f"url = {sandbox.url}/{REPO}.git" in config, "the remote URL carries no credential"
 
@@ -139,7 +142,7 @@ async def test_changes_become_a_draft_pull_request(sandbox: GitHubSandbox, sourc
     message = git.log(REPO, checkout.branch)[0]
     assert message.startswith("Added hello.txt\n\nIt greets.")
     assert message.endswith("Co-authored-by: Alice Liddell <alice@example.test>")
-    author = git_client(checkout.path, "log", "-1", "--format=%an <%ae>").stdout.strip()
+    author = git_client(None, f"--git-dir={checkout.git_dir}", "log", "-1", "--format=%an <%ae>").stdout.strip()
     bot_id = sandbox.state.user("agent-bot").id
     assert author == f"agent-bot <{bot_id}+agent-bot@users.noreply.127.0.0.1>"
 
@@ -198,26 +201,39 @@ async def test_a_pull_request_task_pushes_to_its_head_branch(
 async def test_planted_hooks_and_config_never_run_in_the_host_git(
     sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
 ) -> None:
+    """What the model can plant in the work tree: a `.git` of its own, attributes, a `.git` file."""
     task = _task(1, "Add a greeting")
     checkout = await _prepare(source, task, tmp_path / "ws")
+    cloned_config = (checkout.git_dir / "config").read_bytes()
     marker = tmp_path / "hook-ran"
-    hooks = checkout.path / ".git" / "hooks"
+    planted = checkout.path / ".git"
+    hooks = planted / "hooks"
+    hooks.mkdir(parents=True)
     for hook in ("pre-commit", "commit-msg", "pre-push", "post-commit", "reference-transaction"):
         (hooks / hook).write_text(f"#!/bin/sh\nenv >> {marker}\n")
         (hooks / hook).chmod(0o755)
-    config = checkout.path / ".git" / "config"
-    config.write_text(
-        config.read_text()
-        + f'[core]\n\thooksPath = {hooks}\n\tfsmonitor = "env >> {marker}"\n'
-        + f'[url "http://127.0.0.1:9/"]\n\tinsteadOf = {sandbox.url}/\n'
+    (planted / "config").write_text(
+        f'[core]\n\thooksPath = {hooks}\n\tfsmonitor = "env >> {marker}"\n'
+        f'[url "http://127.0.0.1:9/"]\n\tinsteadOf = {sandbox.url}/\n'
+        f'[filter "x"]\n\tclean = "touch {marker}; cat"\n'
     )
+    (planted / "commondir").write_text(str(checkout.git_dir))
+    (checkout.path / ".gitattributes").write_text("* filter=x diff=x\n")
+    sub = checkout.path / "sub" / ".GIT"
+    sub.mkdir(parents=True)
+    (sub / "config").write_text("[core]\n\tbare = true\n")
     (checkout.path / "hello.txt").write_text("hello\n")
 
     delivery = await _deliver(source, task, checkout)
 
     assert delivery.action == "opened", "the planted insteadOf did not divert the push"  # type: ignore[attr-defined]
-    assert not marker.exists(), "a hook or fsmonitor planted in the workspace ran in the host's git"
-    assert config.read_bytes() == checkout.git_config
+    assert not marker.exists(), "a hook, filter or fsmonitor planted in the workspace ran in the host's git"
+    assert (checkout.git_dir / "config").read_bytes() == cloned_config
+    git = sandbox.state.git
+    assert git.read_file(REPO, checkout.branch, "hello.txt") == b"hello\n"
+    assert git.read_file(REPO, checkout.branch, ".gitattributes") == b"* filter=x diff=x\n"
+    assert git.read_file(REPO, checkout.branch, ".git/config") is None
+    assert git.read_file(REPO, checkout.branch, "sub/.GIT/config") is None
 
 
 async def test_rejected_pushes_raise_and_open_nothing(sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path) -> None:

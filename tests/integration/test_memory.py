@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.agent.context_prompts import render_context
 from coding_agent.config import MemoryConfig
 from coding_agent.context.memory import MemoryKeeper, parse_memory_reply
-from coding_agent.context.memory_store import MemoryStore
 from coding_agent.domain.channel import ChannelMessages
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.llm.openai_client import OpenAICompatibleClient
 from coding_agent.llm.types import LLMReply, ToolCallRequest
+from coding_agent.prompts.context_prompts import render_context
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
+from coding_agent.runtime.memory_store import MemoryStore
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import ReplaySandbox
 

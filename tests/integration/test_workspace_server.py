@@ -18,6 +18,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import TextContent
 
 from coding_agent.testing.waiting import wait_for
+from coding_agent.tools.host_git import git_dir_for
 from coding_agent.tools.sandbox import bwrap_usable
 from coding_agent.tools.workspace_server import WORKSPACE_SYSTEM_PROMPT
 
@@ -35,13 +36,15 @@ def _git(repo: Path, *args: str) -> None:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """A git repository with one committed file."""
-    root = (tmp_path / "repo").resolve()
-    root.mkdir()
-    _git(root, "init", "-q")
+    """A git work tree with one committed file, its git directory beside it (as a run's clone)."""
+    root = (tmp_path / "workspaces" / "repo").resolve()
+    root.mkdir(parents=True)
+    git_dir_for(root).parent.mkdir()
+    _git(root, "init", "-q", "--separate-git-dir", str(git_dir_for(root)))
     (root / "hello.py").write_text("def hello():\n    print('hello')\n\n\nhello()\n")
     _git(root, "add", ".")
     _git(root, "commit", "-q", "-m", "initial")
+    (root / ".git").unlink()
     return root
 
 
@@ -56,7 +59,7 @@ def outside(tmp_path: Path) -> Path:
 
 @asynccontextmanager
 async def workspace_session(
-    root: Path, sandbox: str = "auto", env: dict[str, str] | None = None
+    root: Path, sandbox: str = "bwrap", env: dict[str, str] | None = None
 ) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
         command=sys.executable,
@@ -188,7 +191,7 @@ async def test_paths_outside_the_workspace_are_refused(repo: Path, outside: Path
         assert not error and "hello" in text
     assert not (outside / "planted.txt").exists()
     assert not (repo.parent / "planted.txt").exists()
-    assert not (repo / ".git" / "hooks" / "pre-commit").exists()
+    assert not (repo / ".git").exists()
 
 
 async def test_git_tools_outside_a_repository(tmp_path: Path) -> None:
@@ -200,7 +203,7 @@ async def test_git_tools_outside_a_repository(tmp_path: Path) -> None:
             assert error and "not a git repository" in text
 
 
-@pytest.mark.parametrize("sandbox", ["none", "auto"])
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
 async def test_run_executes_in_the_workspace_with_a_scrubbed_environment(repo: Path, sandbox: str) -> None:
     env = dict(os.environ, GITHUB_TOKEN="sekrit-token-4711", OPENAI_API_KEY="sk-sekrit-4712")
     async with workspace_session(repo, sandbox, env=env) as session:
@@ -218,14 +221,13 @@ async def test_run_executes_in_the_workspace_with_a_scrubbed_environment(repo: P
 
 
 async def test_run_inside_bwrap_has_no_network(repo: Path) -> None:
-    if shutil.which("bwrap") is None or not bwrap_usable(repo):
-        pytest.skip("bwrap is not usable here")
+    assert bwrap_usable(), "bwrap must work here: the sandbox tests do not skip"
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
         port = listener.getsockname()[1]
         probe = (
-            f'{sys.executable} -c "import socket; '
+            'python3 -c "import socket; '
             f"socket.create_connection(('127.0.0.1', {port}), timeout=5); print('CONN' + 'ECTED')\""
         )
         async with workspace_session(repo, "none") as session:
@@ -255,7 +257,7 @@ async def test_run_timeout_kills_background_children(repo: Path) -> None:
 
 async def test_run_output_is_capped(repo: Path) -> None:
     async with workspace_session(repo) as session:
-        command = f"{sys.executable} -c \"print('x' * 200000); print('THE END')\""
+        command = "python3 -c \"print('x' * 200000); print('THE END')\""
         text, error = await call(session, "run", command=command)
     assert not error
     assert "bytes of output cut" in text and "THE END" in text

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal, Protocol
 
-from coding_agent.agent.notices import Language, notice
+from coding_agent.agent.loop_guard import LoopGuard
+from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
 from coding_agent.context.storage import RunContextFiles
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import ReplyProtocol, ToolAction
 from coding_agent.llm.types import LLMReply
+from coding_agent.prompts.notices import Language, notice
 from coding_agent.tools.types import ToolResult
 
 __all__ = [
@@ -113,14 +115,20 @@ async def run_loop(
     compressor: ContextCompressor | None = None,
     start_steps: int = 0,
     pending_reply: LLMReply | None = None,
+    guard: LoopGuard | None = None,
+    policy: LoopPolicy | None = None,
 ) -> LoopOutcome:
     """Drive the conversation whose system prompt and task prompt are already in `llm`.
 
     A continued run (resumed, or taken over) passes the steps it had done as
     `start_steps`, and, when it stopped between a reply and its action, that reply as
-    `pending_reply`: it is acted on without asking the model again.
+    `pending_reply`: it is acted on without asking the model again. `policy` reads the
+    replies (default: `protocol` as it is; planning mode adds its phases there), `guard`
+    watches for a model repeating itself (SPEC 4's loop guard).
     """
     steering = steering or NoSteering()
+    policy = policy or ProtocolPolicy(protocol)
+    guard = guard or LoopGuard(enabled=False)
     started = clock()
     steps = start_steps
     invalid_in_a_row = 0
@@ -128,7 +136,11 @@ async def run_loop(
     last_failure = ""
 
     def failed(name: str, **values: object) -> LoopOutcome:
-        return LoopOutcome("failed", notice(name, language, **values), steps)
+        return stuck(notice(name, language, **values))
+
+    def stuck(text: str) -> LoopOutcome:
+        where = policy.describe()
+        return LoopOutcome("failed", f"{text}\n\n{where}" if where else text, steps)
 
     while True:
         if pending_reply is not None:
@@ -142,19 +154,25 @@ async def run_loop(
             if limits.max_seconds is not None and clock() - started >= limits.max_seconds:
                 return failed("limit_seconds", limit=limits.max_seconds)
 
+            await policy.before_request(llm)
             if compressor is not None:
                 await compressor.maybe_compress(llm, files)
             reply = await llm.get_response()
             steps += 1
             on_step(steps)
             files.sync_messages(llm.messages)
-        decision = protocol.parse(reply)
+        decision = policy.parse(reply)
+        # Tool steps are watched with their results below; this is for replies that run nothing.
+        repeated = guard.reply_text(reply.content) if not (reply.tool_calls or decision.actions) else None
+        if repeated is not None and repeated.action == "fail":
+            return stuck(repeated.message)
         if decision.error is not None:
             invalid_in_a_row += 1
             log.warning("step %d: unusable reply (%d in a row): %s", steps, invalid_in_a_row, decision.error)
             if invalid_in_a_row >= limits.max_invalid_replies:
                 return failed("invalid_replies", count=invalid_in_a_row)
-            llm.send_user_message(protocol.correction_message(decision.error))
+            error = decision.error if repeated is None else f"{decision.error}. {repeated.message}"
+            policy.send_correction(llm, reply, error)
             continue
         invalid_in_a_row = 0
 
@@ -162,6 +180,9 @@ async def run_loop(
         await steering.checkpoint(Checkpoint.AFTER_REPLY, llm)
         if decision.done and not decision.actions and len(llm.messages) > history:
             continue  # comments arrived as the model finished: it answers them first (SPEC 8.1)
+        decision = await policy.accept(llm, decision)
+        if repeated is not None and not decision.done:
+            llm.send_user_message(repeated.message)
         if decision.comment and not decision.done:
             await reporter.step_comment(decision.comment)
 
@@ -180,6 +201,13 @@ async def run_loop(
                     output += "\n\n" + notice("repeated_failure", language, tool=action.tool, count=failures[signature])
             else:
                 last_failure = ""
+            policy.after_tool(action.tool, result)
+            verdict = guard.tool_call(action.tool, action.args, result.text, result.is_error)
+            if verdict is not None and verdict.action == "fail":
+                files.sync_messages(llm.messages)
+                return stuck(verdict.message)
+            if verdict is not None:
+                output += "\n\n" + verdict.message
             protocol.send_tool_result(llm, action, output, result.is_error)
         if decision.actions:
             await steering.checkpoint(Checkpoint.AFTER_TOOL, llm)

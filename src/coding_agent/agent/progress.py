@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from coding_agent.agent.loop import ToolRunner
-from coding_agent.agent.notices import Language, notice
 from coding_agent.domain.tasks import TaskKey
+from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 from coding_agent.tools.types import ToolResult
@@ -84,6 +84,9 @@ class ProgressComment:
         self.earlier_notes = 0
         self.actions: list[str] = []
         self.edits = 0
+        # Planning mode (SPEC 10.5): its headline and the plan as a checklist, set by its driver.
+        self.plan_headline = ""
+        self.plan_lines: list[str] = []
 
     # -- content -------------------------------------------------------------------
 
@@ -112,6 +115,8 @@ class ProgressComment:
             notice("progress_status", lang, state=notice(f"progress_{self.status}", lang), steps=self.steps),
             notice("progress_updated", lang, time=stamp, run=self._run_uuid),
         ]
+        if self.plan_lines:
+            lines += ["", notice("progress_plan", lang), self.plan_headline, "", *self.plan_lines]
         if self.notes:
             lines += ["", notice("progress_steps", lang)]
             if self.earlier_notes:
@@ -148,6 +153,13 @@ class ProgressComment:
             await self._write()
         elif self._timer is None or self._timer.done():
             self._timer = asyncio.create_task(self._write_later(self._last_edit + self._interval - now))
+
+    async def flush(self) -> None:
+        """Write now, whatever the throttle says: for changes that must be seen before the
+        next step (planning mode's checklist once the plan is accepted, SPEC 10.5)."""
+        if self._timer is not None and not self._timer.done():
+            self._timer.cancel()
+        await self._write()
 
     async def _write_later(self, delay: float) -> None:
         await self._sleep(delay)

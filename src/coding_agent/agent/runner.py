@@ -17,25 +17,29 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from coding_agent.agent.loop import Checkpoint, LoopLimits, LoopOutcome, Steering, run_loop
-from coding_agent.agent.notices import notice
-from coding_agent.agent.prompting import render_system_prompt
+from coding_agent.agent.loop_guard import LoopGuard
+from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
+from coding_agent.agent.planning import PlanningPolicy, load_planning_state, render_instructions
 from coding_agent.agent.reply_thread import request_thread
 from coding_agent.agent.steering import Continuation, LeaseLost, RunControl, RunControls, RunInterrupted
 from coding_agent.config import AgentConfig
 from coding_agent.context.compression import Compressor, model_summarizer
 from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
 from coding_agent.context.memory import MemoryKeeper
-from coding_agent.context.memory_store import MemoryStore
 from coding_agent.context.storage import ContextStorage, RunContextFiles
 from coding_agent.domain.lease import LeaseWatch
+from coding_agent.domain.ports import RunStore
+from coding_agent.domain.runs import RunRecord
 from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
-from coding_agent.llm.protocols import create_protocol
+from coding_agent.llm.protocols import ReplyProtocol, create_protocol
 from coding_agent.llm.types import TokenUsage
+from coding_agent.prompts.notices import notice
+from coding_agent.prompts.prompting import render_system_prompt
+from coding_agent.prompts.untrusted import UntrustedWrapper
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.state_store import RunRecord, StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import retry_policy
 from coding_agent.sources.lifecycle import transition
@@ -80,10 +84,12 @@ class IssueReporter:
 
 
 class _TrustCache:
-    """Which comment authors have write access (looked up once per author per run)."""
+    """Which comment authors have write access (looked up once per author per run), and
+    the run's wrapper (one nonce per run) for the text of those who do not."""
 
     def __init__(self) -> None:
         self.trusted: dict[str, bool] = {}
+        self.wrapper = UntrustedWrapper.new()
 
     async def load(self, source: Source, key: TaskKey, authors: set[str]) -> None:
         for author in sorted(authors - self.trusted.keys()):
@@ -126,12 +132,15 @@ class TaskRunner:
     def __init__(
         self,
         config: AgentConfig,
-        store: StateStore,
+        store: RunStore,
         redactor: Redactor,
         owner: str,
         llm_factory: Callable[[], LLMClient] | None = None,
         controls: RunControls | None = None,
+        memories: MemoryKeeper | None = None,
     ) -> None:
+        """`memories`: the worker's memory keeper (None: memories are off); the worker owns
+        the database, the runner only reads and writes through the keeper."""
         self._config = config
         self._store = store
         self._redactor = redactor
@@ -143,9 +152,7 @@ class TaskRunner:
         self._last_heartbeat: dict[str, float] = {}
         self._step_writes: dict[str, asyncio.Future[bool]] = {}
         self._lost: set[str] = set()
-        self._memories = (
-            MemoryKeeper(MemoryStore(store.engine), config.memory, redactor, time.time) if config.memory.enabled else None
-        )
+        self._memories = memories
 
     async def run(
         self,
@@ -252,24 +259,36 @@ class TaskRunner:
             source, task, workspace, config.workspace, retry_policy(config), self._redactor, files.directory / "checkout.json"
         )
         await clone.prepare()
+        # Rule files are rules only when the trigger controls them: not on a PR head
+        # written by someone without write access (SPEC 15); then they are untrusted context.
+        rules = clone.rules()
+        branch_rules = rules if task.key.is_change and not trust(task.author) else {}
         protocol = create_protocol(config.llm.function_calling)
+        planner = self._planner(protocol, workspace, control)
+        policy: LoopPolicy = planner or ProtocolPolicy(protocol)
+        instructions = protocol.instructions()
+        if planner is not None:
+            instructions += "\n\n" + render_instructions(protocol.uses_native_tools, config.planning.max_actions)
         async with ToolHub(config.mcp_servers, config.tools, workspace, self._redactor.secrets) as hub:
             llm.send_system_prompt(
                 render_system_prompt(
                     task,
                     hub.tool_specs,
                     hub.system_prompts,
-                    protocol.instructions(),
+                    instructions,
                     show_schemas=not protocol.uses_native_tools,
                     language=config.language,
-                    repository_rules=clone.rules(),
+                    repository_rules={} if branch_rules else rules,
+                    untrusted=trust.wrapper,
                 )
             )
             if not control.restore(llm):  # a continued run has its history already
                 previous = await asyncio.to_thread(self._store.runs, str(task.key))
-                llm.send_user_message(self._first_turn(source, task, comments, threads, trust, files.run_uuid, previous))
-            protocol.prepare(llm, hub.tool_specs)
+                first_turn = self._first_turn(source, task, comments, threads, trust, files.run_uuid, branch_rules, previous)
+                llm.send_user_message(first_turn)
+            policy.prepare(llm, hub.tool_specs)
             await control.begin(comments, threads, trust)
+            guard = config.loop_guard
             limits = LoopLimits(
                 max_steps=config.max_llm_process_num,
                 max_tokens=config.budget.max_tokens,
@@ -291,11 +310,36 @@ class TaskRunner:
                 compressor=self._compressor(str(task.key), files.run_uuid),
                 start_steps=control.steps,
                 pending_reply=control.pending_reply(llm),
+                guard=LoopGuard(guard.enabled, guard.warn_after, guard.fail_after, config.language),
+                policy=policy,
             )
+            if planner is not None:
+                await planner.finish()
         if outcome.status == "done":  # SPEC 7: commit, push, open or update the PR/MR
             final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language)
             outcome = replace(outcome, comment=final)
         return outcome
+
+    def _planner(self, protocol: ReplyProtocol, workspace: Path, control: RunControl) -> PlanningPolicy | None:
+        """Planning mode's policy (SPEC 10), its state restored for a continued run."""
+        config = self._config
+        if not config.planning.enabled:
+            return None
+        saved = control.saved_planning()
+        state = load_planning_state(saved) if control.continued else None
+        planner = PlanningPolicy(
+            config.planning,
+            protocol,
+            workspace,
+            control.progress,
+            control.reporter().step_comment,
+            lambda: control.steps,
+            state,
+            git_timeout=config.workspace.git_timeout_seconds,
+        )
+        control.describe_position = planner.describe
+        control.planning_state = planner.get_state
+        return planner
 
     def _first_turn(
         self,
@@ -305,6 +349,7 @@ class TaskRunner:
         threads: list[Thread],
         trust: _TrustCache,
         run_uuid: str,
+        branch_rules: dict[str, str],
         runs: list[RunRecord],
     ) -> str:
         """The task, its conversation and review threads, and the memories (SPEC 9.1, 9.2)."""
@@ -315,11 +360,12 @@ class TaskRunner:
             completion_keywords=tuple(handling.completion_keywords),
             channel_messages_limit=self._config.memory.channel_messages_limit,
             persona=self._config.persona,
+            wrapper=trust.wrapper,
         )
         # A task whose previous run ended done is worked again: a follow-up (SPEC 3).
         previous = [run for run in runs if run.uuid != run_uuid]
         followup = bool(previous) and previous[-1].status == "done"
-        return build_first_turn(task, comments, threads, trust, settings, self._memories, followup)
+        return build_first_turn(task, comments, threads, trust, settings, self._memories, followup, branch_rules)
 
     def _compressor(self, key: str, run_uuid: str) -> Compressor:
         storage = self._config.context_storage

@@ -11,18 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from coding_agent.agent.prompting import wrap_untrusted
+from coding_agent.context.windows import newest
 from coding_agent.domain.channel import ChannelMessages
 from coding_agent.domain.tasks import Comment, Thread
+from coding_agent.prompts.untrusted import UntrustedWrapper
 
 __all__ = ["build_channel_messages", "trust_wrapped"]
 
 
-def trust_wrapped(comment: Comment, is_trusted: Callable[[str], bool]) -> Comment:
+def trust_wrapped(comment: Comment, is_trusted: Callable[[str], bool], wrapper: UntrustedWrapper) -> Comment:
     """The comment with its text wrapped as untrusted when its author lacks write access."""
     if is_trusted(comment.author):
         return comment
-    return replace(comment, body=wrap_untrusted(comment.author, comment.body.strip() or "(empty)"))
+    return replace(comment, body=wrapper.wrap(comment.author, comment.body.strip() or "(empty)"))
 
 
 def build_channel_messages(
@@ -37,11 +38,11 @@ def build_channel_messages(
     for thread in threads:
         messages.extend(c if c.thread_id == thread.id else replace(c, thread_id=thread.id) for c in thread.comments)
     messages.sort(key=lambda m: m.created_at)
-    newest = messages[max(len(messages) - limit, 0) :]
+    kept = newest(messages, limit)
 
-    top_level = [m for m in newest if m.thread_id is None]
+    top_level = [m for m in kept if m.thread_id is None]
     by_thread: dict[str, list[Comment]] = {}
-    for message in newest:
+    for message in kept:
         if message.thread_id is not None:
             by_thread.setdefault(message.thread_id, []).append(message)
     parents = {thread.id: replace(thread.comments[0], thread_id=thread.id) for thread in threads if thread.comments}

@@ -18,12 +18,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from coding_agent.agent.context_prompts import SUMMARY_HEADING, SUMMARY_SYSTEM_PROMPT, render_summary_request
 from coding_agent.context.storage import RunContextFiles
+from coding_agent.context.windows import compression_cut
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import strip_think
 from coding_agent.llm.types import Message, TokenUsage, ToolSpec
+from coding_agent.prompts.context_prompts import SUMMARY_HEADING, SUMMARY_SYSTEM_PROMPT, render_summary_request
 
 __all__ = ["Compressor", "Summarizer", "estimate_tokens", "fallback_summary", "model_summarizer"]
 
@@ -100,9 +101,7 @@ class Compressor:
         if before <= self.limit:
             return False
         head = _head_length(messages)
-        cut = len(messages) - self.keep_recent
-        while cut > head and messages[cut].get("role") == "tool":
-            cut -= 1
+        cut = compression_cut(len(messages), head, self.keep_recent, lambda i: messages[i].get("role") == "tool")
         older = messages[head:cut]
         if len(older) < 2:  # nothing worth a summary request: the recent messages alone are long
             return False

@@ -13,11 +13,11 @@ whatever renders the structure cannot forget to.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
 
-from coding_agent.agent.prompting import wrap_untrusted
+from coding_agent.domain.conversation import ContextSummary, ConversationContext, IssueInfo, Turn, TurnMetadata
 from coding_agent.domain.tasks import Comment, Task
+from coding_agent.context.windows import newest
+from coding_agent.prompts.untrusted import UntrustedWrapper
 
 __all__ = [
     "IssueInfo",
@@ -28,59 +28,6 @@ __all__ = [
     "build_conversation",
     "is_bot",
 ]
-
-Role = Literal["user", "assistant"]
-
-
-@dataclass(frozen=True)
-class IssueInfo:
-    number: int
-    title: str
-    description: str
-    labels: tuple[str, ...]
-    created_at: str
-    updated_at: str
-
-
-@dataclass(frozen=True)
-class TurnMetadata:
-    author: str
-    created_at: str
-    id: str
-    is_completion: bool
-
-
-@dataclass(frozen=True)
-class Turn:
-    role: Role
-    content: str
-    metadata: TurnMetadata
-
-    def __post_init__(self) -> None:
-        if self.role not in ("user", "assistant"):
-            raise ValueError(f"a turn's role is 'user' or 'assistant', got {self.role!r}")
-
-
-@dataclass(frozen=True)
-class ContextSummary:
-    total_comments: int
-    truncated: bool
-    oldest_included: str | None
-
-
-@dataclass(frozen=True)
-class ConversationContext:
-    issue: IssueInfo
-    conversation: tuple[Turn, ...]
-    context_summary: ContextSummary
-
-    def to_dict(self) -> dict[str, Any]:
-        """The seed's JSON shape (lists, not tuples)."""
-        data = asdict(self)
-        data["issue"]["labels"] = list(self.issue.labels)
-        data["conversation"] = list(data["conversation"])
-        return data
-
 
 def is_bot(author: str, bot_name: str | None) -> bool:
     return bool(bot_name) and author.lower() == str(bot_name).lower()
@@ -94,15 +41,20 @@ def build_conversation(
     is_trusted: Callable[[str], bool],
     max_comment_count: int,
     is_completion: Callable[[str], bool],
+    wrapper: UntrustedWrapper,
 ) -> ConversationContext:
-    """The task's description as the first user turn, then its newest `max_comment_count` comments."""
+    """The task's description as the first user turn, then its newest `max_comment_count` comments.
+
+    An untrusted author's title and description are wrapped like their comments: the
+    structure holds only text that is safe to render as it is.
+    """
 
     def content(author: str, text: str) -> str:
         text = text.strip() or "(empty)"
-        return text if is_trusted(author) else wrap_untrusted(author, text)
+        return text if is_trusted(author) else wrapper.wrap(author, text)
 
     ordered = sorted(comments, key=lambda c: c.created_at)
-    kept = ordered[len(ordered) - max_comment_count :] if max_comment_count > 0 else []
+    kept = newest(ordered, max_comment_count)
     opening = Turn(
         role="user",
         content=content(task.author, task.body),
@@ -121,8 +73,8 @@ def build_conversation(
         )
     issue = IssueInfo(
         number=task.key.number,
-        title=task.title,
-        description=task.body,
+        title=task.title if is_trusted(task.author) else wrapper.wrap(task.author, task.title),
+        description=opening.content,
         labels=tuple(task.labels),
         created_at=task.created_at.isoformat(),
         updated_at=task.updated_at.isoformat(),

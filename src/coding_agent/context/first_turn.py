@@ -1,36 +1,39 @@
 """The first user turn of a run, assembled from the SPEC 9 structures.
 
 One function, used by the runner (with memories and the configured limits) and by
-`prompting.render_task_prompt` (everything, no memories), so that there is one way the
+`render_task_prompt` (everything, no memories), so that there is one way the
 task, its conversation, its review threads and the memories become prompt text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from coding_agent.agent.context_prompts import render_task_context
 from coding_agent.context.channel_context import build_channel_messages, trust_wrapped
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import build_conversation
 from coding_agent.context.memory import MemoryKeeper
-from coding_agent.context.memory_store import channel_of
 from coding_agent.domain.channel import Context
+from coding_agent.domain.memories import channel_of
 from coding_agent.domain.tasks import Comment, Task, Thread
+from coding_agent.prompts.context_prompts import render_task_context
+from coding_agent.prompts.untrusted import UntrustedWrapper
 
-__all__ = ["FirstTurnSettings", "build_first_turn"]
+__all__ = ["FirstTurnSettings", "build_first_turn", "render_task_prompt"]
 
 
 @dataclass(frozen=True)
 class FirstTurnSettings:
-    """Limits and identity; None limits mean "everything"."""
+    """Limits and identity; None limits mean "everything". `wrapper`: the run's wrapper
+    for untrusted text (its nonce is named in the run's system prompt)."""
 
     bot_name: str | None = None
     max_comment_count: int | None = None
     completion_keywords: tuple[str, ...] = ()
     channel_messages_limit: int | None = None
     persona: str | None = None
+    wrapper: UntrustedWrapper = field(default_factory=UntrustedWrapper.new)
 
 
 def build_first_turn(
@@ -41,7 +44,15 @@ def build_first_turn(
     settings: FirstTurnSettings = FirstTurnSettings(),
     memories: MemoryKeeper | None = None,
     followup: bool = False,
+    branch_rules: Mapping[str, str] | None = None,
 ) -> str:
+    """The first user turn.
+
+    `branch_rules`: rule files read from a PR head the task's trigger does not control
+    (path -> text). They are not rules: they are shown here, wrapped as written by the
+    task's author, as untrusted context.
+    """
+    wrapper = settings.wrapper
     conversation = build_conversation(
         task,
         comments,
@@ -49,17 +60,33 @@ def build_first_turn(
         is_trusted=is_trusted,
         max_comment_count=len(comments) if settings.max_comment_count is None else settings.max_comment_count,
         is_completion=CompletionDetector(settings.completion_keywords),
+        wrapper=wrapper,
     )
-    wrapped = [Thread(t.id, tuple(trust_wrapped(c, is_trusted) for c in t.comments), t.path, t.line) for t in threads]
+    wrapped = [
+        Thread(t.id, tuple(trust_wrapped(c, is_trusted, wrapper) for c in t.comments), t.path, t.line) for t in threads
+    ]
     limit = settings.channel_messages_limit
     if limit is None:
         limit = len(comments) + sum(len(t.comments) for t in threads)
     channel_id, channel_name = channel_of(task.key)
-    top_level = [trust_wrapped(c, is_trusted) for c in comments]
+    top_level = [trust_wrapped(c, is_trusted, wrapper) for c in comments]
     # Rendered from it: the review threads (the top-level stream is the conversation above).
     history = build_channel_messages(channel_id, channel_name, top_level, wrapped, limit)
     if memories is not None:
         context = memories.context_for(task.key, settings.persona, history)
     else:
         context = Context(persona=settings.persona, conversation_history=history, target_thread=str(task.key))
-    return render_task_context(task, conversation, context, {t.id: t for t in threads}, followup=followup)
+    untrusted_files = {path: wrapper.wrap(task.author, text) for path, text in (branch_rules or {}).items()}
+    return render_task_context(
+        task, conversation, context, {t.id: t for t in threads}, followup=followup, branch_files=untrusted_files
+    )
+
+
+def render_task_prompt(
+    task: Task,
+    comments: list[Comment],
+    threads: list[Thread],
+    is_trusted: Callable[[str], bool],
+) -> str:
+    """The first user turn with every comment and thread, and no memories (tests, a dry run)."""
+    return build_first_turn(task, comments, threads, is_trusted)

@@ -22,15 +22,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from coding_agent.agent.context_prompts import render_memory_request
 from coding_agent.config import MemoryConfig
-from coding_agent.context.memory_store import ChannelRecord, MemoryStore, channel_of, workspace_of
 from coding_agent.domain.channel import ChannelMemory, ChannelMessages, Context
+from coding_agent.domain.memories import ChannelRecord, channel_of, workspace_of
+from coding_agent.domain.ports import MemoryRepository
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import JsonExtractionError, extract_json_object
 from coding_agent.llm.types import LLMReply
+from coding_agent.prompts.context_prompts import render_memory_request
 from coding_agent.redaction import Redactor
 
 __all__ = ["MemoryKeeper", "MemoryUpdate", "parse_memory_reply", "derive_workspace_memories"]
@@ -131,7 +132,7 @@ class MemoryKeeper:
 
     def __init__(
         self,
-        store: MemoryStore,
+        store: MemoryRepository,
         config: MemoryConfig,
         redactor: Redactor,
         clock: Callable[[], float],

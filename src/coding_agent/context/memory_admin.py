@@ -10,7 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from coding_agent.context.memory import derive_workspace_memories
-from coding_agent.context.memory_store import ChannelRecord, MemoryStore
+from coding_agent.domain.memories import ChannelRecord
+from coding_agent.domain.ports import MemoryRepository
 
 __all__ = ["memory_listing", "clear_memories", "matching_channels"]
 
@@ -21,7 +22,7 @@ def _when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def matching_channels(store: MemoryStore, repo: str | None) -> list[ChannelRecord]:
+def matching_channels(store: MemoryRepository, repo: str | None) -> list[ChannelRecord]:
     """Channels named by `repo` (all when None)."""
     channels = store.channels()
     if repo is None:
@@ -36,7 +37,7 @@ def _indented(text: str | None) -> str:
     return "\n".join(f"    {line}" for line in text.strip().splitlines())
 
 
-def memory_listing(store: MemoryStore, repo: str | None, active_channel_days: float, now: float) -> list[str]:
+def memory_listing(store: MemoryRepository, repo: str | None, active_channel_days: float, now: float) -> list[str]:
     """The lines `memory list` prints."""
     channels = matching_channels(store, repo)
     if not channels:
@@ -59,7 +60,7 @@ def memory_listing(store: MemoryStore, repo: str | None, active_channel_days: fl
     return lines
 
 
-def clear_memories(store: MemoryStore, repo: str | None) -> tuple[int, int]:
+def clear_memories(store: MemoryRepository, repo: str | None) -> tuple[int, int]:
     """Forget `repo`'s memories (or all); returns (repositories, rows removed)."""
     if repo is None:
         channels = store.channels()

@@ -117,7 +117,7 @@ class ChannelMessages:
 class Context:
     """Everything long-lived the model is told at the start of a run.
 
-    A pure value: turning it into prompt text is `agent.context_prompts.render_context`.
+    A pure value: turning it into prompt text is `prompts.context_prompts.render_context`.
     `thread_memories` maps a thread (a task key) to the summary of its recent runs;
     `target_thread` is the thread the run works on (None for the top-level stream).
     """

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 
+from coding_agent.llm.hygiene import clean_text, screen_reply
 from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolSpec
 
 __all__ = ["LLMClient", "UsageListener"]
@@ -33,17 +34,18 @@ class LLMClient(abc.ABC):
 
     def send_system_prompt(self, text: str) -> None:
         """Set the system prompt (replacing an earlier one) at the head of the history."""
+        text = clean_text(text)
         if self.messages and self.messages[0]["role"] == "system":
             self.messages[0] = {"role": "system", "content": text}
         else:
             self.messages.insert(0, {"role": "system", "content": text})
 
     def send_user_message(self, text: str) -> None:
-        self.messages.append({"role": "user", "content": text})
+        self.messages.append({"role": "user", "content": clean_text(text)})
 
     def send_tool_result(self, call_id: str, name: str, text: str) -> None:
         """Answer a native tool call (tool-calling protocol only)."""
-        self.messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": text})
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": clean_text(text)})
 
     def set_tools(self, tools: list[ToolSpec]) -> None:
         self.tools = list(tools)
@@ -53,8 +55,12 @@ class LLMClient(abc.ABC):
         self._usage_listeners.append(listener)
 
     async def get_response(self) -> LLMReply:
-        """Ask the model for the next turn and append it to the history."""
-        reply = await self._complete(self.messages, self.tools)
+        """Ask the model for the next turn and append it to the history.
+
+        The reply is screened first (`llm/hygiene.py`): whatever the model sent, the
+        history holds only text that can be stored, posted and sent back.
+        """
+        reply = screen_reply(await self._complete(self.messages, self.tools))
         self.messages.append(self._assistant_message(reply))
         self.usage = self.usage + reply.usage
         for listener in self._usage_listeners:

@@ -91,8 +91,18 @@ class OllamaClient(LLMClient):
         except pydantic.ValidationError as error:
             problems = error.error_count()
             raise LLMError(f"ollama server sent a reply that is not a chat response ({problems} problems)") from None
+        except (ValueError, TypeError) as error:  # a body that is not JSON text (bad UTF-8)
+            kind = type(error).__name__
+            raise LLMError(f"ollama server sent a reply that is not a chat response ({kind})") from None
 
     def _reply(self, response: ollama.ChatResponse, codec: ToolNameCodec, duration: float) -> LLMReply:
+        try:
+            return self._read_reply(response, codec, duration)
+        except (TypeError, AttributeError, ValueError, KeyError, IndexError) as error:
+            kind = type(error).__name__
+            raise LLMError(f"ollama server sent a reply that is not a chat response ({kind})") from None
+
+    def _read_reply(self, response: ollama.ChatResponse, codec: ToolNameCodec, duration: float) -> LLMReply:
         turn = sum(1 for message in self.messages if message["role"] == "assistant") + 1
         calls = tuple(
             ToolCallRequest(

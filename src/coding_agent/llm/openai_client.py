@@ -109,6 +109,9 @@ class OpenAICompatibleClient(LLMClient):
             raise self._status_error(error) from None
         except openai.OpenAIError as error:
             raise LLMError(Redactor([self._api_key]).text(f"{self.provider} request failed: {error}")) from None
+        except (ValueError, TypeError) as error:  # the SDK parsing a body that is not JSON text (bad UTF-8)
+            kind = type(error).__name__
+            raise LLMError(f"{self.provider} server sent a reply that is not a chat completion ({kind})") from None
 
     def _status_error(self, error: openai.APIStatusError) -> Exception:
         status = error.status_code
@@ -119,6 +122,18 @@ class OpenAICompatibleClient(LLMClient):
         return LLMError(message)
 
     def _reply(self, response: Any, codec: ToolNameCodec, duration: float) -> LLMReply:
+        """The reply of a completion; a body of the wrong shape is an `LLMError` naming it.
+
+        The SDK builds its response objects without validation, so a server (or a model
+        whose output a server passes through) can put any JSON type anywhere.
+        """
+        try:
+            return self._read_reply(response, codec, duration)
+        except (TypeError, AttributeError, ValueError, KeyError, IndexError) as error:
+            kind = type(error).__name__
+            raise LLMError(f"{self.provider} server sent a reply that is not a chat completion ({kind})") from None
+
+    def _read_reply(self, response: Any, codec: ToolNameCodec, duration: float) -> LLMReply:
         if not response.choices:
             raise LLMError(f"{self.provider} server returned no choices for model {self.model}")
         message = response.choices[0].message

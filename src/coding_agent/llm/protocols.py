@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from coding_agent.llm.base import LLMClient
+from coding_agent.llm.hygiene import clean_value
 from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY
 from coding_agent.llm.types import LLMReply, ToolSpec
 
@@ -27,6 +28,7 @@ __all__ = [
     "DONE_TOOL",
     "create_protocol",
     "strip_think",
+    "strip_think_blocks",
     "extract_json_object",
 ]
 
@@ -100,6 +102,23 @@ def strip_think(text: str) -> str:
     if opening is not None:
         text = text[: opening.start()]
     return text.strip()
+
+
+def strip_think_blocks(value: Any) -> Any:
+    """Every string of a tool's arguments without whole `<think>...</think>` blocks.
+
+    Arguments can end up posted (a file that is pushed, an MCP server that comments), and
+    the JSON-text protocol already drops such blocks from the whole reply, so the native
+    protocol does the same. Unclosed tags are left alone here: cutting everything after
+    one would corrupt a file's content, not just drop reasoning.
+    """
+    if isinstance(value, str):
+        return _THINK_BLOCK.sub("", value)
+    if isinstance(value, dict):
+        return {key: strip_think_blocks(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [strip_think_blocks(item) for item in value]
+    return value
 
 
 # --- JSON extraction ------------------------------------------------------------------
@@ -197,11 +216,7 @@ def _find_object(text: str) -> dict[str, Any]:
     raise JsonExtractionError(first_problem or "no JSON object found in the reply")
 
 
-def extract_json_object(text: str) -> dict[str, Any]:
-    """The reply's JSON object: from a ```json fence if any, else from the surrounding prose."""
-    text = strip_think(text)
-    if not text:
-        raise JsonExtractionError("the reply is empty (or only a <think> block)")
+def _extract_from(text: str) -> dict[str, Any]:
     fences = [(language.lower(), body) for language, body in _FENCE.findall(text)]
     ordered = [body for language, body in fences if language == "json"] + [
         body for language, body in fences if language != "json"
@@ -212,6 +227,28 @@ def extract_json_object(text: str) -> dict[str, Any]:
         except JsonExtractionError:
             continue
     return _find_object(text)
+
+
+def extract_json_object(text: str) -> dict[str, Any]:
+    """The reply's JSON object: from a ```json fence if any, else from the surrounding prose.
+
+    `<think>` blocks are removed first. An unclosed `<thinking>` inside a JSON string (a
+    comment cut off mid-thought) would cut the JSON too, so when that leaves no object,
+    the text with only whole blocks removed is tried; the comment is stripped later.
+    """
+    stripped = strip_think(text)
+    if not stripped:
+        raise JsonExtractionError("the reply is empty (or only a <think> block)")
+    try:
+        return _extract_from(stripped)
+    except JsonExtractionError as error:
+        fallback = _THINK_BLOCK.sub("", text)
+        if fallback == stripped:
+            raise
+        try:
+            return _extract_from(fallback)
+        except JsonExtractionError:
+            raise error from None
 
 
 # --- JSON in text ---------------------------------------------------------------------
@@ -271,14 +308,17 @@ class JsonTextProtocol:
         llm.set_tools([])  # the tools are described in the system prompt instead
 
     def parse(self, reply: LLMReply) -> Decision:
+        if reply.problem:
+            return Decision(comment="", actions=(), done=False, error=reply.problem)
         try:
-            data = extract_json_object(reply.content)
+            data = clean_value(extract_json_object(reply.content))  # "\u0000" decodes to NUL
         except JsonExtractionError as error:
             return Decision(comment="", actions=(), done=False, error=str(error))
-        command = data.get("command")
+        command = strip_think_blocks(data.get("command"))
         comment = data.get("comment")
         if comment is None and isinstance(command, dict):
             comment = command.get("comment")
+        comment = strip_think(_text(comment))
         if _truthy(data.get("done")):
             actions: tuple[ToolAction, ...] = ()
             if command is not None:
@@ -286,14 +326,14 @@ class JsonTextProtocol:
                     actions = (_command_action(command),)
                 except ValueError:
                     actions = ()
-            return Decision(comment=_text(comment), actions=actions, done=True)
+            return Decision(comment=comment, actions=actions, done=True)
         if command is None:
             return Decision(comment="", actions=(), done=False, error='the JSON has neither "command" nor "done": true')
         try:
             action = _command_action(command)
         except ValueError as error:
             return Decision(comment="", actions=(), done=False, error=str(error))
-        return Decision(comment=_text(comment), actions=(action,), done=False)
+        return Decision(comment=comment, actions=(action,), done=False)
 
     def correction_message(self, error: str) -> str:
         return f"Your last reply could not be used: {error}.\n{_JSON_INSTRUCTIONS}"
@@ -335,6 +375,8 @@ class ToolCallsProtocol:
         llm.set_tools([*(tool for tool in tools if tool.name != DONE_TOOL.name), DONE_TOOL])
 
     def parse(self, reply: LLMReply) -> Decision:
+        if reply.problem:
+            return Decision(comment="", actions=(), done=False, error=reply.problem)
         text = strip_think(reply.content)
         if not reply.tool_calls:
             if not text:
@@ -348,9 +390,9 @@ class ToolCallsProtocol:
                 raw = str(call.arguments[RAW_ARGUMENTS_KEY])
                 problems.append(f"the arguments of {call.name} are not a JSON object: {raw[:200]}")
             elif call.name == DONE_TOOL.name:
-                done_comment = _text(call.arguments.get("comment"))
+                done_comment = strip_think(_text(call.arguments.get("comment")))
             else:
-                actions.append(ToolAction(tool=call.name, args=dict(call.arguments), call_id=call.id))
+                actions.append(ToolAction(tool=call.name, args=strip_think_blocks(dict(call.arguments)), call_id=call.id))
         if problems:
             return Decision(comment="", actions=(), done=False, error="; ".join(problems))
         if done_comment is not None:

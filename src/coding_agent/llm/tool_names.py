@@ -135,12 +135,14 @@ class ToolNameCodec:
             return wire
 
 
-def parse_tool_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
-    """Arguments of a tool call as a dict; text that is not a JSON object is kept raw."""
+def parse_tool_arguments(raw: object) -> dict[str, Any]:
+    """Arguments of a tool call as a dict; anything that is not a JSON object is kept raw."""
     if raw is None:
         return {}
     if isinstance(raw, dict):
         return raw
+    if not isinstance(raw, str):  # a server passing the model's number or list through
+        return {RAW_ARGUMENTS_KEY: json.dumps(raw, ensure_ascii=False, default=str)}
     if not raw.strip():
         return {}
     try:

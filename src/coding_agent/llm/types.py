@@ -45,9 +45,15 @@ class TokenUsage:
 
 @dataclass(frozen=True)
 class LLMReply:
-    """One assistant turn: its text, the tool calls it asked for, what it cost."""
+    """One assistant turn: its text, the tool calls it asked for, what it cost.
+
+    `problem` says why the reply cannot be used although it arrived (content that is not
+    text, a runaway length: see `llm/hygiene.py`); the protocols answer it with a
+    correction message.
+    """
 
     content: str
     tool_calls: tuple[ToolCallRequest, ...] = ()
     usage: TokenUsage = field(default_factory=TokenUsage)
     duration_seconds: float = 0.0
+    problem: str = ""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coding_agent.config import AgentConfig
-from coding_agent.context.memory_store import MemoryStore
+from coding_agent.runtime.memory_store import MemoryStore
 from coding_agent.runtime.state_store import StateStore
 
 __all__ = ["Cleanup", "CleanupReport", "context_age_reference"]

@@ -25,10 +25,10 @@ from sqlalchemy import Float, String
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from coding_agent.agent.notices import Language, notice
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import is_bot
 from coding_agent.domain.tasks import Comment, Task
+from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.intake import Claim
 from coding_agent.runtime.state_store import StateStore, TableStore
@@ -99,8 +99,13 @@ def mentions(text: str, login: str) -> bool:
 
 
 def find_followup_comment(comments: Sequence[Comment], bot_name: str) -> Comment | None:
-    """The newest comment after the bot's last one that @mentions the bot, if any."""
-    for comment in sorted(comments, key=lambda c: c.created_at, reverse=True):
+    """The newest comment after the bot's last one that @mentions the bot, if any.
+
+    Forges stamp whole seconds, so a comment posted in the same second as the bot's is
+    ordered by its place in the listing (oldest first), not by a reversed sort that would
+    put the bot's comment after it.
+    """
+    for comment in reversed(sorted(comments, key=lambda c: c.created_at)):
         if is_bot(comment.author, bot_name):
             return None
         if mentions(comment.body, bot_name):

@@ -12,8 +12,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from coding_agent.agent.notices import Language, notice
 from coding_agent.domain.tasks import Permission, Task
+from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.sources.base import Source

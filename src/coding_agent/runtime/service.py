@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from coding_agent.agent.runner import RunResult, TaskRunner
 from coding_agent.agent.steering import RunControls, ShutdownSignal
 from coding_agent.config import AgentConfig
+from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.storage import ContextStorage
 from coding_agent.llm.base import LLMClient
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.cleanup import Cleanup
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Intake
+from coding_agent.runtime.memory_store import MemoryStore
 from coding_agent.runtime.producer import Producer
 from coding_agent.runtime.queue import TaskQueue
 from coding_agent.runtime.queue.factory import open_queue
@@ -75,7 +78,12 @@ class AgentService:
         )
         self.shutdown = ShutdownSignal()
         self.controls = RunControls(config, self.store, self.redactor, self.owner, self.shutdown)
-        self.runner = TaskRunner(config, self.store, self.redactor, self.owner, llm_factory, self.controls)
+        memories = (
+            MemoryKeeper(MemoryStore(self.store.engine), config.memory, self.redactor, time.time)
+            if config.memory.enabled
+            else None
+        )
+        self.runner = TaskRunner(config, self.store, self.redactor, self.owner, llm_factory, self.controls, memories)
         self.recovery = Recovery(config, self.store, ContextStorage(config.context_storage.base_dir, self.redactor), self.controls)
         self.followups = FollowUpIntake(
             self.store,

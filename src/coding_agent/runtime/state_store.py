@@ -12,7 +12,6 @@ import time
 import uuid as uuid_module
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import (
@@ -33,6 +32,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from coding_agent.domain.runs import RunMarks, RunRecord
 from coding_agent.runtime.schema import migrate
 
 __all__ = ["StateStore", "RunRecord", "RunMarks", "new_owner_id", "TableStore", "LEASES"]
@@ -113,32 +113,6 @@ class _TriggerRejection(_Base):
     __tablename__ = "trigger_rejections"
     task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
     updated_at: Mapped[str] = mapped_column(String(40))
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    uuid: str
-    task_key: str
-    status: str
-    owner: str
-    started_at: float
-    finished_at: float | None
-    steps: int
-    prompt_tokens: int
-    completion_tokens: int
-    requester: str | None
-    error: str | None
-
-
-@dataclass(frozen=True)
-class RunMarks:
-    """A run's guards (see `_RunMark`); all empty for a run that has none yet."""
-
-    progress_comment_id: str | None = None
-    resume_hold: bool = False
-    final_status: str | None = None
-    final_body: str | None = None
-    final_posted: bool = False
 
 
 def _to_record(run: _Run) -> RunRecord:

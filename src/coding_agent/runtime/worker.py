@@ -115,10 +115,14 @@ class Workers:
             return None
         continuation = claimed.continuation if isinstance(claimed, Takeover) else None
         self.on_event("started", key)
-        async with LeaseHeartbeat(self._store, key, self._owner, self._config.scheduling.lease_seconds) as lease:
-            result = await self._runner.run(source, claimed.task, claimed.requester, continuation, lease)
-        self.on_event("ended", key)
-        return result
+        try:
+            async with LeaseHeartbeat(self._store, key, self._owner, self._config.scheduling.lease_seconds) as lease:
+                return await self._runner.run(source, claimed.task, claimed.requester, continuation, lease)
+        except Exception:  # a bug in one run must not end `serve` or the other runs (SPEC 15)
+            log.exception("%s: the run ended with an internal error", key)
+            return f"{key}: the run ended with an internal error (see the agent's log)"
+        finally:
+            self.on_event("ended", key)
 
     async def _claim(self, source: Source, item: QueuedTask) -> Claim | None:
         if item.reason == "continue":

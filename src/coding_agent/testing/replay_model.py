@@ -18,12 +18,32 @@ Script format (YAML, JSON or a dict)::
       - done: "Finished: wrote hello.txt"
       - status: 503             # answer with an HTTP error, then move on
         retry_after: 1
+      - raw: '{"choices": 5}'   # the HTTP body exactly as given (200), for hostile replies:
+                                # bytes, or text encoded as UTF-8 with surrogateescape
       - before: {post_comment: {body: "also add a README"}}   # optional on any reply:
         tool: workspace/view    # run these registered actions when its request arrives
         args: {path: hello.txt}
     conversations:              # optional, chosen by a substring of the first user message
       - match: "#7"
         replies: [...]
+    phases:                     # planning mode (SPEC 10): replies keyed on the phase marker
+      planning:                 # of the latest `[Phase: ...]` line the agent sent; the longest
+        - plan: {goal_understanding: {...}, action_plan: {actions: [...]}}   # key it starts with
+      execution a1:             # wins ("execution a1" matches "[Phase: execution a1 (1/3)]")
+        - tool: workspace/create
+          args: {path: a.txt, content: "a"}
+        - action_done: {id: a1, status: done, summary: "wrote a.txt"}
+      reflection:
+        - reflection: {status: success, evaluation: "on track", plan_revision_needed: false}
+      verification:
+        - verification: {verification_passed: true}
+      completion:
+        - done: "All done."
+
+Phase replies (`plan`, `action_done`, `reflection`, `revision`, `verification`) become
+the native phase tool (`submit_plan`, `action_done`, `submit_reflection`, ...) when the
+request offers it, else the JSON-in-text object tagged by `phase`. A request with no
+marker, or whose phase list is used up, takes the next of `replies`.
 
 A conversation is identified by its first user message; each has its own cursor, so
 concurrent runs on one script do not interfere. An exhausted script answers `done`.
@@ -39,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -50,7 +71,8 @@ from typing import Any, Literal, Union
 import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse as _StarletteJSONResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from coding_agent.llm.tool_names import match_offered_name, wire_candidates
@@ -70,10 +92,25 @@ __all__ = [
     "EXHAUSTED_COMMENT",
 ]
 
+# What /api/show reports as the replay model's context length (it has no real limit).
+_REPLAY_CONTEXT_LENGTH = 131072
+
 EXHAUSTED_COMMENT = "The replay script is exhausted: there are no more scripted replies."
-StepKind = Literal["tool", "text", "done", "status"]
-_KINDS: tuple[StepKind, ...] = ("tool", "text", "done", "status")
-_STEP_KEYS = frozenset({"tool", "args", "comment", "text", "tool_calls", "done", "status", "retry_after", "message"})
+StepKind = Literal["tool", "text", "done", "status", "raw", "plan", "action_done", "reflection", "revision", "verification"]
+_PHASE_KINDS = ("plan", "action_done", "reflection", "revision", "verification")
+_KINDS: tuple[StepKind, ...] = ("tool", "text", "done", "status", "raw", *_PHASE_KINDS)  # type: ignore[assignment]
+_STEP_KEYS = frozenset(
+    {"tool", "args", "comment", "text", "tool_calls", "done", "status", "retry_after", "message", "raw", *_PHASE_KINDS}
+)
+# A phase reply: (native tool, the JSON-in-text `phase` tag; None: wrapped in its own key).
+_PHASE_FORMS = {
+    "plan": ("submit_plan", "planning"),
+    "action_done": ("action_done", None),
+    "reflection": ("submit_reflection", "reflection"),
+    "revision": ("submit_revision", "revision"),
+    "verification": ("submit_verification", "verification"),
+}
+_MARKER = re.compile(r"^\[Phase: ([^\]\n]+)\]")
 
 
 # --- the script -----------------------------------------------------------------------
@@ -100,6 +137,7 @@ class ReplayStep:
     status: int = 0
     retry_after: float | None = None
     message: str = ""
+    raw: bytes = b""
     before: tuple[tuple[str, dict[str, Any]], ...] = ()
 
     @classmethod
@@ -113,9 +151,13 @@ class ReplayStep:
         if not kinds and "tool_calls" in raw:
             kinds = ["text"]
         if len(kinds) != 1:
-            raise ValueError(f"replay script {where}: a reply needs exactly one of tool, text, done, status")
+            raise ValueError(f"replay script {where}: a reply needs exactly one of tool, text, done, status, raw")
         kind = kinds[0]
         comment = str(raw.get("comment") or "")
+        if kind in _PHASE_KINDS:
+            if not isinstance(raw[kind], Mapping):
+                raise ValueError(f"replay script {where}: {kind} must be a mapping (the phase object)")
+            return cls(kind=kind, args=dict(raw[kind]), comment=comment)
         if kind == "tool":
             args = raw.get("args") or {}
             if not isinstance(raw["tool"], str) or not isinstance(args, Mapping):
@@ -125,6 +167,11 @@ class ReplayStep:
             raw_calls = raw.get("tool_calls") or []
             calls = tuple(_raw_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(raw_calls))
             return cls(kind="text", text=str(raw.get("text") or ""), tool_calls=calls)
+        if kind == "raw":
+            body = raw["raw"]
+            if not isinstance(body, (bytes, str)):
+                raise ValueError(f"replay script {where}: raw must be bytes or text")
+            return cls(kind="raw", raw=body if isinstance(body, bytes) else body.encode("utf-8", "surrogateescape"))
         if kind == "done":
             done = raw["done"]
             return cls(kind="done", comment=comment if done is True or done is None else str(done))
@@ -192,12 +239,18 @@ class ReplayScript:
     conversations: tuple[ConversationScript, ...] = ()
     latency_seconds: float = 0.0
     model: str = "replay-model"
+    phases: tuple[tuple[str, tuple[ReplayStep, ...]], ...] = ()
+
+    def phase_key(self, marker: str) -> str | None:
+        """The longest `phases` key the marker's text starts with."""
+        keys = [key for key, _ in self.phases if marker == key or marker.startswith(key + " ")]
+        return max(keys, key=len) if keys else None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReplayScript:
         if not isinstance(data, Mapping):
             raise ValueError("replay script: the top level must be a mapping")
-        unknown = sorted(set(data) - {"replies", "conversations", "latency_seconds", "model"})
+        unknown = sorted(set(data) - {"replies", "conversations", "latency_seconds", "model", "phases"})
         if unknown:
             raise ValueError(f"replay script: unknown key(s) {', '.join(unknown)}")
         conversations = []
@@ -207,8 +260,12 @@ class ReplayScript:
             conversations.append(
                 ConversationScript(raw["match"], _steps(raw.get("replies"), f"conversations[{index}].replies"))
             )
+        phases = data.get("phases") or {}
+        if not isinstance(phases, Mapping):
+            raise ValueError("replay script phases: must map a phase marker to its replies")
         return cls(
             replies=_steps(data.get("replies"), "replies"),
+            phases=tuple((str(key), _steps(steps, f"phases.{key}")) for key, steps in phases.items()),
             conversations=tuple(conversations),
             latency_seconds=float(data.get("latency_seconds") or 0),
             model=str(data.get("model") or "replay-model"),
@@ -294,6 +351,17 @@ def _first_user_message(messages: Iterable[Any]) -> str:
     return ""
 
 
+def _last_marker(messages: Iterable[Any]) -> str | None:
+    """The text of the latest `[Phase: ...]` marker line the agent sent, if any."""
+    found = None
+    for message in messages:
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            match = _MARKER.match(_message_text(message.get("content")))
+            if match is not None:
+                found = match.group(1).strip()
+    return found
+
+
 def _estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
@@ -332,21 +400,40 @@ class ReplayModel:
     ) -> tuple[str, int, ReplayStep]:
         """Record the request and advance its conversation: (conversation id, index, step)."""
         first = _first_user_message(messages)
-        conversation = hashlib.sha1(first.encode("utf-8")).hexdigest()[:12]
+        conversation = hashlib.sha1(first.encode("utf-8", "surrogatepass")).hexdigest()[:12]
         replies = self.script.replies_for(first)
+        marker = _last_marker(messages) if self.script.phases else None
+        key = self.script.phase_key(marker) if marker is not None else None
+        phase_replies = dict(self.script.phases).get(key, ()) if key is not None else ()
         with self._lock:
             recorded = RecordedRequest(path, body, conversation, {k.lower(): v for k, v in (headers or {}).items()})
             self._requests.append(recorded)
-            index = self._cursors.get(conversation, 0)
-            self._cursors[conversation] = index + 1
-        step = replies[index] if index < len(replies) else ReplayStep(kind="done", comment=EXHAUSTED_COMMENT)
+            # Call ids are numbered by request, unique in the conversation whatever the phase.
+            number = sum(1 for r in self._requests if r.conversation == conversation) - 1
+            cursor = f"{conversation}:{key}"
+            index = self._cursors.get(cursor, 0)
+            if key is not None and index < len(phase_replies):
+                self._cursors[cursor] = index + 1
+                step: ReplayStep | None = phase_replies[index]
+            else:
+                step = None
+                index = self._cursors.get(conversation, 0)
+                self._cursors[conversation] = index + 1
+        if step is None:
+            step = replies[index] if index < len(replies) else ReplayStep(kind="done", comment=EXHAUSTED_COMMENT)
+        if self.script.phases:
+            index = number
         for name, args in step.before:
             self._actions[name](args)
         return conversation, index, step
 
     def _checked(self, script: ReplayScript) -> ReplayScript:
         """Every `before` action of `script` must be registered: fail at load, not mid-run."""
-        steps = [*script.replies, *(step for c in script.conversations for step in c.replies)]
+        steps = [
+            *script.replies,
+            *(step for c in script.conversations for step in c.replies),
+            *(step for _, replies in script.phases for step in replies),
+        ]
         missing = sorted({name for step in steps for name, _ in step.before} - self._actions.keys())
         if missing:
             raise ValueError(f"replay script: unregistered before action(s) {', '.join(missing)}")
@@ -360,6 +447,14 @@ class ReplayModel:
                 _Call(f"{call_prefix}_{i}", call.name, call.arguments) for i, call in enumerate(step.tool_calls)
             )
             return _Rendered(step.text, calls)
+        if step.kind in _PHASE_FORMS:
+            tool, tag = _PHASE_FORMS[step.kind]
+            body = {**step.args, **({"comment": step.comment} if step.comment else {})}
+            name = match_offered_name(tool, offered) if offered else None
+            if name is not None:
+                return _Rendered("", (_Call(f"{call_prefix}_0", name, body),))
+            obj = {"phase": tag, **body} if tag is not None else {"action_done": body}
+            return _Rendered(json.dumps(obj, ensure_ascii=False), ())
         if step.kind == "tool":
             if not offered:
                 command = {"tool": step.tool, "args": step.args}
@@ -376,6 +471,14 @@ class ReplayModel:
 
 
 # --- the HTTP app ---------------------------------------------------------------------
+
+
+class JSONResponse(_StarletteJSONResponse):
+    """JSON with non-ASCII escaped, as many servers send it: a lone surrogate the script
+    holds ("\\ud800") goes out as valid JSON instead of failing to encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 def _offered_names(body: Mapping[str, Any]) -> list[str]:
@@ -433,7 +536,7 @@ async def _openai_stream(
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
         payload = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+        return f"data: {json.dumps(payload)}\n\n"
 
     yield chunk({"role": "assistant", "content": ""})
     for piece in _pieces(rendered.content):
@@ -460,7 +563,7 @@ def _ollama_message(rendered: _Rendered, content: str) -> dict[str, Any]:
 
 async def _ndjson(lines: list[dict[str, Any]]) -> AsyncIterator[str]:
     for line in lines:
-        yield json.dumps(line, ensure_ascii=False) + "\n"
+        yield json.dumps(line) + "\n"
 
 
 def create_replay_app(model: ReplayModel) -> Starlette:
@@ -480,6 +583,9 @@ def create_replay_app(model: ReplayModel) -> Starlette:
         await delay()
         if step.kind == "status":
             return _error_response(step, openai_form=openai_form)
+        if step.kind == "raw":
+            media = "application/json" if openai_form or not body.get("stream", True) else "application/x-ndjson"
+            return Response(step.raw, media_type=media)
         return body, conversation, index, model.render(step, _offered_names(body), f"call_{conversation[:8]}_{index}")
 
     async def chat_completions(request: Request) -> Response:
@@ -541,6 +647,16 @@ def create_replay_app(model: ReplayModel) -> Starlette:
         entry = {"id": model.script.model, "object": "model", "created": 0, "owned_by": "replay"}
         return JSONResponse({"object": "list", "data": [entry]})
 
+    async def ollama_show(request: Request) -> Response:
+        """Ollama's model details: the context length `doctor` compares with num_ctx."""
+        body = await request.json()
+        name = str(body.get("model") or body.get("name") or "")
+        if name not in (model.script.model, f"{model.script.model}:latest"):
+            return JSONResponse({"error": f"model '{name}' not found"}, status_code=404)
+        details = {"format": "gguf", "family": "replay", "parameter_size": "0B", "quantization_level": "none"}
+        info = {"general.architecture": "replay", "replay.context_length": _REPLAY_CONTEXT_LENGTH}
+        return JSONResponse({"modelfile": "", "parameters": "", "template": "", "details": details, "model_info": info})
+
     async def ollama_tags(request: Request) -> Response:
         details = {"format": "gguf", "family": "replay", "parameter_size": "0B", "quantization_level": "none"}
         entry = {
@@ -570,6 +686,7 @@ def create_replay_app(model: ReplayModel) -> Starlette:
             Route("/v1/models", openai_models, methods=["GET"]),
             Route("/api/chat", ollama_chat, methods=["POST"]),
             Route("/api/tags", ollama_tags, methods=["GET"]),
+            Route("/api/show", ollama_show, methods=["POST"]),
             Route("/api/version", ollama_version, methods=["GET"]),
             Route("/_replay/requests", recorded, methods=["GET"]),
             Route("/_replay/reset", reset, methods=["POST"]),

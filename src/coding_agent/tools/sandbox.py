@@ -5,11 +5,12 @@ process — an MCP server, or a shell command the model asked for — must never
 them, so environments are built from a short allow-list, never from a copy of
 `os.environ` with a few names removed (a deny-list always misses the next token).
 
-Shell commands run inside bubblewrap when it is installed and works here: no network,
-the workspace read-write, the rest of the system read-only, a private /tmp and PID
-namespace (so a timeout kills everything the command started). Where bwrap is missing
-or cannot create namespaces (some containers), the command runs as a plain subprocess in
-its own process group with the same scrubbed environment.
+Shell commands run inside bubblewrap (`bwrap.py`: no capabilities, no network, only the
+workspace and read-only system directories, an environment of four variables). There is
+no silent fallback (SPEC 15): in `bwrap` mode a machine where bwrap cannot run refuses
+the command with a message that says why; only `none`, which the operator must choose
+(`security.sandbox: none`), runs a plain subprocess, in its own session, with the same
+scrubbed environment.
 """
 
 from __future__ import annotations
@@ -22,17 +23,24 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from coding_agent.tools.bwrap import SANDBOX_PATH, Bind, bwrap_argv
+
 __all__ = [
     "ALLOWED_ENV_VARS",
     "CommandResult",
     "SandboxMode",
+    "Bind",
+    "SandboxUnavailable",
+    "bwrap_problem",
     "bwrap_usable",
+    "check_sandbox",
     "command_environment",
     "contains_secret",
     "run_command",
@@ -60,7 +68,7 @@ ALLOWED_ENV_VARS: tuple[str, ...] = (
     "PYTHONPATH",
 )
 
-SandboxMode = Literal["auto", "bwrap", "none"]
+SandboxMode = Literal["bwrap", "none"]
 
 # Variables set for every shell command: no pager or prompt can hang a command that has
 # no terminal, and the model sees plain output.
@@ -104,66 +112,84 @@ def _shell() -> str:
     return shutil.which("bash") or "/bin/sh"
 
 
-def sandbox_argv(command: str, root: Path) -> list[str]:
-    """The bwrap command line that runs `command` with `root` as the only writable tree.
-
-    Mount order matters: the private /tmp comes before the workspace bind, so a workspace
-    that lives under /tmp is still visible.
-    """
-    bwrap = shutil.which("bwrap") or "bwrap"
-    root_text = str(root)
-    return [
-        bwrap,
-        "--ro-bind", "/", "/",
-        "--dev", "/dev",
-        "--proc", "/proc",
-        "--tmpfs", "/tmp",
-        "--bind", root_text, root_text,
-        "--unshare-all",  # includes the network: no connections in or out
-        "--die-with-parent",
-        "--new-session",
-        "--chdir", root_text,
-        "--",
-        _shell(), "-c", command,
-    ]  # fmt: skip
+def sandbox_argv(
+    command: str, root: Path, extra_binds: Sequence[Bind] = (), extra_env: Mapping[str, str] | None = None
+) -> list[str]:
+    """The bwrap command line that runs `command` through the shell with `root` writable."""
+    shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+    return bwrap_argv(
+        [shell, "-c", command],
+        root,
+        bwrap=shutil.which("bwrap") or "bwrap",
+        extra_binds=extra_binds,
+        extra_env=extra_env,
+        lang=os.environ.get("LANG"),
+    )
 
 
-@functools.lru_cache(maxsize=8)
-def bwrap_usable(root: Path) -> bool:
-    """Whether bwrap exists and can build its namespaces here (probed once per root)."""
+@functools.lru_cache(maxsize=1)
+def bwrap_problem() -> str | None:
+    """Why bwrap cannot sandbox commands here, or None when it can (probed once per process)."""
     if shutil.which("bwrap") is None:
-        return False
-    try:
-        completed = subprocess.run(
-            sandbox_argv("true", root),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=scrubbed_environment(),
-            timeout=15,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        logger.warning("bwrap is installed but could not run (%s); commands run unsandboxed", error)
-        return False
+        return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    with tempfile.TemporaryDirectory(prefix="coding-agent-bwrap-probe-") as directory:
+        try:
+            completed = subprocess.run(
+                sandbox_argv("true", Path(directory).resolve()),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=scrubbed_environment(),
+                timeout=15,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return f"bwrap could not run ({error.__class__.__name__}: {error})"
     if completed.returncode != 0:
         reason = completed.stderr.decode(errors="replace").strip()[:200]
-        logger.warning("bwrap cannot create a sandbox here (%s); commands run unsandboxed", reason)
-        return False
-    return True
+        return f"bwrap cannot create its namespaces here ({reason or f'exit {completed.returncode}'})"
+    return None
+
+
+def bwrap_usable(root: Path | None = None) -> bool:
+    """Whether bwrap works here. `root` is accepted for old callers and ignored."""
+    return bwrap_problem() is None
+
+
+def check_sandbox(mode: SandboxMode) -> str | None:
+    """What the agent must do at start: None (fine), a warning to log, or raise `SandboxUnavailable`.
+
+    `bwrap` without a working bwrap refuses to start; `none` starts with a warning,
+    every time, because every command the model runs then reaches the host.
+    """
+    if mode == "none":
+        return (
+            "security.sandbox is none: the model's commands run WITHOUT a sandbox, with access to "
+            "this machine's files and network; use it only where the whole machine is disposable"
+        )
+    problem = bwrap_problem()
+    if problem is not None:
+        raise SandboxUnavailable(
+            f"security.sandbox is bwrap, but {problem}. Install bubblewrap, or set security.sandbox: none "
+            "to run the model's commands unsandboxed (not recommended)"
+        )
+    return None
+
+
+class SandboxUnavailable(RuntimeError):
+    """bwrap mode was asked for and bwrap cannot run here; the message says what to do."""
 
 
 def command_environment(sandboxed: bool, source: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of one shell command: allow-listed variables plus fixed defaults.
+    """The environment of an unsandboxed command: allow-listed variables plus fixed defaults.
 
-    Inside bwrap only /tmp (private) and the workspace are writable, so HOME and TMPDIR
-    point at /tmp; tools that write caches under HOME keep working.
+    (A sandboxed command gets bwrap's own `--clearenv` environment; bwrap itself only
+    needs PATH.)
     """
     env = scrubbed_environment(source=source)
     env.update(_COMMAND_DEFAULTS)
     if sandboxed:
-        env["HOME"] = "/tmp"
-        env["TMPDIR"] = "/tmp"
+        return {"PATH": env.get("PATH", SANDBOX_PATH)}
     return env
 
 
@@ -228,26 +254,31 @@ async def run_command(
     command: str,
     root: Path,
     timeout_seconds: float,
-    mode: SandboxMode = "auto",
+    mode: SandboxMode = "bwrap",
     max_output_bytes: int = 40000,
     source_env: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
+    extra_binds: Sequence[Bind] = (),
 ) -> CommandResult:
     """Run `command` through the shell in `root`, sandboxed per `mode`, with a timeout.
 
-    `extra_env` is added to the scrubbed environment (the caller's own fixed settings,
-    never inherited values). The command gets its own session (process group); on timeout, and after it ends, the
+    `extra_env` is added to the command's environment (the caller's own fixed settings,
+    never inherited values); `extra_binds` are more paths shown inside the sandbox. The
+    command gets its own session (process group); on timeout, and after it ends, the
     whole group is killed so that nothing it started in the background outlives it.
+    Raises `SandboxUnavailable` in bwrap mode where bwrap cannot run.
     """
-    if mode == "bwrap":
-        sandboxed = True
-    elif mode == "none":
-        sandboxed = False
+    sandboxed = mode != "none"
+    if sandboxed:
+        problem = bwrap_problem()
+        if problem is not None:
+            raise SandboxUnavailable(f"the command was not run: {problem} (security.sandbox is bwrap)")
+        argv = sandbox_argv(command, root, extra_binds, extra_env)
     else:
-        sandboxed = await asyncio.to_thread(bwrap_usable, root)
-    argv = sandbox_argv(command, root) if sandboxed else [_shell(), "-c", command]
+        argv = [_shell(), "-c", command]
     env = command_environment(sandboxed, source_env)
-    env.update(extra_env or {})
+    if not sandboxed:
+        env.update(extra_env or {})
     buffer = _CappedBuffer(head=max_output_bytes // 4, tail=max_output_bytes - max_output_bytes // 4)
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(

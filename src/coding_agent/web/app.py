@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 __all__ = ["build_app"]
 
 
-def build_app(*route_lists: Sequence[BaseRoute], extra: Iterable[BaseRoute] = ()) -> Starlette:
+def build_app(
+    *route_lists: Sequence[BaseRoute], extra: Iterable[BaseRoute] = (), middleware: Sequence[Middleware] = ()
+) -> Starlette:
     """A Starlette app serving every given route list (e.g. `webhook_routes(...)`)."""
     routes = [route for routes in route_lists for route in routes]
     routes.extend(extra)
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=list(middleware))

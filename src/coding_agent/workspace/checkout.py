@@ -6,9 +6,12 @@ issue still finds it) and continues on it, so its commits land in the same PR. P
 tasks work on their head branch. The clone is shallow by default
 (`workspace.clone_depth`).
 
-`.git/config` is remembered as cloned and put back before the host's own git commands,
-because the model can write anything in the workspace: a planted `url.*.insteadOf`,
-`http.proxy` or filter would otherwise redirect or run inside the host's push.
+The clone's git directory is not in the workspace: it lives beside it
+(`tools.host_git.git_dir_for`), out of the sandbox's view, because the model can write
+anything in the workspace and a planted `commondir`, `url.*.insteadOf`, `http.proxy`
+or filter would otherwise redirect or run inside the host's own git. The `.git` file
+`git clone --separate-git-dir` leaves in the work tree is removed: the host names the
+git directory on every command, and the model sees a plain tree of files.
 
 What delivery needs to know about the clone is also written to a record out of the
 model's reach (the run's context directory, `checkout.json`), so that a run resumed
@@ -17,18 +20,19 @@ after a pause or a crash continues in its clone instead of cloning again.
 
 from __future__ import annotations
 
-import base64
 import json
+import shutil
 import logging
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError
 from coding_agent.retry import RetryPolicy, retry_async
 from coding_agent.sources.base import Source
+from coding_agent.tools.host_git import git_dir_for, install_attributes
 from coding_agent.workspace.git import Git, GitAuth, GitError
 
 __all__ = [
@@ -37,7 +41,7 @@ __all__ = [
     "branch_name",
     "prepare_workspace",
     "reopen_workspace",
-    "restore_git_config",
+    "verify_git_dir",
 ]
 
 log = logging.getLogger(__name__)
@@ -54,6 +58,8 @@ DEFAULT_EXCLUDES = (
     ".ruff_cache/",
     "node_modules/",
     ".DS_Store",
+    # A `.git` the model makes in the work tree (any letter case) is never committed.
+    "[.][Gg][Ii][Tt]",
 )
 
 
@@ -78,7 +84,10 @@ class Checkout:
     base_branch: str
     start_sha: str
     branch_exists: bool
-    git_config: bytes = field(repr=False)
+
+    @property
+    def git_dir(self) -> Path:
+        return git_dir_for(self.path)
 
 
 @dataclass(frozen=True)
@@ -153,10 +162,15 @@ async def prepare_workspace(
     elif base:
         clone += ["--branch", base]
     path.mkdir(parents=True, exist_ok=True)
-    await retry_async(lambda: git.run(None, *clone, url, str(path), auth=auth), retry, "git clone")
+    git_dir = git_dir_for(path)
+    git_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    clone += ["--separate-git-dir", str(git_dir)]
+    await retry_async(lambda: _clone(git, clone, url, path, auth), retry, "git clone")
+    (path / ".git").unlink()
+    install_attributes(git_dir)
     if not exists:
         await git.run(path, "checkout", "--quiet", "-b", branch)
-    exclude = path / ".git" / "info" / "exclude"
+    exclude = git_dir / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     with exclude.open("a", encoding="utf-8") as handle:
         handle.write("\n# coding-agent: never committed by the agent\n" + "\n".join(DEFAULT_EXCLUDES) + "\n")
@@ -173,7 +187,6 @@ async def prepare_workspace(
         base_branch=base,
         start_sha=start.stdout.strip(),
         branch_exists=exists,
-        git_config=(path / ".git" / "config").read_bytes(),
     )
     if record is not None:
         record.write_text(json.dumps(_record(checkout)), encoding="utf-8")
@@ -188,13 +201,12 @@ def _record(checkout: Checkout) -> dict[str, object]:
         "base_branch": checkout.base_branch,
         "start_sha": checkout.start_sha,
         "branch_exists": checkout.branch_exists,
-        "git_config": base64.b64encode(checkout.git_config).decode(),
     }
 
 
 def reopen_workspace(source: Source, path: Path, record: Path) -> Checkout | None:
     """The checkout of a clone made by an earlier part of the same run; None when there is none."""
-    if not (path / ".git").is_dir() or not record.is_file():
+    if not git_dir_for(path).is_dir() or not record.is_file():
         return None
     data = json.loads(record.read_text(encoding="utf-8"))
     header = source.git_http_auth()
@@ -208,17 +220,26 @@ def reopen_workspace(source: Source, path: Path, record: Path) -> Checkout | Non
         base_branch=str(data["base_branch"]),
         start_sha=str(data["start_sha"]),
         branch_exists=bool(data["branch_exists"]),
-        git_config=base64.b64decode(data["git_config"]),
     )
 
 
-def restore_git_config(checkout: Checkout) -> None:
-    """Check that `.git` is still the clone's directory and put its config back as cloned."""
-    git_dir = checkout.path / ".git"
-    if git_dir.is_symlink() or not git_dir.is_dir():
-        raise GitError("the workspace's .git directory was replaced during the run; nothing was committed")
-    config = git_dir / "config"
-    if config.is_symlink() or not config.is_file() or config.read_bytes() != checkout.git_config:
-        log.warning("%s: .git/config was changed during the run; restoring the cloned one", checkout.path)
-        config.unlink(missing_ok=True)
-        config.write_bytes(checkout.git_config)
+async def _clone(git: Git, clone: list[str], url: str, path: Path, auth: GitAuth | None) -> None:
+    """One clone attempt; what a failed attempt left behind is removed so the next can start."""
+    try:
+        await git.run(None, *clone, url, str(path), auth=auth)
+    except Exception:
+        for leftover in (git_dir_for(path), path):
+            shutil.rmtree(leftover, ignore_errors=True)
+        path.mkdir(parents=True, exist_ok=True)
+        raise
+
+
+def verify_git_dir(checkout: Checkout) -> None:
+    """Check that the git directory outside the workspace is still the clone's.
+
+    The sandbox never sees it; this guards against a deployment that binds it in by
+    mistake (a symlink or a missing directory means something else wrote there).
+    """
+    git_dir = checkout.git_dir
+    if git_dir.is_symlink() or not git_dir.is_dir() or (git_dir / "commondir").exists():
+        raise GitError(f"the git directory of {checkout.path} was changed during the run; nothing was committed")

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from coding_agent.agent.notices import Language
 from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError, ForgeError
+from coding_agent.prompts.notices import Language
 from coding_agent.retry import RetryPolicy, retry_async
 from coding_agent.sources.base import Source
-from coding_agent.workspace.checkout import Checkout, restore_git_config
+from coding_agent.workspace.checkout import Checkout, verify_git_dir
 from coding_agent.workspace.git import Git, PushRejected
 
 __all__ = ["Delivery", "deliver", "delivery_note", "commit_message", "change_body", "SUMMARY_START", "SUMMARY_END"]
@@ -164,7 +164,7 @@ async def deliver(
     redact: Callable[[str], str],
 ) -> Delivery:
     """Commit, push and open/update the PR/MR when the workspace changed; else do nothing."""
-    restore_git_config(checkout)
+    verify_git_dir(checkout)
     dirty, committed = await _has_changes(git, checkout)
     if not dirty and not committed:
         log.info("%s: no changes in the workspace; nothing to deliver", task.key)

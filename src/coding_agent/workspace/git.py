@@ -7,10 +7,9 @@ Two things make the host's git calls safe in a workspace the model has written t
   never in the remote URL, never in `.git/config`, never on a command line (which every
   user of the machine can read in /proc), never in the environment of the MCP servers
   or of the commands the model runs.
-- Every call switches off what the model could have planted to run inside the host's
-  git: hooks (`core.hooksPath=/dev/null`, plus `--no-verify` where git has it), an
-  fsmonitor command, credential helpers, signing programs. `.git/config` itself is put
-  back to its cloned state before delivery (see `checkout.py`).
+- Every call runs with the host-written configuration of `tools/host_git.py`: the git
+  directory outside the workspace named explicitly, no system or global config, hooks,
+  fsmonitor, filters, credential helpers and submodule recursion switched off.
 
 The child's environment is built from an allow-list (as for tool processes) plus the
 proxy and CA variables git needs to reach a forge behind a corporate proxy.
@@ -29,21 +28,12 @@ from urllib.parse import urlsplit
 
 from coding_agent.errors import AgentError, TransientError
 from coding_agent.redaction import Redactor
+from coding_agent.tools.host_git import HARDENING, hardened_git_environment
 from coding_agent.tools.sandbox import scrubbed_environment
 
 __all__ = ["Git", "GitAuth", "GitError", "GitResult", "PushRejected", "HARDENING"]
 
 log = logging.getLogger(__name__)
-
-# Set on every host git command, whatever the workspace's or the operator's config says.
-HARDENING: tuple[tuple[str, str], ...] = (
-    ("core.hooksPath", os.devnull),
-    ("core.fsmonitor", "false"),
-    ("credential.helper", ""),
-    ("commit.gpgSign", "false"),
-    ("protocol.ext.allow", "never"),
-    ("protocol.file.allow", "never"),
-)
 
 # Passed through from the agent's environment: how git reaches the forge, nothing secret.
 _NETWORK_ENV = (
@@ -119,17 +109,12 @@ class Git:
         self._timeout = timeout
         self._redact = redact
 
-    def _environment(self, auth: GitAuth | None, extra: Mapping[str, str] | None) -> dict[str, str]:
+    def _environment(self, cwd: Path | None, auth: GitAuth | None, extra: Mapping[str, str] | None) -> dict[str, str]:
         env = scrubbed_environment()
         env.update({name: os.environ[name] for name in _NETWORK_ENV if name in os.environ})
-        env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "LC_ALL": "C", "LANGUAGE": ""})
-        settings = list(HARDENING)
-        if auth is not None:
-            settings.append((f"http.{auth.scope}.extraHeader", auth.header))
-        env["GIT_CONFIG_COUNT"] = str(len(settings))
-        for index, (key, value) in enumerate(settings):
-            env[f"GIT_CONFIG_KEY_{index}"] = key
-            env[f"GIT_CONFIG_VALUE_{index}"] = value
+        env.update({"LC_ALL": "C", "LANGUAGE": ""})
+        settings = ((f"http.{auth.scope}.extraHeader", auth.header),) if auth is not None else ()
+        env = hardened_git_environment(env, work_tree=cwd, settings=settings)
         env.update(extra or {})
         return env
 
@@ -149,6 +134,9 @@ class Git:
     ) -> GitResult:
         """Run `git <args>` in `cwd` (`input` on its stdin).
 
+        `cwd` is a workspace: git works on it with its git directory outside it
+        (`git_dir_for`); None runs git outside any repository (clone, ls-remote).
+
         Raises `GitError` (or `TransientError` for network and 5xx trouble) when it fails
         and `check` is set.
         """
@@ -157,7 +145,7 @@ class Git:
             "git",
             *args,
             cwd=str(cwd) if cwd is not None else None,
-            env=self._environment(auth, env),
+            env=self._environment(cwd, auth, env),
             stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coding_agent.agent.notices import Language
 from coding_agent.config import WorkspaceConfig
 from coding_agent.domain.tasks import Task
+from coding_agent.prompts.notices import Language
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.base import Source

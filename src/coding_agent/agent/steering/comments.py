@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from coding_agent.agent.prompting import wrap_untrusted
 from coding_agent.domain.tasks import Comment, TaskKey, Thread
 from coding_agent.llm.base import LLMClient
+from coding_agent.prompts.untrusted import UntrustedWrapper
 from coding_agent.sources.base import Source
 
 __all__ = ["CommentDetector", "TrustLookup", "format_comment_message", "thread_comments"]
@@ -27,7 +27,10 @@ log = logging.getLogger(__name__)
 
 
 class TrustLookup(Protocol):
-    """Who has write access (the runner's per-run cache of permission lookups)."""
+    """Who has write access (the runner's per-run cache of permission lookups), and the
+    run's wrapper for the text of those who do not."""
+
+    wrapper: UntrustedWrapper
 
     async def load(self, source: Source, key: TaskKey, authors: set[str]) -> None: ...
 
@@ -143,7 +146,8 @@ class CommentDetector:
                 await self.trust.load(self._source, self._key, {comment.author for comment in comments})
             except Exception as error:  # unknown access: everyone unknown is untrusted below
                 log.warning("%s: could not check commenters' access: %s", self._key, error)
-            bodies = [body if self.trust(c.author) else wrap_untrusted(c.author, body) for c, body in zip(comments, bodies)]
+            wrap = self.trust.wrapper.wrap
+            bodies = [body if self.trust(c.author) else wrap(c.author, body) for c, body in zip(comments, bodies)]
         llm.send_user_message(format_comment_message(comments, bodies))
         log.info("%s: %d new comment(s) sent to the model", self._key, len(comments))
 

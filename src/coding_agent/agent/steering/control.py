@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from coding_agent.agent.loop import Checkpoint, LoopOutcome, ToolRunner
-from coding_agent.agent.notices import notice
 from coding_agent.agent.progress import ProgressComment, ProgressTools
 from coding_agent.agent.steering.comments import CommentDetector, TrustLookup, thread_comments
 from coding_agent.agent.steering.pause import PauseWatch, ShutdownSignal, pause_signal_path
@@ -32,13 +31,15 @@ from coding_agent.agent.steering.state import RunState, StateWriter, workspace_b
 from coding_agent.agent.steering.stop import StopChecker
 from coding_agent.config import AgentConfig
 from coding_agent.context.storage import ContextStorage, RunContextFiles
+from coding_agent.domain.ports import RunStore
+from coding_agent.domain.runs import RunMarks, RunRecord
 from coding_agent.domain.tasks import Comment, Task, Thread
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import DONE_TOOL
 from coding_agent.llm.types import LLMReply, TokenUsage, ToolCallRequest
+from coding_agent.prompts.notices import notice
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.state_store import RunMarks, RunRecord, StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import transition
 
@@ -123,7 +124,7 @@ class RunControls:
     def __init__(
         self,
         config: AgentConfig,
-        store: StateStore,
+        store: RunStore,
         redactor: Redactor,
         owner: str,
         shutdown: ShutdownSignal | None = None,
@@ -203,6 +204,10 @@ class RunControl:
         controls.active[self._key] = self
         # Seeded so that the first checkpoint, whichever it is, asks the forge.
         self._previous_point = Checkpoint.ITERATION_START
+        # Planning mode (SPEC 10.4) plugs in here: where the run stands (for the stop
+        # comment) and its state (saved with every checkpoint and pause).
+        self.describe_position: Callable[[], str] = lambda: ""
+        self.planning_state: Callable[[], dict[str, Any] | None] = lambda: None
         self.progress: ProgressComment | None = None
         if config.progress_comment.enabled:
             self.progress = ProgressComment(
@@ -232,6 +237,15 @@ class RunControl:
     def pending_reply(self, llm: LLMClient) -> LLMReply | None:
         """A continued run paused between a reply and its action resumes with that action."""
         return pending_reply(llm.messages) if self._state is not None else None
+
+    @property
+    def continued(self) -> bool:
+        """Is this run carried on from a saved state (resumed or taken over)?"""
+        return self._state is not None
+
+    def saved_planning(self) -> dict[str, Any] | None:
+        """The planning state a continued run saved (None for a new run, or none saved)."""
+        return self._state.planning if self._state is not None else None
 
     def recorded_outcome(self) -> LoopOutcome | None:
         """The outcome a previous worker of this run recorded before dying, if any.
@@ -316,6 +330,7 @@ class RunControl:
             steering={"comments": self._detector.get_state(), "stop": self._stop.get_state()},
             progress=self.progress.get_state() if self.progress is not None else {},
             paused=paused,
+            planning=self.planning_state(),
         )
 
     # -- publishing ----------------------------------------------------------------
@@ -408,6 +423,8 @@ class RunControl:
                 turns=self.steps,
                 label=labels.bot_label,
             )
+            position = self.describe_position()
+            text = f"{text}\n\n{position}" if position else text
             self._store.record_final(self.run_uuid, "stopped", text)
         try:
             await self.post_final(text, self._inner)

@@ -25,6 +25,7 @@ from typing import Any
 
 from coding_agent.llm.types import Message
 from coding_agent.redaction import Redactor
+from coding_agent.tools.host_git import git_dir_for
 
 __all__ = ["RunState", "StateWriter", "load_state", "workspace_branch", "STATE_FILE", "HISTORY_FILE"]
 
@@ -52,12 +53,13 @@ class RunState:
     progress: dict[str, Any] = field(default_factory=dict)
     paused: dict[str, Any] | None = None
     saved_at: str = ""
+    planning: dict[str, Any] | None = None  # planning mode's state (SPEC 10.4)
 
 
 def workspace_branch(workspace: Path) -> str | None:
-    """The checked-out branch of a git workspace (read from .git/HEAD), else None."""
+    """The checked-out branch of a git workspace (read from its git directory's HEAD), else None."""
     try:
-        head = (workspace / ".git" / "HEAD").read_text(encoding="utf-8").strip()
+        head = (git_dir_for(workspace) / "HEAD").read_text(encoding="utf-8").strip()
     except OSError:
         return None
     return head.removeprefix("ref: refs/heads/") if head.startswith("ref: ") else None
@@ -150,6 +152,7 @@ def load_state(directory: Path) -> RunState | None:
             progress=dict(data.get("progress") or {}),
             paused=data.get("paused"),
             saved_at=str(data.get("saved_at") or ""),
+            planning=data.get("planning"),
         )
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.warning("%s is unreadable (%s): the run restarts cleanly", path, error)

@@ -53,6 +53,14 @@ _NOTICES: dict[str, dict[Language, str]] = {
         "en": "Note: this exact call ({tool} with the same arguments) has now failed {count} times in a row. Do not repeat it; change your approach.",
         "ja": "注意: この呼び出し（{tool}、同じ引数）は {count} 回連続で失敗しています。繰り返さず、方針を変えてください。",
     },
+    "loop_guard_warning": {
+        "en": "Loop guard: you have now repeated {what} {count} times in a row with the same result. Repeating it again will not change anything: do something different, or finish.",
+        "ja": "ループ検知: {what} を同じ結果のまま {count} 回続けて繰り返しています。繰り返しても何も変わりません。別の方法を取るか、作業を終えてください。",
+    },
+    "loop_guard_failed": {
+        "en": "The model was stuck: it repeated {what} {count} times in a row with the same result, so the run was stopped.",
+        "ja": "モデルが同じ動作を繰り返して進まなくなりました: {what} を同じ結果のまま {count} 回続けたため、実行を中止しました。",
+    },
     # -- steering (SPEC 8): stop, pause, progress ---------------------------------------
     "stopped": {
         "en": "## ⛔ Task stopped\n\n{reason}\n\n**Stopped at:** {time}\n**LLM turns:** {turns}\n\nTo start again, assign the coding agent again and apply the `{label}` label.",
@@ -93,6 +101,7 @@ _NOTICES: dict[str, dict[Language, str]] = {
     "progress_header": {"en": "## 🤖 coding-agent progress", "ja": "## 🤖 coding-agent 進捗"},
     "progress_status": {"en": "**Status:** {state} · {steps} step(s)", "ja": "**状態:** {state} · {steps} ステップ"},
     "progress_updated": {"en": "**Updated:** {time} · run `{run}`", "ja": "**更新:** {time} · 実行 `{run}`"},
+    "progress_plan": {"en": "### Plan", "ja": "### 計画"},
     "progress_steps": {"en": "### Steps", "ja": "### ステップ"},
     "progress_earlier": {"en": "- … {count} earlier step(s)", "ja": "- … ほか {count} ステップ"},
     "progress_actions": {"en": "### Last actions", "ja": "### 直近の操作"},

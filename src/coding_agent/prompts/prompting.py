@@ -1,23 +1,25 @@
-"""Renders the system prompt and the task prompt from the Jinja templates in `prompts/`.
+"""Renders the system prompt from the Jinja templates in `templates/`, and wraps untrusted text.
 
 Public functions so that tests (and a dry run) can see exactly what the model is sent.
-The system prompt is the stable part of every request; the task prompt is the first
-user turn. Untrusted authors' text is wrapped here, once (SPEC 3).
+The system prompt is the stable part of every request; the task prompt (the first user
+turn) is `context.first_turn.render_task_prompt`. Untrusted authors' text is wrapped
+with `prompts.untrusted.UntrustedWrapper`, once, by whatever builds the structures (SPEC 3).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import jinja2
 
-from coding_agent.domain.tasks import Comment, Task, Thread
+from coding_agent.domain.tasks import Task
 from coding_agent.llm.types import ToolSpec
+from coding_agent.prompts.untrusted import UntrustedWrapper
 
-__all__ = ["render_system_prompt", "render_task_prompt", "wrap_untrusted", "template", "task_kind_words"]
+__all__ = ["render_system_prompt", "template", "task_kind_words"]
 
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("coding_agent.agent", "prompts"),
+    loader=jinja2.PackageLoader("coding_agent.prompts", "templates"),
     autoescape=False,
     keep_trailing_newline=False,
     undefined=jinja2.StrictUndefined,
@@ -26,14 +28,8 @@ _ENV = jinja2.Environment(
 _FORGE_TITLES = {"github": "GitHub", "gitlab": "GitLab"}
 
 
-def wrap_untrusted(author: str, text: str) -> str:
-    """Mark text from a user without write access as data, not instructions."""
-    safe = text.replace("</untrusted-content>", "&lt;/untrusted-content&gt;")
-    return f'<untrusted-content author="{author}">\n{safe}\n</untrusted-content>'
-
-
 def template(name: str) -> jinja2.Template:
-    """A template of `prompts/`, for every prompt module: one environment, one set of rules."""
+    """A template of `templates/`, for every prompt module: one environment, one set of rules."""
     return _ENV.get_template(name)
 
 
@@ -52,9 +48,15 @@ def render_system_prompt(
     show_schemas: bool,
     language: str = "en",
     repository_rules: Mapping[str, str] | None = None,
+    untrusted: UntrustedWrapper | None = None,
 ) -> str:
     """The system prompt: rules, reply protocol, tool list, each MCP server's own prompt,
-    and the repository's own rule files (path -> text, already size-capped)."""
+    and the repository's own rule files (path -> text, already size-capped).
+
+    `untrusted`: the run's wrapper, whose tag the prompt names (the one the first turn and
+    later comments are wrapped in). Rule files go here only when the task's trigger
+    controls them; a PR head written by an untrusted author is not a source of rules.
+    """
     _, noun = task_kind_words(task)
     return _ENV.get_template("system.j2").render(
         task_kind=noun,
@@ -66,20 +68,6 @@ def render_system_prompt(
         show_schemas=show_schemas,
         language=language,
         repository_rules=dict(repository_rules or {}),
+        untrusted_tag=(untrusted or UntrustedWrapper.new()).tag,
     )
 
-
-def render_task_prompt(
-    task: Task,
-    comments: list[Comment],
-    threads: list[Thread],
-    is_trusted: Callable[[str], bool],
-) -> str:
-    """The first user turn with every comment and thread, and no memories.
-
-    A shortcut over `context.first_turn.build_first_turn`, which renders the structures
-    of SPEC 9; imported here, not at the top, because that module builds on this one.
-    """
-    from coding_agent.context.first_turn import build_first_turn
-
-    return build_first_turn(task, comments, threads, is_trusted)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from sqlalchemy import Float, Integer, String, Text, delete, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from coding_agent.domain.memories import ChannelRecord, ThreadRecord, channel_of, workspace_of
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.runtime.state_store import TableStore
 
@@ -45,36 +45,6 @@ class _ThreadMemory(_Base):
     run_uuid: Mapped[str] = mapped_column(String(36))
     summary: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float, index=True)
-
-
-@dataclass(frozen=True)
-class ChannelRecord:
-    channel_id: str
-    workspace_id: str
-    channel_name: str
-    long_term: str | None
-    short_term: str | None
-    updated_at: float | None
-    last_active_at: float
-
-
-@dataclass(frozen=True)
-class ThreadRecord:
-    channel_id: str
-    thread_id: str
-    run_uuid: str
-    summary: str
-    created_at: float
-
-
-def channel_of(key: TaskKey) -> tuple[str, str]:
-    """(channel id, channel name) of a task: `github:acme/widgets`, `acme/widgets`."""
-    return f"{key.forge}:{key.project}", key.project
-
-
-def workspace_of(key: TaskKey) -> str:
-    """The organisation/group of a task: the project's namespace, `github:acme`."""
-    return f"{key.forge}:{key.project.rsplit('/', 1)[0]}"
 
 
 def _channel(row: _ChannelMemory) -> ChannelRecord:

@@ -1,4 +1,4 @@
-"""Renders the context structures of SPEC 9 into prompt text (templates in `prompts/`).
+"""Renders the context structures of SPEC 9 into prompt text (templates in `templates/`).
 
 - `render_context`: a seed-004 `Context` (persona, memories, review threads);
 - `render_task_context`: the first user turn — the task, the rendered `Context`, and the
@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coding_agent.agent.prompting import task_kind_words, template
-from coding_agent.context.conversation import ConversationContext
 from coding_agent.domain.channel import ChannelMemory, Context
+from coding_agent.domain.conversation import ConversationContext
 from coding_agent.domain.tasks import Comment, Task, TaskKey, Thread
 from coding_agent.llm.types import Message
+from coding_agent.prompts.prompting import task_kind_words, template
 
 __all__ = [
     "render_context",
@@ -111,8 +111,13 @@ def render_task_context(
     context: Context | None = None,
     locations: Mapping[str, Thread] | None = None,
     followup: bool = False,
+    branch_files: Mapping[str, str] | None = None,
 ) -> str:
-    """The first user turn of a run (`followup`: the run answers a new comment on a finished task)."""
+    """The first user turn of a run (`followup`: the run answers a new comment on a finished task).
+
+    `branch_files`: rule files of a PR head the trigger does not control, already wrapped
+    as untrusted (path -> block); shown as context, never as rules.
+    """
     title, noun = task_kind_words(task)
     opening, *turns = conversation.conversation
     text = template("task_context.j2").render(
@@ -125,6 +130,7 @@ def render_task_context(
         summary=conversation.context_summary,
         context_text=render_context(context, locations) if context is not None else "",
         followup=followup,
+        branch_files=dict(branch_files or {}),
     )
     return _tidy(text) + "\n"
 

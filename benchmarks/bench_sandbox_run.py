@@ -1,0 +1,54 @@
+"""The cost of one `run` of `true` through the hardened sandbox (target: under 30 ms median).
+
+`run_command` is what the workspace server's `run` tool calls: bwrap with its namespaces,
+the dropped capabilities and the minimal filesystem, a shell, `true`, then the kill of
+the command's process group. Measured in-process (no MCP round trip: that cost is
+`bench_mcp_hub.py`'s), on a throwaway workspace, after one warm-up call.
+
+Run: `python benchmarks/bench_sandbox_run.py [--calls 50]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from pathlib import Path
+
+import _common
+
+from coding_agent.tools.sandbox import run_command
+
+TARGET_MS = 30.0
+
+
+async def _measure(root: Path, calls: int) -> list[float]:
+    await run_command("true", root, 30, "bwrap")
+    durations = []
+    for _ in range(calls):
+        result = await run_command("true", root, 30, "bwrap")
+        if result.exit_code != 0 or not result.sandboxed:
+            raise SystemExit(f"`true` did not succeed in the sandbox: {result}")
+        durations.append(result.duration_seconds)
+    return durations
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=50)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        durations = asyncio.run(_measure(Path(directory).resolve(), options.calls))
+    figures = _common.summary_ms(durations)
+    _common.emit(
+        {
+            "benchmark": "sandbox_run_true",
+            "run_true": figures,
+            "target": f"median < {TARGET_MS:g} ms",
+            "met": figures["median_ms"] < TARGET_MS,
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

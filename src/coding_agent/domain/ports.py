@@ -1,0 +1,74 @@
+"""Narrow ports: what a lower floor needs from a higher one, as Protocols.
+
+The agent and the context builders run against these; the runtime owns the real
+implementations (`runtime.state_store.StateStore`, `runtime.memory_store.MemoryStore`)
+and hands them down. So imports point down, and each port says exactly which part of
+the store its user relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from coding_agent.domain.memories import ChannelRecord, ThreadRecord
+from coding_agent.domain.runs import RunMarks, RunRecord
+from coding_agent.domain.tasks import TaskKey
+
+__all__ = ["RunStore", "MemoryRepository"]
+
+
+class RunStore(Protocol):
+    """The runs, leases and run marks a run reads and writes while it works."""
+
+    def start_run(self, run_uuid: str, task_key: str, owner: str, requester: str | None) -> None: ...
+
+    def heartbeat(
+        self,
+        task_key: str,
+        owner: str,
+        ttl_seconds: float,
+        run_uuid: str,
+        steps: int,
+        usages: Sequence[tuple[int, int]] = (),
+    ) -> bool: ...
+
+    def record_usages(self, run_uuid: str, task_key: str, usages: Sequence[tuple[int, int]]) -> None: ...
+
+    def finish_run(self, run_uuid: str, status: str, steps: int, error: str | None = None) -> None: ...
+
+    def release_lease(self, task_key: str, owner: str) -> None: ...
+
+    def runs(self, task_key: str | None = None) -> list[RunRecord]: ...
+
+    def control_request(self, task_key: str) -> str | None: ...
+
+    def clear_control_request(self, task_key: str) -> None: ...
+
+    def run_marks(self, run_uuid: str) -> RunMarks: ...
+
+    def set_progress_comment(self, run_uuid: str, comment_id: str) -> None: ...
+
+    def record_final(self, run_uuid: str, status: str, body: str) -> None: ...
+
+    def mark_final_posted(self, run_uuid: str) -> None: ...
+
+    def pause_run(self, run_uuid: str, steps: int, hold: bool) -> None: ...
+
+
+class MemoryRepository(Protocol):
+    """Channel and thread memories, as the memory keeper and the admin commands use them."""
+
+    def touch_channel(self, key: TaskKey) -> None: ...
+
+    def write_channel(self, key: TaskKey, long_term: str | None, short_term: str | None) -> None: ...
+
+    def add_thread_memory(self, key: TaskKey, run_uuid: str, summary: str) -> None: ...
+
+    def channel(self, channel_id: str) -> ChannelRecord | None: ...
+
+    def channels(self, workspace_id: str | None = None, active_since: float | None = None) -> list[ChannelRecord]: ...
+
+    def thread_memories(self, channel_id: str | None = None, since: float | None = None) -> list[ThreadRecord]: ...
+
+    def clear(self, channel_id: str | None = None) -> int: ...

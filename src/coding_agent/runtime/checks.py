@@ -1,0 +1,291 @@
+"""Health checks of a deployment: `coding-agent doctor` runs them all, and the preflight of
+`run --once` / `serve` runs the forge and LLM ones before anything is claimed (SPEC 11).
+
+Each check returns one `Check` (a line of output). Checks talk to the real services with
+the maintained clients the agent itself uses (githubkit, python-gitlab, openai, ollama,
+the MCP client), but only through read-only calls: the bot user, a repository
+permission, the model list — never a chat request, never a write. Every detail passes
+through the redactor, so a token that a server echoes back is never printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gitlab
+import ollama
+import openai
+from githubkit import GitHub
+from githubkit.exception import RequestFailed
+from sqlalchemy.engine import make_url
+
+from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServerConfig
+from coding_agent.redaction import Redactor
+from coding_agent.runtime.state_store import StateStore
+from coding_agent.tools.hub import ToolHub
+from coding_agent.tools.sandbox import bwrap_usable
+
+__all__ = ["Check", "forge_checks", "llm_check", "preflight", "run_doctor"]
+
+_CHECK_TIMEOUT_SECONDS = 10.0
+_GITLAB_ROLES = {10: "guest", 15: "planner", 20: "reporter", 30: "developer", 40: "maintainer", 50: "owner"}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of `doctor`: what was checked, whether it is fine, and what was seen."""
+
+    name: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{error.__class__.__name__}: {text}" if text else error.__class__.__name__
+
+
+async def _guarded(name: str, check: Callable[[], Awaitable[Check]], redactor: Redactor) -> Check:
+    """Run one check with a deadline; any error is that check's failure, redacted."""
+    try:
+        result = await asyncio.wait_for(check(), _CHECK_TIMEOUT_SECONDS)
+    except asyncio.TimeoutError:
+        result = Check(name, False, f"no answer within {_CHECK_TIMEOUT_SECONDS:g} s")
+    except Exception as error:  # noqa: BLE001 - a check reports, it never raises
+        result = Check(name, False, _describe(error))
+    return Check(result.name, result.ok, redactor.text(result.detail))
+
+
+# ------------------------------------------------------------------------------ forge
+
+
+async def _github(config: GitHubConfig) -> Check:
+    name = f"forge github {config.api_url}"
+    if config.token is None or not config.token.get_secret_value():
+        return Check(name, False, "no token (github.token or GITHUB_TOKEN)")
+    github: GitHub[Any] = GitHub(config.token.get_secret_value(), base_url=config.api_url, auto_retry=False, timeout=8)
+    try:
+        response = await github.rest.users.async_get_authenticated()
+    except RequestFailed as error:
+        status = error.response.status_code
+        return Check(name, False, f"the token is refused (HTTP {status})" if status in (401, 403) else f"HTTP {status}")
+    login = response.parsed_data.login
+    scopes = response.headers.get("x-oauth-scopes")
+    parts = [f"bot user @{login}", f"token scopes: {scopes}" if scopes is not None else "fine-grained token"]
+    ok = True
+    if config.bot_name and config.bot_name.lower() != login.lower():
+        parts.append(f"bot_name is {config.bot_name!r} but the token is @{login}")
+        ok = False
+    for repo in config.repos:
+        try:
+            permission = await github.rest.repos.async_get_collaborator_permission_level(config.owner, repo, login)
+            role = permission.parsed_data.role_name or permission.parsed_data.permission
+        except RequestFailed as error:
+            role = f"unknown (HTTP {error.response.status_code})"
+        writes = role in ("write", "maintain", "admin")
+        ok = ok and writes
+        parts.append(f"{config.owner}/{repo}: {role}{'' if writes else ' (needs write)'}")
+    if not config.repos:
+        parts.append(f"scope: every repository of {config.owner} the token can see")
+    return Check(name, ok, "; ".join(parts))
+
+
+def _gitlab_sync(config: GitLabConfig) -> Check:
+    name = f"forge gitlab {config.api_url}"
+    if config.token is None or not config.token.get_secret_value():
+        return Check(name, False, "no token (gitlab.token or GITLAB_TOKEN)")
+    url = config.api_url.rstrip("/").removesuffix("/api/v4")
+    client = gitlab.Gitlab(url, private_token=config.token.get_secret_value(), timeout=8, retry_transient_errors=False)
+    try:
+        client.auth()
+    except gitlab.exceptions.GitlabAuthenticationError as error:
+        return Check(name, False, f"the token is refused (HTTP {error.response_code})")
+    user = client.user
+    assert user is not None
+    parts = [f"bot user @{user.username}"]
+    ok = True
+    if config.bot_name and config.bot_name.lower() != str(user.username).lower():
+        parts.append(f"bot_name is {config.bot_name!r} but the token is @{user.username}")
+        ok = False
+    if config.project_id is not None:
+        project = client.projects.get(config.project_id)
+        try:
+            level = int(project.members_all.get(user.id).access_level)
+        except gitlab.exceptions.GitlabGetError:
+            level = 0
+        role = _GITLAB_ROLES.get(level, f"level {level}" if level else "not a member")
+        ok = ok and level >= 30
+        parts.append(f"project {config.project_id}: {role}{'' if level >= 30 else ' (needs developer)'}")
+    else:
+        group = client.groups.get(config.group)
+        parts.append(f"group {group.full_path}: visible")
+    return Check(name, ok, "; ".join(parts))
+
+
+def forge_checks(config: AgentConfig) -> list[tuple[str, Callable[[], Awaitable[Check]]]]:
+    """The forge check of every configured source (the bot user, token scopes, role)."""
+    checks: list[tuple[str, Callable[[], Awaitable[Check]]]] = []
+    if "github" in config.sources and config.github is not None:
+        github = config.github
+        checks.append((f"forge github {github.api_url}", lambda: _github(github)))
+    if "gitlab" in config.sources and config.gitlab is not None:
+        gitlab_config = config.gitlab
+        checks.append((f"forge gitlab {gitlab_config.api_url}", lambda: asyncio.to_thread(_gitlab_sync, gitlab_config)))
+    return checks
+
+
+# -------------------------------------------------------------------------------- llm
+
+
+def llm_name(config: AgentConfig) -> str:
+    """`llm <provider> <where>`: the check's name, naming the server it talks to."""
+    section = config.llm.active
+    return f"llm {config.llm.provider} {getattr(section, 'endpoint', None) or getattr(section, 'base_url')}"
+
+
+async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
+    """The model-listing endpoint answers and lists the configured model (never a chat).
+
+    `require_model=False` (the preflight): a server that answers but does not list the
+    model passes with a note; some OpenAI-compatible servers list aliases only.
+    """
+    llm = config.llm
+    section = llm.active
+    model = section.model or ""
+    name = llm_name(config)
+    if llm.provider == "ollama":
+        endpoint = getattr(section, "endpoint")
+        client = ollama.AsyncClient(host=endpoint, timeout=8)
+        listed = await client.list()
+        names = {entry.model for entry in listed.models}
+        if model not in names and f"{model}:latest" not in names:
+            return Check(name, not require_model, f"model {model!r} is not pulled (ollama pull {model})")
+        shown = await client.show(model)
+        num_ctx = _ollama_num_ctx(shown)
+        wanted = section.context_length
+        detail = f"model {model} present; num_ctx sent {wanted}"
+        if num_ctx is not None:
+            detail += f", the model supports {num_ctx}"
+            if num_ctx < wanted:
+                return Check(name, False, detail + f" (lower llm.ollama.context_length to {num_ctx})")
+        return Check(name, True, detail)
+    base_url = getattr(section, "base_url")
+    api_key = getattr(section, "api_key", None)
+    client = openai.AsyncOpenAI(
+        base_url=base_url, api_key=api_key.get_secret_value() if api_key else "not-needed", timeout=8, max_retries=0
+    )
+    try:
+        try:
+            page = await client.models.list()
+        except openai.AuthenticationError:
+            return Check(name, False, "the API key is refused (HTTP 401)")
+        ids = [entry.id async for entry in page]
+    finally:
+        await client.close()
+    if model not in ids:
+        shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+        return Check(name, not require_model, f"model {model!r} is not listed (the server has: {shown or 'none'})")
+    return Check(name, True, f"model {model} listed")
+
+
+def _ollama_num_ctx(shown: Any) -> int | None:
+    """The model's context length from `/api/show`: its parameters, else its model_info."""
+    for line in (getattr(shown, "parameters", None) or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "num_ctx" and parts[1].isdigit():
+            return int(parts[1])
+    for key, value in (getattr(shown, "modelinfo", None) or {}).items():
+        if key.endswith(".context_length") and isinstance(value, int):
+            return value
+    return None
+
+
+# ------------------------------------------------------------------ tools, sandbox, db
+
+
+async def _mcp_server(config: AgentConfig, server: MCPServerConfig) -> Check:
+    name = f"mcp server {server.mcp_server_name}"
+    with tempfile.TemporaryDirectory(prefix="coding-agent-doctor-") as workspace:
+        async with ToolHub([server], config.tools, Path(workspace), config.secrets()) as hub:
+            tools = [spec.name.split("/", 1)[1] for spec in hub.tool_specs]
+    listed = ", ".join(tools[:8]) + (" ..." if len(tools) > 8 else "")
+    return Check(name, bool(tools), f"started; {len(tools)} tool(s): {listed}" if tools else "started but lists no tool")
+
+
+async def _sandbox(config: AgentConfig) -> Check:
+    mode = getattr(config.security, "sandbox", "auto")
+    if mode == "none":
+        return Check("sandbox", True, "security.sandbox: none - commands run UNSANDBOXED (warned at every start)")
+    if shutil.which("bwrap") is None:
+        return Check("sandbox", False, "bwrap not found (Debian package bubblewrap), or set security.sandbox: none")
+    with tempfile.TemporaryDirectory(prefix="coding-agent-doctor-") as workspace:
+        usable = await asyncio.to_thread(bwrap_usable, Path(workspace).resolve())
+    if not usable:
+        return Check("sandbox", False, "bwrap is installed but cannot create namespaces here")
+    return Check(
+        "sandbox",
+        True,
+        "bwrap works: commands see no network, a private /tmp and PID namespace, the system read-only; "
+        "only the workspace is writable and the agent's environment (tokens) is not passed in",
+    )
+
+
+async def _database(config: AgentConfig) -> Check:
+    def probe() -> int:
+        store = StateStore(config.database.url)
+        try:
+            return len(store.runs())
+        finally:
+            store.close()
+
+    runs = await asyncio.to_thread(probe)
+    shown = make_url(config.database.url).render_as_string(hide_password=True)
+    return Check("database", True, f"{shown}: schema ready, {runs} run(s) recorded")
+
+
+async def _queue(config: AgentConfig) -> Check:
+    queue = getattr(config, "queue", None)
+    backend = getattr(queue, "backend", "memory")
+    if backend != "rabbitmq":
+        return Check("queue", True, "memory (in-process; nothing to reach)")
+    import aio_pika
+    from yarl import URL
+
+    url = str(getattr(queue, "url"))
+    connection = await aio_pika.connect_robust(url, timeout=8)
+    await connection.close()
+    return Check("queue", True, f"rabbitmq {URL(url).with_password(None).with_user(None)} reachable")
+
+
+async def run_doctor(config: AgentConfig, config_source: str) -> list[Check]:
+    """Every check, concurrently; one `Check` each, in a fixed order."""
+    redactor = Redactor(config.secrets())
+    first = Check("config", True, f"{config_source}: valid (task_source {', '.join(config.sources)}, llm {config.llm.provider})")
+    named: list[tuple[str, Callable[[], Awaitable[Check]]]] = [
+        *forge_checks(config),
+        (llm_name(config), lambda: llm_check(config)),
+        *((f"mcp server {s.mcp_server_name}", (lambda s=s: _mcp_server(config, s))) for s in config.mcp_servers),
+        ("sandbox", lambda: _sandbox(config)),
+        ("database", lambda: _database(config)),
+        ("queue", lambda: _queue(config)),
+    ]
+    results = await asyncio.gather(*(_guarded(name, check, redactor) for name, check in named))
+    return [first, *results]
+
+
+async def preflight(config: AgentConfig) -> list[Check]:
+    """The forge and LLM checks that must pass before `run --once` / `serve` claim anything;
+    returns the failed ones (empty: go ahead)."""
+    redactor = Redactor(config.secrets())
+    named = [*forge_checks(config), (llm_name(config), lambda: llm_check(config, require_model=False))]
+    results = await asyncio.gather(*(_guarded(name, check, redactor) for name, check in named))
+    return [result for result in results if not result.ok]

@@ -1,0 +1,55 @@
+"""Pause, resume and stop one task by its key: the one implementation behind both the
+CLI (`coding-agent pause|resume|stop TASK`) and the dashboard's buttons and API
+(`POST /api/tasks/{key}/pause|resume|stop`), so both act exactly alike (SPEC 8.3, 11.3).
+
+They only write requests into the state store; the process running the task acts on
+them at its next step, and a resumed or stopped paused run is continued by the next
+poll of a running `serve` (or by the CLI itself, which continues it at once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from coding_agent.runtime.state_store import StateStore
+
+__all__ = ["Action", "ActionResult", "UnknownTask", "apply_action"]
+
+Action = Literal["pause", "resume", "stop"]
+
+
+class UnknownTask(LookupError):
+    """The task has no run in a state the action applies to (404 in the API)."""
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What was requested, and whether a paused run now waits to be continued."""
+
+    message: str
+    continue_now: bool
+
+
+def apply_action(store: StateStore, key: str, action: Action) -> ActionResult:
+    """Request `action` on the task `key`; raises UnknownTask when nothing can take it."""
+    running = store.runs_with_status("running", key)
+    paused = store.runs_with_status("paused", key)
+    if action == "pause":
+        if not running:
+            raise UnknownTask(f"{key} has no running run to pause")
+        store.request_control(key, "pause")
+        return ActionResult(f"{key}: pause requested; it pauses at its next step", False)
+    if action == "resume":
+        if not paused:
+            raise UnknownTask(f"{key} has no paused run")
+        store.release_holds(key)
+        return ActionResult(f"{key}: resume requested; it continues from its next step", True)
+    if not running and not paused:
+        raise UnknownTask(f"{key} has no running or paused run to stop")
+    store.request_control(key, "stop")
+    if paused:
+        store.release_holds(key)
+    if running:
+        return ActionResult(f"{key}: stop requested; it stops at its next step", False)
+    return ActionResult(f"{key}: stop requested; the paused run is stopped", True)

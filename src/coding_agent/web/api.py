@@ -1,0 +1,53 @@
+"""The dashboard's JSON API (SPEC 11.3): the same data as the pages, and the pause,
+resume and stop actions through the same code as the CLI (`runtime.operator_actions`).
+
+Store calls are short blocking transactions; they run in a thread so the event loop
+that also works tasks never waits on the database.
+"""
+
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from coding_agent.redaction import Redactor
+from coding_agent.runtime.operator_actions import UnknownTask, apply_action
+from coding_agent.runtime.state_store import StateStore
+from coding_agent.web.views import task_detail, task_list, usage
+
+__all__ = ["api_routes", "ACTIONS"]
+
+ACTIONS = ("pause", "resume", "stop")
+
+
+def api_routes(store: StateStore, redactor: Redactor) -> list[Route]:
+    async def tasks(request: Request) -> Response:
+        return JSONResponse({"tasks": await run_in_threadpool(task_list, store, redactor)})
+
+    async def task(request: Request) -> Response:
+        key = request.path_params["key"]
+        detail = await run_in_threadpool(task_detail, store, key, redactor)
+        if detail is None:
+            return JSONResponse({"error": f"no task {key}"}, status_code=404)
+        return JSONResponse(detail)
+
+    async def usage_view(request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(usage, store))
+
+    async def act(request: Request) -> Response:
+        key = request.path_params["key"]
+        action = request.url.path.rsplit("/", 1)[1]
+        try:
+            result = await run_in_threadpool(apply_action, store, key, action)
+        except UnknownTask as error:
+            return JSONResponse({"error": str(error)}, status_code=404)
+        return JSONResponse({"task": key, "action": action, "message": result.message})
+
+    return [
+        Route("/api/tasks", tasks, methods=["GET"]),
+        Route("/api/usage", usage_view, methods=["GET"]),
+        *(Route(f"/api/tasks/{{key:path}}/{name}", act, methods=["POST"], name=f"api-{name}") for name in ACTIONS),
+        Route("/api/tasks/{key:path}", task, methods=["GET"]),
+    ]

@@ -1,0 +1,146 @@
+"""The dashboard (SPEC 11.3) over real HTTP: pages, JSON API, actions through the same
+code as the CLI, /healthz, /metrics, the token beyond localhost, no secret in any
+response, and a second server on a taken address."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from coding_agent.config import AgentConfig, parse_config
+from coding_agent.runtime.state_store import StateStore
+from coding_agent.web.server import serving_dashboard
+
+KEY = "github:acme/widgets#7"
+DONE_KEY = "gitlab:acme/widgets!3"
+
+
+def make_config(tmp_path: Path, **dashboard: Any) -> tuple[AgentConfig, list[str]]:
+    hidden = ["ghp_" + secrets.token_hex(12), "sk-" + secrets.token_hex(12), secrets.token_urlsafe(16)]
+    data = {
+        "task_source": "github",
+        "github": {"owner": "acme", "token": hidden[0]},
+        "llm": {"provider": "openai", "openai": {"model": "m", "api_key": hidden[1]}},
+        "database": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+        "dashboard": {"bind": "127.0.0.1:0", "token": hidden[2], **dashboard},
+    }
+    return parse_config(data, env={}), hidden
+
+
+def seed(store: StateStore, secret: str) -> None:
+    store.start_run("run-1", KEY, "worker-a", "alice")
+    store.heartbeat(KEY, "worker-a", 60, "run-1", steps=3, usages=[(100, 20)])
+    store.start_run("run-2", DONE_KEY, "worker-a", "bob")
+    store.finish_run("run-2", "failed", 2, error=f"forge said no to token {secret}")
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[str, StateStore, list[str]]]:
+    config, hidden = make_config(tmp_path)
+    store = StateStore(config.database.url)
+    seed(store, hidden[0])
+    async with serving_dashboard(config, store) as url:
+        assert url is not None
+        yield url, store, hidden
+    store.close()
+
+
+async def test_api_lists_tasks_details_and_usage(served: tuple[str, StateStore, list[str]]) -> None:
+    url, _, _ = served
+    async with httpx.AsyncClient(base_url=url) as client:
+        tasks = (await client.get("/api/tasks")).json()["tasks"]
+        detail = (await client.get(f"/api/tasks/{quote(KEY, safe='')}")).json()
+        usage = (await client.get("/api/usage")).json()
+        missing = await client.get("/api/tasks/github:acme/widgets%2399")
+    by_key = {task["task"]: task for task in tasks}
+    assert by_key[KEY]["state"] == "running" and by_key[KEY]["requester"] == "alice" and by_key[KEY]["steps"] == 3
+    assert by_key[KEY]["tokens"] == 120 and by_key[KEY]["started_at"] and by_key[KEY]["finished_at"] is None
+    assert by_key[DONE_KEY]["state"] == "failed" and by_key[DONE_KEY]["finished_at"]
+    assert detail["task"] == KEY and [run["run"] for run in detail["runs"]] == ["run-1"]
+    assert usage["requesters"]["alice"]["prompt_tokens"] == 100
+    assert missing.status_code == 404
+
+
+async def test_actions_go_through_the_cli_code(served: tuple[str, StateStore, list[str]]) -> None:
+    url, store, _ = served
+    async with httpx.AsyncClient(base_url=url) as client:
+        paused = await client.post(f"/api/tasks/{quote(KEY, safe='')}/pause")
+        unknown = await client.post("/api/tasks/github:acme/nothing%231/stop")
+        not_paused = await client.post(f"/api/tasks/{quote(DONE_KEY, safe='')}/resume")
+    assert paused.status_code == 200 and store.control_request(KEY) == "pause"
+    assert unknown.status_code == 404 and "no running or paused run" in unknown.json()["error"]
+    assert not_paused.status_code == 404
+
+
+async def test_health_and_metrics(served: tuple[str, StateStore, list[str]]) -> None:
+    url, _, _ = served
+    async with httpx.AsyncClient(base_url=url) as client:
+        health = await client.get("/healthz")
+        metrics = await client.get("/metrics")
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert metrics.headers["content-type"].startswith("text/plain")
+    assert 'coding_agent_tasks{state="running"} 1.0' in metrics.text
+    assert 'coding_agent_llm_tokens_total{kind="prompt"} 100.0' in metrics.text
+
+
+async def test_no_secret_in_any_page_or_api_response(served: tuple[str, StateStore, list[str]]) -> None:
+    url, _, hidden = served
+    paths = ["/", "/usage", f"/tasks/{quote(KEY, safe='')}", f"/tasks/{quote(DONE_KEY, safe='')}", "/api/tasks",
+             f"/api/tasks/{quote(DONE_KEY, safe='')}", "/api/usage", "/metrics", "/healthz", "/login"]  # fmt: skip
+    async with httpx.AsyncClient(base_url=url) as client:
+        bodies = [(await client.get(path)).text for path in paths]
+    assert all(body for body in bodies)
+    assert "forge said no to token" in bodies[3]
+    for body in bodies:
+        for secret in hidden:
+            assert secret not in body
+
+
+async def test_beyond_localhost_every_page_needs_the_token(tmp_path: Path) -> None:
+    config, hidden = make_config(tmp_path, bind="0.0.0.0:0")
+    store = StateStore(config.database.url)
+    seed(store, hidden[0])
+    async with serving_dashboard(config, store) as url:
+        assert url is not None
+        local = url.replace("0.0.0.0", "127.0.0.1")
+        async with httpx.AsyncClient(base_url=local) as client:
+            refused = [(await client.get(path)).status_code for path in ("/", "/api/tasks", "/metrics", "/usage")]
+            refused.append((await client.post(f"/api/tasks/{quote(KEY, safe='')}/pause")).status_code)
+            wrong = await client.get("/api/tasks", headers={"Authorization": "Bearer wrong"})
+            right = await client.get("/api/tasks", headers={"Authorization": f"Bearer {hidden[2]}"})
+            login = await client.post("/login", data={"token": hidden[2]})
+            with_cookie = await client.get("/")
+    store.close()
+    assert refused == [401] * 5 and store.control_request(KEY) is None
+    assert wrong.status_code == 401 and right.status_code == 200
+    assert login.status_code == 303 and with_cookie.status_code == 200 and KEY in with_cookie.text
+
+
+def test_a_bind_beyond_localhost_without_a_token_is_a_config_error(tmp_path: Path) -> None:
+    from coding_agent.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="dashboard"):
+        make_config(tmp_path, bind="0.0.0.0:8080", token=None)
+
+
+async def test_a_taken_address_is_one_warning_naming_dashboard_bind(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config, _ = make_config(tmp_path)
+    store = StateStore(config.database.url)
+    async with serving_dashboard(config, store) as first:
+        assert first is not None
+        taken = config.model_copy(update={"dashboard": config.dashboard.model_copy(update={"bind": first[7:]})})
+        with caplog.at_level(logging.WARNING):
+            async with serving_dashboard(taken, store) as second:
+                assert second is None
+    store.close()
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and f"dashboard.bind {first[7:]}" in warnings[0]
