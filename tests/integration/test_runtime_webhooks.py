@@ -17,7 +17,8 @@ from coding_agent.config import AgentConfig
 from coding_agent.runtime.webhook_sink import DeliveryLog
 from coding_agent.testing.github.state import GitHubState
 from coding_agent.testing.github.webhooks import GitHubWebhooks
-from coding_agent.web.server import runtime_app
+from coding_agent.web.app import build_app
+from coding_agent.web.webhooks import webhook_routes
 
 SECRET = "whsec-" + "0123456789abcdef"
 GITLAB_TOKEN = "gl-hook-" + "0123456789abcdef"
@@ -68,7 +69,7 @@ def github() -> tuple[GitHubState, GitHubWebhooks, int]:
 
 
 async def _post(config: AgentConfig, sink: RecordingSink, path: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
-    transport = httpx.ASGITransport(app=runtime_app(config, sink))
+    transport = httpx.ASGITransport(app=build_app(webhook_routes(config, sink)))
     async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
         return await client.post(path, content=body, headers=headers)
 
