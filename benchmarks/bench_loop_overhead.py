@@ -58,7 +58,7 @@ import httpx
 from _common import emit, open_labelled_issues, seed_github, summary_ms
 
 import coding_agent.agent.runner as runner_module
-from coding_agent.agent.loop import Checkpoint, LoopOutcome, NoSteering, Steering
+from coding_agent.agent.loop import Checkpoint, Decision, LoopOutcome, NoSteering, Steering
 from coding_agent.config import AgentConfig, parse_config
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
@@ -164,12 +164,12 @@ class TimedSteering:
         self._inner = inner
         self._clock = clock
 
-    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> None:
+    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> Decision:
         if point is Checkpoint.ITERATION_START:
             self._clock.mark()
         started = time.perf_counter()
         try:
-            await self._inner.checkpoint(point, llm)
+            return await self._inner.checkpoint(point, llm)
         finally:
             if self._clock.current is not None:
                 self._clock.current.steering.append((started, time.perf_counter()))

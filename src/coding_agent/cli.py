@@ -64,13 +64,14 @@ def _load(path: Path | None, local: bool = False) -> AgentConfig:
     return config
 
 
-async def _preflight(config: AgentConfig, once: bool) -> bool:
+async def _preflight(config: AgentConfig, once: bool, stop: asyncio.Event) -> bool:
     """Check the forge and the LLM before claiming anything (SPEC 11). `run --once`: False
-    when one fails (each named on stderr). `serve`: wait, retrying with backoff."""
+    when one fails (each named on stderr). `serve`: wait, retrying with backoff, until
+    it passes (True) or `stop` is set (False)."""
     from coding_agent.runtime.checks import preflight
 
     delay = 5.0
-    while True:
+    while not stop.is_set():
         failed = await preflight(config)
         if not failed:
             return True
@@ -81,8 +82,12 @@ async def _preflight(config: AgentConfig, once: bool) -> bool:
         if once:
             return False
         log.warning("preflight: nothing is claimed until this passes; retrying in %.0f s", delay)
-        await asyncio.sleep(delay)
+        try:
+            await asyncio.wait_for(stop.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
         delay = min(delay * 2, 300.0)
+    return False
 
 
 Role = Literal["once", "serve", "producer", "worker"]
@@ -117,12 +122,12 @@ async def _start_service(config: AgentConfig) -> AgentService:
 
 
 async def _run_service(config: AgentConfig, role: Role) -> int:
-    if not await _preflight(config, role == "once"):
-        return 1
     service = await _start_service(config)
     stop = asyncio.Event()
     _pause_on_signals(service, stop)
     try:
+        if not await _preflight(config, role == "once", stop):
+            return 1 if role == "once" else 0
         if role == "once":
             _echo_report(await service.run_cycle())
             return 0
@@ -410,6 +415,20 @@ def memory_clear(
     typer.echo(f"cleared the memories of {channels} repositor{'y' if channels == 1 else 'ies'} ({rows} record(s))")
 
 
+cache_app = typer.Typer(help="The setup cache (SPEC 7.1: setup.cache).", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("clear")
+def cache_clear(config: ConfigOption = None) -> None:
+    """Remove every cached setup: the next run of each repository runs its setup again."""
+    from coding_agent.workspace.setup_cache import SetupCache
+
+    settings = _load(config)
+    removed = SetupCache(Path(settings.setup.cache_dir)).clear()
+    typer.echo(f"removed {removed} cached setup(s) from {settings.setup.cache_dir}")
+
+
 @app.command()
 def cleanup(config: ConfigOption = None) -> None:
     """Remove completed contexts (and thread memories) older than context_storage.cleanup_days."""
@@ -440,6 +459,29 @@ def doctor(config: ConfigOption = None) -> None:
     for check in checks:
         typer.echo(check.line())
     raise typer.Exit(0 if all(check.ok for check in checks) else 1)
+
+
+@app.command("config-reference")
+def config_reference(
+    write: Annotated[
+        Optional[Path], typer.Option("--write", help="Replace the generated section of this file (README.md).")
+    ] = None,
+    example: Annotated[Path, typer.Option("--example", help="config.example.yaml, for the key comments.")] = Path(
+        "config.example.yaml"
+    ),
+) -> None:
+    """Print the config reference generated from the config model (or write it into README.md)."""
+    from coding_agent.config_reference import reference_markdown, write_readme
+
+    if write is None:
+        text = example.read_text(encoding="utf-8") if example.exists() else ""
+        typer.echo(reference_markdown(text), nl=False)
+        return
+    try:
+        changed = write_readme(write, example)
+    except (OSError, ValueError) as error:
+        raise _fail(str(error), 2) from None
+    typer.echo(f"{write}: config reference {'updated' if changed else 'already up to date'}")
 
 
 @app.command("mcp-workspace")

@@ -16,8 +16,12 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from coding_agent.domain.egress_policy import EgressPolicyError, parse_entry
 from coding_agent.errors import ConfigError
+from coding_agent.prompts.prompting import text
 
 __all__ = [
     "AgentConfig",
@@ -36,6 +40,9 @@ __all__ = [
     "CommentDetectionConfig",
     "PauseResumeConfig",
     "ProgressCommentConfig",
+    "EgressConfig",
+    "SetupConfig",
+    "SetupOverride",
     "load_config",
     "parse_config",
     "DEFAULT_CONFIG_PATH",
@@ -59,6 +66,25 @@ class LabelConfig(_Strict):
     paused_label: str = "coding agent paused"
     stopped_label: str = "coding agent stopped"
     failed_label: str = "coding agent failed"
+
+    @field_validator("bot_label", "processing_label", "done_label", "paused_label", "stopped_label", "failed_label")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        """An empty label matches nothing: the agent would never see a trigger."""
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> LabelConfig:
+        """Two lifecycle states under one label could not be told apart."""
+        seen: dict[str, str] = {}
+        for key in LabelConfig.model_fields:
+            value = getattr(self, key)
+            other = seen.setdefault(value.strip().lower(), key)
+            if other != key:
+                raise ValueError(f"{key} and {other} must be different labels")
+        return self
 
 
 class GitHubConfig(LabelConfig):
@@ -159,21 +185,7 @@ class MCPServerConfig(_Strict):
 # Here, not beside the server (`tools.workspace_server`), so that loading a config imports
 # neither the MCP server stack nor anything above this floor.
 
-WORKSPACE_SYSTEM_PROMPT = """\
-The workspace tools work on the repository checked out for this task; paths are relative
-to its root (absolute paths inside it work too, nothing outside it does).
-- Look before you edit: `list_files` and `search` to find code, `view` to read a file
-  with line numbers (use `view_range` for long files).
-- Edit with `str_replace` (old_str must match the file exactly, whitespace included, and
-  occur once; add surrounding lines to make it unique), `insert` to add lines after a
-  line number, `create` for new files (it overwrites an existing file).
-- `run` executes a shell command in the root (no network, so nothing can be downloaded;
-  output is capped, long commands time out). Use it to build and run the tests.
-- `git_status` and `git_diff` show what you changed; git commands inside `run` do not see
-  the repository's history. Do not commit or push: the agent commits and opens the pull
-  request when you are done.
-"""
-
+WORKSPACE_SYSTEM_PROMPT = text("workspace_server.j2")
 
 def builtin_workspace_server() -> dict[str, Any]:
     """The `mcp_servers` entry that starts the built-in workspace server for a run.
@@ -288,6 +300,25 @@ class LoggingConfig(_Strict):
 class DatabaseConfig(_Strict):
     url: str = "sqlite:///coding-agent.db"
 
+    @field_validator("url")
+    @classmethod
+    def _usable_url(cls, value: str) -> str:
+        """Checked at start, not at the first query; the URL itself is never echoed (it may
+        hold a password)."""
+        try:
+            url = make_url(value)
+            backend = url.get_backend_name()
+            url.get_dialect()
+        except (ArgumentError, ValueError):
+            raise ValueError("not a database URL (sqlite:///path/to/state.db or postgresql://user@host/db)") from None
+        except NoSuchModuleError:
+            raise ValueError("unknown database kind; use sqlite:///... or postgresql://...") from None
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError(f"{backend} is not supported; use sqlite:///... or postgresql://...")
+        if backend == "sqlite" and url.database in (None, "", ":memory:"):
+            raise ValueError("SQLite needs a file (sqlite:///path/to/state.db): an in-memory store forgets every task")
+        return value
+
 
 class QueueConfig(_Strict):
     """Between producer and workers (SPEC 11.1): `memory` in-process, or RabbitMQ."""
@@ -310,11 +341,61 @@ class BudgetConfig(_Strict):
     max_seconds: float | None = Field(default=None, gt=0)
 
 
+class EgressConfig(_Strict):
+    """What setup and `run` may reach through the host's egress proxy (SPEC 7.1).
+
+    Entries: `host` (ports 80/443), `host:port`, `*.domain`. Empty: no network at all.
+    Loopback, link-local and metadata addresses need an exact `host:port` entry.
+    """
+
+    setup_hosts: list[str] = Field(default_factory=list)
+    run_hosts: list[str] = Field(default_factory=list)
+
+    @field_validator("setup_hosts", "run_hosts")
+    @classmethod
+    def _entries(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            try:
+                parse_entry(entry)
+            except EgressPolicyError as error:
+                raise ValueError(f"{error} (an entry is host, host:port or *.domain)") from None
+        return entries
+
+
 class SecurityConfig(_Strict):
     allow_untrusted_triggers: bool = False
     # SPEC 15: `bwrap` runs the model's commands in bubblewrap and refuses to start where
     # bwrap cannot run; `none` runs them unsandboxed (warned in the log at every start).
     sandbox: Literal["bwrap", "none"] = "bwrap"
+    egress: EgressConfig = Field(default_factory=EgressConfig)
+
+
+class SetupOverride(_Strict):
+    """Per-repository setup (`setup.repositories["owner/name"]`): unset keys inherit."""
+
+    commands: list[str] | None = None
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    from_repository: bool | None = None
+    cache: bool | None = None
+
+
+class SetupConfig(_Strict):
+    """Environment setup before the first model request (SPEC 7.1).
+
+    `commands` run in the workspace inside the sandbox, through the egress proxy with
+    `security.egress.setup_hosts`. `from_repository: true` runs `.coding-agent/setup.sh`
+    read from the default branch instead (never from a PR head). `cache`: keep what the
+    setup left in the workspace, per repository and lockfile hash, under `cache_dir`.
+    """
+
+    commands: list[str] = Field(default_factory=list)
+    timeout_seconds: float = Field(default=600, gt=0)
+    from_repository: bool = False
+    cache: bool = True
+    cache_dir: str = "setup-cache"
+    # Keep this much of the setup's output (its tail) for the model's first turn.
+    output_tail_chars: int = Field(default=4000, ge=0)
+    repositories: dict[str, SetupOverride] = Field(default_factory=dict)
 
 
 class RetryConfig(_Strict):
@@ -323,6 +404,8 @@ class RetryConfig(_Strict):
     retries: int = Field(default=3, ge=0)
     base_delay_seconds: float = Field(default=1.0, ge=0)
     max_delay_seconds: float = Field(default=60.0, ge=0)
+    # One forge request, whole (also when answered through the conditional-request cache).
+    forge_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
 class TaskStopConfig(_Strict):
@@ -441,6 +524,7 @@ class AgentConfig(_Strict):
     webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     security: SecurityConfig = Field(default_factory=SecurityConfig)
+    setup: SetupConfig = Field(default_factory=SetupConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     task_stop: TaskStopConfig = Field(default_factory=TaskStopConfig)
     comment_detection: CommentDetectionConfig = Field(default_factory=CommentDetectionConfig)
@@ -554,7 +638,8 @@ def _apply_env_overrides(data: dict[str, Any], env: Mapping[str, str]) -> None:
 
 
 def _format_validation_error(error: ValidationError, source: str) -> str:
-    lines = []
+    """One line: every bad key with what is wrong with it (a config error is one line)."""
+    problems = []
     for item in error.errors():
         location = ".".join(str(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
@@ -562,8 +647,8 @@ def _format_validation_error(error: ValidationError, source: str) -> str:
             message = "unknown key"
         elif item["type"] == "missing":
             message = "required key is missing"
-        lines.append(f"  {location}: {message}" if location else f"  {message}")
-    return f"invalid configuration in {source}:\n" + "\n".join(lines)
+        problems.append(f"{location}: {message}" if location else message)
+    return f"invalid configuration in {source}: " + "; ".join(problems)
 
 
 def parse_config(
@@ -585,15 +670,63 @@ def parse_config(
         raise ConfigError(_format_validation_error(error, source)) from None
 
 
+# Bounds on what a config file may make the loader do. A real config is a few KiB with a
+# few hundred values; an alias bomb ("billion laughs") is a few hundred bytes whose aliases
+# expand to billions of values, which the ${ENV} substitution would then copy.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_VALUES = 100_000
+
+
+def _expanded_size(data: Any, limit: int) -> int:
+    """How many values `data` holds once every alias is expanded, stopping past `limit`.
+
+    Aliases are shared objects in the loaded document, so each distinct node is sized
+    once (memoised by identity): the cost is the document's size, not its expansion.
+    """
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        children = node.values() if isinstance(node, dict) else node
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > limit:
+                break
+        sizes[id(node)] = total
+        return total
+
+    return size(data)
+
+
 def load_config(path: str | Path, env: Mapping[str, str] | None = None, local_only: bool = False) -> AgentConfig:
-    """Read, substitute and validate the YAML file at `path` (`local_only`: see `parse_config`)."""
+    """Read, substitute and validate the YAML file at `path` (`local_only`: see `parse_config`);
+    any problem is one `ConfigError`."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
         raise ConfigError(f"cannot read config file {path}: {error.strerror or error}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is over {MAX_CONFIG_BYTES} bytes; is it the right file?")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {error.start})") from None
     try:
         data = yaml.safe_load(text)
+        if _expanded_size(data, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+            raise ConfigError(
+                f"config file {path} expands to over {MAX_CONFIG_VALUES} values (YAML alias bomb?)"
+            )
     except yaml.YAMLError as error:
-        raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
+        detail = " ".join(str(error).split())
+        raise ConfigError(f"config file {path} is not valid YAML: {detail}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} is nested too deeply") from None
     return parse_config(data, str(path), env, local_only)

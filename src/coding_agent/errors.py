@@ -29,12 +29,14 @@ class TransientError(AgentError):
     """A failure worth retrying: HTTP 5xx, 429, a timeout, a dropped connection.
 
     `retry_after` is the server's hint in seconds (Retry-After, or the time until a
-    GitHub rate limit resets), when it gave one.
+    GitHub rate limit resets), when it gave one. `maybe_applied` is False when the server
+    certainly did nothing (a rate limit): a write is then retried without checking first.
     """
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, *, maybe_applied: bool = True) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.maybe_applied = maybe_applied
 
 
 class ForgeError(AgentError):

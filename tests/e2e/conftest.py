@@ -2,13 +2,14 @@
 
 Each e2e test seeds a forge, scripts the model, writes a config file pointing at both,
 and runs `coding-agent run --once` (a real subprocess) or the service in-process.
-Secrets are real-looking strings passed through the environment, so the tests can grep
+Secrets are random strings passed through the environment, so the tests can grep
 every output for them afterwards.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,13 +21,17 @@ import pytest
 import yaml
 
 from coding_agent.config import builtin_workspace_server
+from coding_agent.sources.writes import strip_marker
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.gitlab import GitLabSandbox
 from coding_agent.testing.replay_model import ReplaySandbox
 
-GITHUB_BOT_TOKEN = "ghp_" + "E2eGithubBotToken0123456789abcdef"
-GITLAB_BOT_TOKEN = "glpat-" + "E2eGitlabBotToken0123"
-LLM_API_KEY = "sk-" + "E2eReplayApiKey0123456789"
+# Random strings no built-in redaction pattern matches (no ghp_/glpat-/sk- shapes): a
+# test that finds none of them anywhere proves the configured secrets are masked, not
+# that a token-shaped regex happened to catch them. Fresh per test process.
+GITHUB_BOT_TOKEN = secrets.token_hex(20)
+GITLAB_BOT_TOKEN = secrets.token_hex(20)
+LLM_API_KEY = secrets.token_hex(20)
 SECRETS = (GITHUB_BOT_TOKEN, GITLAB_BOT_TOKEN, LLM_API_KEY)
 
 REPO = "acme/widgets"
@@ -57,7 +62,9 @@ class ForgeUnderTest(Protocol):
     def config_section(self) -> dict[str, Any]: ...
     def open_task(self, kind: Kind, title: str, body: str, labelled_by: str = MAINTAINER) -> int: ...
     def labels(self, kind: Kind, number: int) -> list[str]: ...
-    def comments(self, kind: Kind, number: int) -> list[tuple[str, str]]: ...
+    def comments(self, kind: Kind, number: int) -> list[tuple[str, str]]:
+        """(author, body) as a reader sees them: without the agent's hidden write marker."""
+        ...
 
 
 class GitHubForge:
@@ -91,7 +98,7 @@ class GitHubForge:
         return list(self.sandbox.state.issue(REPO, number).labels)
 
     def comments(self, kind: Kind, number: int) -> list[tuple[str, str]]:
-        return [(c.author, c.body) for c in self.sandbox.state.comments(REPO, number)]
+        return [(c.author, strip_marker(c.body)) for c in self.sandbox.state.comments(REPO, number)]
 
 
 class GitLabForge:
@@ -132,7 +139,7 @@ class GitLabForge:
         state = self.sandbox.state
         notes = state.notes(REPO, number, kind=self._kind(kind), system=False)
         names = {state.find_user(name).id: name for name in (MAINTAINER, READER, BOT)}  # type: ignore[union-attr]
-        return [(names.get(note.author_id, str(note.author_id)), note.body) for note in notes]
+        return [(names.get(note.author_id, str(note.author_id)), strip_marker(note.body)) for note in notes]
 
 
 @pytest.fixture

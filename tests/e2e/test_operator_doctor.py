@@ -162,3 +162,41 @@ def test_local_commands_need_no_forge_token(github_forge: GitHubForge, tmp_path:
     )
     assert result.returncode == 2 and "is not set" in result.stderr
 
+
+
+def test_serve_with_the_llm_down_waits_logs_and_claims_nothing(github_forge: GitHubForge, tmp_path: Path) -> None:
+    import signal
+
+    from coding_agent.testing.waiting import wait_for
+
+    from .conftest import secret_env
+
+    number = github_forge.open_task("issue", "Greet people", "Please add hello.txt.")
+    llm = {"provider": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}
+    setup = write_config(
+        tmp_path, [github_forge], llm, scheduling={"interval_seconds": 0.2}, dashboard={"bind": "127.0.0.1:0"}
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "coding_agent.cli", "serve", "--config", str(setup.config_path)],
+        cwd=tmp_path,
+        env={**os.environ, **secret_env()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log_file = setup.logs / "coding-agent.log"
+    try:
+        wait_for(
+            lambda: log_file.exists() and "nothing is claimed until this passes" in log_file.read_text(),
+            60,
+            "serve to log the failed preflight",
+        )
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0
+    assert "preflight: llm openai http://127.0.0.1:9/v1" in log_file.read_text()
+    assert github_forge.labels("issue", number) == ["coding agent"]
+    assert github_forge.comments("issue", number) == []

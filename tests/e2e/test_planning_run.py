@@ -10,13 +10,19 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from coding_agent.testing.replay_model import ReplaySandbox
 
 from ._planning import action, create_then_done, marker_of, markers, plan, planning_config, tool_names
-from ._steering import run_cycle, user_messages
+from ._steering import run_cycle
+
+
+def _last_message(request: Any) -> str:
+    """What the agent sent last: a correction is a user message, or (native) the phase call's result."""
+    return str(request.body["messages"][-1].get("content"))
 from .conftest import REPO, ForgeUnderTest, load_for_service, progress_comments
 
 THREE_ACTIONS = {
@@ -93,8 +99,8 @@ def test_a_bad_plan_is_corrected_by_name(github_forge: ForgeUnderTest, function_
 
     assert [result.status for result in report.results] == ["done"]
     assert [marker_of(request) for request in requests[:3]] == ["[Phase: planning]"] * 3
-    assert "could not be used: no JSON object found" in user_messages(requests[1])[-1]
-    assert 'actions[2].id "a1" is not unique' in user_messages(requests[2])[-1]
+    assert "could not be used: no JSON object found" in _last_message(requests[1])
+    assert 'actions[2].id "a1" is not unique' in _last_message(requests[2])
     assert marker_of(requests[3]) == "[Phase: execution a1 (1/3)]"
     assert "coding agent done" in github_forge.labels("issue", number)
 
@@ -118,7 +124,7 @@ def test_five_invalid_plans_fail_the_run(github_forge: ForgeUnderTest, function_
 
     assert [result.status for result in report.results] == ["failed"]
     assert len(requests) == 5
-    corrections = [user_messages(request)[-1] for request in requests[1:]]
+    corrections = [_last_message(request) for request in requests[1:]]
     assert "goal_understanding.main_objective must not be empty" in corrections[1]
     assert "goal_understanding.success_criteria must hold at least one criterion" in corrections[1]
     assert "4 actions in all is over the limit of 3" in corrections[2]

@@ -14,6 +14,7 @@ import secrets
 import shutil
 import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,12 +149,12 @@ def test_planted_git_config_never_runs_on_the_host_nor_reaches_a_proxy(
 def _probe_command(planted: dict[str, Path], proof: Path) -> str:
     reads = "; ".join(f"echo {name}; cat {path} 2>&1 | head -c 300" for name, path in planted.items())
     return (
-        "grep CapEff /proc/self/status; "
-        "mount -t tmpfs none /usr 2>&1 && echo MOUNT-OK || echo MOUNT-FAILED; "
-        "mount -o remount,rw /usr 2>&1 && echo REMOUNT-OK || echo REMOUNT-FAILED; "
         f"{reads}; "
         f"touch {proof} 2>&1; "
         "ls -a /root 2>&1; "
+        "grep CapEff /proc/self/status; "
+        "mount -o remount,rw /usr 2>&1 && echo REMOUNT-OK || echo REMOUNT-FAILED; "
+        "mkdir -p mnt-probe && mount -t tmpfs none mnt-probe 2>&1 && echo MOUNT-OK || echo MOUNT-FAILED; "
         "echo ENV-START; env | sort; echo ENV-END; "
         "echo PIDS $(ls -d /proc/[0-9]* | wc -l); "
         "python3 -c 'print(\"py\", 6*7)'; git --version; node -e 'console.log(\"node\", 6*7)'; "
@@ -161,7 +162,16 @@ def _probe_command(planted: dict[str, Path], proof: Path) -> str:
     )
 
 
-def test_run_has_no_capabilities_and_sees_only_the_workspace(github_forge: GitHubForge, tmp_path: Path) -> None:
+@pytest.fixture
+def deployment() -> Iterator[Path]:
+    """A deployment directory outside /tmp (which the sandbox replaces anyway): under HOME."""
+    directory = Path(tempfile.mkdtemp(prefix="coding-agent-security-", dir=Path.home()))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_run_has_no_capabilities_and_sees_only_the_workspace(github_forge: GitHubForge, deployment: Path) -> None:
+    tmp_path = deployment
     marker = secrets.token_hex(16)
     outside = tmp_path / "outside-secret.txt"
     outside.write_text(f"OUTSIDE {marker}\n")
@@ -204,7 +214,9 @@ def test_run_has_no_capabilities_and_sees_only_the_workspace(github_forge: GitHu
     assert not proof.exists(), "the sandbox wrote a file on the host outside the workspace"
     environment = output.split("ENV-START", 1)[1].split("ENV-END", 1)[0].split()
     names = {line.split("=", 1)[0] for line in environment if "=" in line}
-    assert names <= {"PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD"}, names
+    # SPEC 7.1 adds the egress proxy's variables (an address inside the sandbox, no secret).
+    proxy = {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"}
+    assert names <= {"PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD"} | proxy, names
     assert "PIDS " in output and int(output.split("PIDS ", 1)[1].split()[0]) < 10, "own PID namespace"
     for expected in ("py 42", "git version", "node 42", "ok"):
         assert expected in output, f"{expected!r} missing: the toolchain does not work inside"

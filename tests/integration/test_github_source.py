@@ -15,6 +15,7 @@ from coding_agent.errors import ForgeError, TransientError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.base import Source
 from coding_agent.sources.github import GitHubNotFoundError, GitHubSource, build_search_query
+from coding_agent.sources.writes import strip_marker
 from coding_agent.testing.faults import Fault
 from coding_agent.testing.github import GitHubSandbox
 
@@ -383,7 +384,8 @@ async def test_429_retry_after_is_honoured(sandbox: GitHubSandbox) -> None:
     assert sleep.waits == [1.0]
     assert sandbox.faults.injected == 1
     assert [(r.method, r.status) for r in sandbox.state.requests()] == [("POST", 429), ("POST", 201)]
-    assert [c.body for c in sandbox.state.comments(REPO, number)] == ["hello"]
+    # Stored with its hidden marker (sources/writes.py), which reading strips again.
+    assert [strip_marker(c.body) for c in sandbox.state.comments(REPO, number)] == ["hello"]
 
 
 async def test_exhausted_rate_limit_waits_until_the_reset(sandbox: GitHubSandbox) -> None:

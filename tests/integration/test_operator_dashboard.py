@@ -103,6 +103,18 @@ async def test_no_secret_in_any_page_or_api_response(served: tuple[str, StateSto
             assert secret not in body
 
 
+async def test_hostile_text_is_escaped(tmp_path: Path) -> None:
+    config, _ = make_config(tmp_path)
+    store = StateStore(config.database.url)
+    hostile = "<img src=x onerror=alert(1)>"
+    store.start_run("run-x", "github:acme/widgets#9", "worker-a", hostile)
+    async with serving_dashboard(config, store) as url, httpx.AsyncClient(base_url=str(url)) as client:
+        pages = [(await client.get(path)).text for path in ("/", "/usage", "/tasks/github:acme/widgets%239")]
+    store.close()
+    for page in pages:
+        assert hostile not in page and "&lt;img src=x" in page
+
+
 async def test_beyond_localhost_every_page_needs_the_token(tmp_path: Path) -> None:
     config, hidden = make_config(tmp_path, bind="0.0.0.0:0")
     store = StateStore(config.database.url)

@@ -143,6 +143,9 @@ def test_non_utf8_names_are_shown_escaped(layout: tuple[Path, Path]) -> None:
     assert "caf\\xe9.txt" in workspace.list_files()
     assert workspace.search("needle") == "caf\\xe9.txt:1: needle"
     assert "caf\\xe9.txt" in workspace.view(".")
+    (root / "latin1.txt").write_bytes(b"caf\xe9 = 1\nx = 2\n")
+    workspace.str_replace("latin1.txt", "x = 2", "x = 3")
+    assert (root / "latin1.txt").read_bytes() == b"caf\xe9 = 1\nx = 3\n", "bytes that are not UTF-8 survive an edit"
 
 
 def _server_pids(root: Path) -> list[int]:

@@ -4,7 +4,8 @@ send the output back, until it says done or a limit is reached.
 This is the one place the loop lives. It knows nothing of forges, labels or files beyond
 three narrow collaborators: the reporter (posts comments), the tool hub (runs tools)
 and the context files (records history). Steering (SPEC 8) is consulted at the named
-checkpoints through `Steering.checkpoint`.
+checkpoints through `Steering.checkpoint`, which returns a `Decision`: the loop appends
+its messages, and a pause or a stop ends the loop there (`_consult`, the one place).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from coding_agent.tools.types import ToolResult
 
 __all__ = [
     "Checkpoint",
+    "Verdict",
+    "Decision",
     "Steering",
     "NoSteering",
     "ContextCompressor",
@@ -49,17 +52,57 @@ class Checkpoint(str, Enum):
     AFTER_TOOL = "after_tool"
 
 
+class Verdict(str, Enum):
+    """What steering says at a checkpoint: go on, or end the run here (SPEC 8)."""
+
+    CONTINUE = "continue"
+    PAUSE = "pause"
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Steering's answer at a checkpoint.
+
+    `messages`: user messages for the model (new comments), appended by the loop in order.
+    `ending`: for PAUSE and STOP, the exception the loop ends with; the runner catches it
+    and publishes the matching ending (the loop does not need to know its type).
+    """
+
+    verdict: Verdict = Verdict.CONTINUE
+    messages: tuple[str, ...] = ()
+    ending: Exception | None = None
+
+    def __post_init__(self) -> None:
+        if (self.verdict is Verdict.CONTINUE) != (self.ending is None):
+            raise ValueError("a pause or a stop needs its ending, and only they have one")
+
+
+CONTINUE = Decision()
+
+
 class Steering(Protocol):
-    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> None:
-        """May add a user message (new comments) or raise to pause/stop the run."""
+    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> Decision:
+        """Decide whether the run goes on, and what the model should be told first."""
         ...
 
 
 class NoSteering:
     """Steering that never intervenes."""
 
-    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> None:
-        return None
+    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> Decision:
+        return CONTINUE
+
+
+async def _consult(steering: Steering, point: Checkpoint, llm: LLMClient) -> bool:
+    """Obey steering at `point`: append its messages, end the loop on a pause or a stop.
+    True when messages were appended."""
+    decision = await steering.checkpoint(point, llm)
+    for text in decision.messages:
+        llm.send_user_message(text)
+    if decision.ending is not None:
+        raise decision.ending
+    return bool(decision.messages)
 
 
 class ContextCompressor(Protocol):
@@ -146,7 +189,7 @@ async def run_loop(
         if pending_reply is not None:
             reply, pending_reply = pending_reply, None
         else:
-            await steering.checkpoint(Checkpoint.ITERATION_START, llm)
+            await _consult(steering, Checkpoint.ITERATION_START, llm)
             if steps >= limits.max_steps:
                 return failed("limit_steps", limit=limits.max_steps)
             if limits.max_tokens is not None and llm.usage.total_tokens >= limits.max_tokens:
@@ -176,9 +219,8 @@ async def run_loop(
             continue
         invalid_in_a_row = 0
 
-        history = len(llm.messages)
-        await steering.checkpoint(Checkpoint.AFTER_REPLY, llm)
-        if decision.done and not decision.actions and len(llm.messages) > history:
+        told = await _consult(steering, Checkpoint.AFTER_REPLY, llm)
+        if decision.done and not decision.actions and told:
             continue  # comments arrived as the model finished: it answers them first (SPEC 8.1)
         decision = await policy.accept(llm, decision)
         if repeated is not None and not decision.done:
@@ -201,7 +243,6 @@ async def run_loop(
                     output += "\n\n" + notice("repeated_failure", language, tool=action.tool, count=failures[signature])
             else:
                 last_failure = ""
-            policy.after_tool(action.tool, result)
             verdict = guard.tool_call(action.tool, action.args, result.text, result.is_error)
             if verdict is not None and verdict.action == "fail":
                 files.sync_messages(llm.messages)
@@ -210,7 +251,7 @@ async def run_loop(
                 output += "\n\n" + verdict.message
             protocol.send_tool_result(llm, action, output, result.is_error)
         if decision.actions:
-            await steering.checkpoint(Checkpoint.AFTER_TOOL, llm)
+            await _consult(steering, Checkpoint.AFTER_TOOL, llm)
             files.sync_messages(llm.messages)
 
         if decision.done:

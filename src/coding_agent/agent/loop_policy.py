@@ -14,7 +14,6 @@ from typing import Protocol
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import Decision, ReplyProtocol
 from coding_agent.llm.types import LLMReply, ToolSpec
-from coding_agent.tools.types import ToolResult
 
 __all__ = ["LoopPolicy", "ProtocolPolicy"]
 
@@ -42,10 +41,6 @@ class LoopPolicy(Protocol):
         """Answer an unusable reply."""
         ...
 
-    def after_tool(self, name: str, result: ToolResult) -> None:
-        """A tool ran (its result is about to be sent)."""
-        ...
-
     def describe(self) -> str:
         """Where the run stands, appended to a limit's or a failure's comment ("" if nothing)."""
         ...
@@ -71,9 +66,6 @@ class ProtocolPolicy:
 
     def send_correction(self, llm: LLMClient, reply: LLMReply, error: str) -> None:
         llm.send_user_message(self.protocol.correction_message(error))
-
-    def after_tool(self, name: str, result: ToolResult) -> None:
-        return None
 
     def describe(self) -> str:
         return ""

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from coding_agent.agent.loop import Checkpoint, LoopLimits, LoopOutcome, Steering, run_loop
+from coding_agent.agent.environment import RunEnvironment
+from coding_agent.agent.loop import Checkpoint, Decision, LoopLimits, LoopOutcome, Steering, run_loop
 from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
 from coding_agent.agent.planning import PlanningPolicy, load_planning_state, render_instructions
@@ -31,7 +32,7 @@ from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.ports import RunStore
 from coding_agent.domain.runs import RunRecord
 from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread
-from coding_agent.errors import AgentError
+from coding_agent.errors import AgentError, ForgeError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
 from coding_agent.llm.protocols import ReplyProtocol, create_protocol
@@ -49,6 +50,9 @@ from coding_agent.workspace.session import RunWorkspace
 __all__ = ["TaskRunner", "RunResult", "IssueReporter"]
 
 log = logging.getLogger(__name__)
+
+# Publications of an outcome (final comment, label) before the run gives up and ends failed.
+MAX_PUBLISH_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -120,10 +124,10 @@ class _LeaseGuard:
     def __init__(self, runner: TaskRunner, inner: Steering, key: str, run_uuid: str, lease: LeaseWatch | None) -> None:
         self._runner, self._inner, self._key, self._run_uuid, self._lease = runner, inner, key, run_uuid, lease
 
-    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> None:
+    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> Decision:
         _check_lease(self._lease, self._key, self._run_uuid)
         await self._runner._await_step_write(self._key, self._run_uuid)
-        await self._inner.checkpoint(point, llm)
+        return await self._inner.checkpoint(point, llm)
 
 
 class TaskRunner:
@@ -225,8 +229,16 @@ class TaskRunner:
         if interruption is not None:
             status, context_dir = await control.interrupted(interruption, llm)
             return RunResult(run_uuid, key, status, control.steps, context_dir)
+        # Redacted before anything stores it: the state store keeps the outcome to publish
+        # (run_marks.final_body) and a failed run's reason (runs.error).
+        outcome = replace(outcome, comment=self._redactor.text(outcome.comment))
         control.record_outcome(outcome)
-        status = await self._publish(source, task, control.reporter(), outcome)
+        status, failure = await self._publish(source, task, control.reporter(), outcome)
+        if status is None:
+            attempts = int(files.metadata.get("publish_attempts", 0)) + 1
+            if attempts < MAX_PUBLISH_ATTEMPTS:
+                return self._leave_finishing(key, run_uuid, files, outcome.steps, attempts)
+            status = await self._give_up(source, task, attempts, failure)
         await control.finished(status)
         files.write_metadata(status=status, steps=outcome.steps)
         context_dir = files.move_to("completed")
@@ -269,7 +281,10 @@ class TaskRunner:
         instructions = protocol.instructions()
         if planner is not None:
             instructions += "\n\n" + render_instructions(protocol.uses_native_tools, config.planning.max_actions)
-        async with ToolHub(config.mcp_servers, config.tools, workspace, self._redactor.secrets) as hub:
+        # SPEC 7.1: the egress proxy and the setup, before the servers and the first request.
+        async with RunEnvironment(config, source, task, workspace, self._redactor) as environment, ToolHub(
+            environment.servers(config.mcp_servers), config.tools, workspace, self._redactor.secrets
+        ) as hub:
             llm.send_system_prompt(
                 render_system_prompt(
                     task,
@@ -285,9 +300,11 @@ class TaskRunner:
             if not control.restore(llm):  # a continued run has its history already
                 previous = await asyncio.to_thread(self._store.runs, str(task.key))
                 first_turn = self._first_turn(source, task, comments, threads, trust, files.run_uuid, branch_rules, previous)
-                llm.send_user_message(first_turn)
+                llm.send_user_message("\n\n".join(part for part in (first_turn, environment.first_turn_note()) if part))
             policy.prepare(llm, hub.tool_specs)
             await control.begin(comments, threads, trust)
+            if (setup_note := environment.progress_note()) is not None:
+                await control.reporter().step_comment(setup_note)
             guard = config.loop_guard
             limits = LoopLimits(
                 max_steps=config.max_llm_process_num,
@@ -297,7 +314,7 @@ class TaskRunner:
             outcome = await run_loop(
                 llm,
                 protocol,
-                control.tools(hub),
+                environment.tools(control.tools(hub)),
                 files,
                 control.reporter(),
                 limits,
@@ -316,8 +333,9 @@ class TaskRunner:
             if planner is not None:
                 await planner.finish()
         if outcome.status == "done":  # SPEC 7: commit, push, open or update the PR/MR
-            final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language)
-            outcome = replace(outcome, comment=final)
+            blocked = environment.blocked_section()
+            final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language, blocked)
+            outcome = replace(outcome, comment="\n\n".join(part for part in (final, blocked) if part))
         return outcome
 
     def _planner(self, protocol: ReplyProtocol, workspace: Path, control: RunControl) -> PlanningPolicy | None:
@@ -433,8 +451,15 @@ class TaskRunner:
         self._store.record_usages(run_uuid, key, self._pending_usage.pop(run_uuid, []))
         self._last_heartbeat.pop(run_uuid, None)
 
-    async def _publish(self, source: Source, task: Task, reporter: IssueReporter, outcome: LoopOutcome) -> str:
-        """Final comment and label. Returns the run status; never raises for forge errors."""
+    async def _publish(
+        self, source: Source, task: Task, reporter: IssueReporter, outcome: LoopOutcome
+    ) -> tuple[str | None, str]:
+        """Final comment and label: the run status, or None and why when the forge failed us.
+
+        A final comment the forge refuses for good (a 4xx: it will refuse it again) is
+        replaced by a failure notice that says why. Anything else that fails (5xx
+        streaks, timeouts, a forbidden label write) leaves the outcome to publish again.
+        """
         labels = source.labels
         language = self._config.language
         if outcome.status == "done":
@@ -443,11 +468,44 @@ class TaskRunner:
             comment, label = notice("failed", language, reason=outcome.comment, label=labels.failed_label), labels.failed_label
         status = outcome.status
         try:
-            await reporter.final_comment(comment)
+            try:
+                await reporter.final_comment(comment)
+            except ForgeError as refused:  # a 4xx (TransientError is not a ForgeError)
+                reason = self._redactor.text(f"the forge refused the final comment: {refused}")
+                log.error("%s: %s", task.key, reason)
+                await reporter.final_comment(notice("failed", language, reason=reason, label=labels.failed_label))
+                status, label = "failed", labels.failed_label
             await transition(source, task.key, label, [labels.processing_label])
         except AgentError as error:
-            # The forge itself is failing: the labels may be left at `processing`, which
-            # the next poll after the lease expires does not pick up; say so loudly.
-            log.error("%s: could not publish the outcome (%s): %s", task.key, status, self._redactor.text(str(error)))
-            status = "failed"
-        return status
+            failure = self._redactor.text(str(error))
+            log.error("%s: could not publish the outcome (%s): %s", task.key, status, failure)
+            return None, failure
+        return status, ""
+
+    def _leave_finishing(self, key: str, run_uuid: str, files: RunContextFiles, steps: int, attempts: int) -> RunResult:
+        """The outcome is recorded (run_marks) but not out: let the next cycle publish it.
+
+        The run stays `running` without a lease, which is what `Recovery` takes over: any
+        worker's next cycle continues it from its recorded outcome (the final comment is
+        not posted twice: its posting is marked in the store).
+        """
+        files.write_metadata(publish_attempts=attempts)
+        self._store.release_lease(key, self._owner)
+        log.warning("%s: run %s is finishing; its outcome is published at the next cycle", key, run_uuid)
+        return RunResult(run_uuid, key, "finishing", steps, files.directory)
+
+    async def _give_up(self, source: Source, task: Task, attempts: int, failure: str) -> str:
+        """After `attempts` failed publications: a failure comment and label, as far as the forge lets us."""
+        labels = source.labels
+        reason = f"the forge refused the run's outcome {attempts} times (last: {failure})"
+        log.error("%s: %s; the run ends failed", task.key, reason)
+        text = notice("failed", self._config.language, reason=reason, label=labels.failed_label)
+        for write in (
+            lambda: source.post_comment(task.key, self._redactor.text(text)),
+            lambda: transition(source, task.key, labels.failed_label, [labels.processing_label]),
+        ):
+            try:
+                await write()
+            except AgentError as error:
+                log.error("%s: %s", task.key, self._redactor.text(str(error)))
+        return "failed"

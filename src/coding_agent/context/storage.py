@@ -42,6 +42,11 @@ class RunContextFiles:
         with (self.directory / name).open("a", encoding="utf-8") as handle:
             handle.write(self._jsonl(records) if text is None else text)
 
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """What metadata.json holds (a copy): e.g. how often a run tried to publish."""
+        return dict(self._metadata)
+
     def write_metadata(self, **fields: Any) -> None:
         """Merge `fields` into metadata.json (rewritten whole; it is small)."""
         self._metadata.update(fields)

@@ -17,6 +17,7 @@ from coding_agent.llm.base import LLMClient
 from coding_agent.llm.hygiene import clean_value
 from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY
 from coding_agent.llm.types import LLMReply, ToolSpec
+from coding_agent.prompts.prompting import text
 
 __all__ = [
     "ToolAction",
@@ -253,17 +254,8 @@ def extract_json_object(text: str) -> dict[str, Any]:
 
 # --- JSON in text ---------------------------------------------------------------------
 
-_JSON_INSTRUCTIONS = """\
-Reply with exactly one JSON object and nothing else:
-- to run a tool:
-  {"comment": "<what you do next and why; posted on the issue>",
-   "command": {"tool": "<server>/<tool>", "args": {<the tool's arguments>}}}
-- when the task is finished:
-  {"done": true, "comment": "<summary of what was done; posted on the issue>"}
-Run one command per reply. The next message gives you the command's output as `previous_output`."""
-
-_JSON_REMINDER = "Answer with one JSON object: the next command, or {\"done\": true, \"comment\": ...}."
-
+_JSON_INSTRUCTIONS = text("protocol/json_instructions.j2")
+_JSON_REMINDER = text("protocol/json_reminder.j2")
 
 def _truthy(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.strip().lower() == "true")
@@ -336,7 +328,7 @@ class JsonTextProtocol:
         return Decision(comment=comment, actions=(action,), done=False)
 
     def correction_message(self, error: str) -> str:
-        return f"Your last reply could not be used: {error}.\n{_JSON_INSTRUCTIONS}"
+        return text("protocol/json_correction.j2", error=error, instructions=_JSON_INSTRUCTIONS)
 
     def send_tool_result(self, llm: LLMClient, action: ToolAction, output: str, is_error: bool) -> None:
         previous = {"tool": action.tool, "args": action.args, "is_error": is_error, "output": output}
@@ -348,19 +340,15 @@ class JsonTextProtocol:
 
 DONE_TOOL = ToolSpec(
     name="done",
-    description="Finish the task. Call it once the work is complete (or cannot be completed).",
+    description=text("protocol/done_tool.j2"),
     input_schema={
         "type": "object",
-        "properties": {"comment": {"type": "string", "description": "Summary of what was done; posted on the issue."}},
+        "properties": {"comment": {"type": "string", "description": text("protocol/done_comment.j2")}},
         "required": ["comment"],
     },
 )
 
-_TOOL_INSTRUCTIONS = """\
-Work on the task with the offered tools. In the text of each reply, say briefly what you do \
-next and why: it is posted on the issue. When the task is finished, call the `done` tool with \
-a summary of what was done as `comment`."""
-
+_TOOL_INSTRUCTIONS = text("protocol/tool_instructions.j2")
 
 class ToolCallsProtocol:
     """For models with native tool calling: the MCP tools plus a `done` function."""
@@ -400,10 +388,7 @@ class ToolCallsProtocol:
         return Decision(comment=text, actions=tuple(actions), done=False)
 
     def correction_message(self, error: str) -> str:
-        return (
-            f"Your last reply could not be used: {error}. None of its tool calls were run. "
-            "Call one of the offered tools with a JSON object of arguments, or call `done` with a comment."
-        )
+        return text("protocol/tool_correction.j2", error=error)
 
     def send_tool_result(self, llm: LLMClient, action: ToolAction, output: str, is_error: bool) -> None:
         text = f"[error] {output}" if is_error else output

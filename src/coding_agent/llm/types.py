@@ -5,20 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from coding_agent.domain.chat import Message, ToolSpec
+
 __all__ = ["ToolSpec", "ToolCallRequest", "TokenUsage", "LLMReply", "Message"]
-
-# One chat message in OpenAI form: {"role": ..., "content": ..., "tool_calls": [...], ...}.
-# Providers translate it to their own wire format; context storage writes it as JSON.
-Message = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """An MCP tool as offered to the model. `name` is the real `server/tool` name."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
 
 
 @dataclass(frozen=True)

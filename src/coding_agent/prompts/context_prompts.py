@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from coding_agent.domain.channel import ChannelMemory, Context
+from coding_agent.domain.chat import Message
 from coding_agent.domain.conversation import ConversationContext
 from coding_agent.domain.tasks import Comment, Task, TaskKey, Thread
-from coding_agent.llm.types import Message
-from coding_agent.prompts.prompting import task_kind_words, template
+from coding_agent.prompts.prompting import task_kind_words, template, text
 
 __all__ = [
     "render_context",
@@ -35,12 +35,9 @@ __all__ = [
     "SUMMARY_HEADING",
 ]
 
-SUMMARY_SYSTEM_PROMPT = (
-    "You compress the history of a coding agent's run into a short factual summary. "
-    "Answer with the summary text only."
-)
+SUMMARY_SYSTEM_PROMPT = text("context_summary_system.j2")
 # The first line of the message that replaces compressed messages in the history.
-SUMMARY_HEADING = "Summary of the earlier steps of this run (older messages were compressed):"
+SUMMARY_HEADING = text("context_summary_heading.j2")
 # Per message, in a summary request: long tool output is cut (the summary keeps facts, not logs).
 _MAX_MESSAGE_CHARS = 4000
 _BLANK_LINES = re.compile(r"\n{3,}")

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 
 import jinja2
 
+from coding_agent.domain.chat import ToolSpec
 from coding_agent.domain.tasks import Task
-from coding_agent.llm.types import ToolSpec
 from coding_agent.prompts.untrusted import UntrustedWrapper
 
-__all__ = ["render_system_prompt", "template", "task_kind_words"]
+__all__ = ["render_system_prompt", "text", "template", "task_kind_words"]
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("coding_agent.prompts", "templates"),
@@ -31,6 +31,11 @@ _FORGE_TITLES = {"github": "GitHub", "gitlab": "GitLab"}
 def template(name: str) -> jinja2.Template:
     """A template of `templates/`, for every prompt module: one environment, one set of rules."""
     return _ENV.get_template(name)
+
+
+def text(name: str, **values: object) -> str:
+    """The template `name` filled with `values`: every fixed prompt text is one of these."""
+    return _ENV.get_template(name).render(**values)
 
 
 def task_kind_words(task: Task) -> tuple[str, str]:

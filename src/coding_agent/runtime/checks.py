@@ -54,12 +54,14 @@ def _describe(error: BaseException) -> str:
     return f"{error.__class__.__name__}: {text}" if text else error.__class__.__name__
 
 
-async def _guarded(name: str, check: Callable[[], Awaitable[Check]], redactor: Redactor) -> Check:
+async def _guarded(
+    name: str, check: Callable[[], Awaitable[Check]], redactor: Redactor, timeout: float = _CHECK_TIMEOUT_SECONDS
+) -> Check:
     """Run one check with a deadline; any error is that check's failure, redacted."""
     try:
-        result = await asyncio.wait_for(check(), _CHECK_TIMEOUT_SECONDS)
+        result = await asyncio.wait_for(check(), timeout)
     except asyncio.TimeoutError:
-        result = Check(name, False, f"no answer within {_CHECK_TIMEOUT_SECONDS:g} s")
+        result = Check(name, False, f"no answer within {timeout:g} s")
     except Exception as error:  # noqa: BLE001 - a check reports, it never raises
         result = Check(name, False, _describe(error))
     return Check(result.name, result.ok, redactor.text(result.detail))
@@ -278,7 +280,13 @@ async def run_doctor(config: AgentConfig, config_source: str) -> list[Check]:
         ("database", lambda: _database(config)),
         ("queue", lambda: _queue(config)),
     ]
-    results = await asyncio.gather(*(_guarded(name, check, redactor) for name, check in named))
+    # An MCP server gets its configured start-up time (capped): starting a process is
+    # slower than an HTTP answer, and a loaded machine must not read as a broken server.
+    startup = min(config.tools.startup_timeout_seconds, 30.0)
+    results = await asyncio.gather(
+        *(_guarded(name, check, redactor, startup if name.startswith("mcp server") else _CHECK_TIMEOUT_SECONDS)
+          for name, check in named)
+    )  # fmt: skip
     return [first, *results]
 
 

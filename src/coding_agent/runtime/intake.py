@@ -81,14 +81,16 @@ class Intake:
         if permission.can_write:
             return True
         log.warning("%s: trigger by %s (%s access) refused", task.key, requester or "unknown user", permission.value)
-        text = (
-            notice("untrusted_trigger", self._language, user=requester)
-            if requester
-            else notice("unknown_trigger", self._language)
-        )
-        await source.post_comment(task.key, self._redactor.text(text))
-        # Remember the task as it is after our comment, so the next poll neither runs
-        # nor comments again until something changes (e.g. a maintainer re-labels it).
-        after = await source.get_task(task.key)
+        after = task
+        if not await asyncio.to_thread(self._store.trigger_ever_rejected, str(task.key)):  # explained once per task (SPEC 15)
+            text = (
+                notice("untrusted_trigger", self._language, user=requester)
+                if requester
+                else notice("unknown_trigger", self._language)
+            )
+            await source.post_comment(task.key, self._redactor.text(text))
+            after = await source.get_task(task.key)
+        # Remember the task as it is now, so the next poll does not look again until
+        # something changes (e.g. a maintainer re-labels it).
         await asyncio.to_thread(self._store.reject_trigger, str(task.key), after.updated_at.isoformat())
         return False

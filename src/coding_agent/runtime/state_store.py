@@ -344,6 +344,11 @@ class StateStore:
             row = session.get(_TriggerRejection, task_key)
             return row is not None and row.updated_at == updated_at
 
+    def trigger_ever_rejected(self, task_key: str) -> bool:
+        """True once a refusal was explained on this task (it is explained only once)."""
+        with self._session() as session:
+            return session.get(_TriggerRejection, task_key) is not None
+
     def reject_trigger(self, task_key: str, updated_at: str) -> None:
         with self._session() as session:
             row = session.get(_TriggerRejection, task_key)

@@ -113,5 +113,9 @@ class Source(Protocol):
         """Replace the description of PR/MR `number`."""
         ...
 
+    async def read_default_branch_file(self, project: str, path: str) -> bytes | None:
+        """`path` on the default branch (SPEC 7.1: the setup script; never a PR/MR head)."""
+        ...
+
     async def aclose(self) -> None:
         ...

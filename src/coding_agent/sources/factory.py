@@ -25,10 +25,10 @@ def create_sources(config: AgentConfig) -> list[Source]:
             from coding_agent.sources.github import GitHubSource
 
             assert config.github is not None
-            sources.append(GitHubSource(config.github, policy))
+            sources.append(GitHubSource(config.github, policy, timeout=config.retry.forge_timeout_seconds))
         else:
             from coding_agent.sources.gitlab import GitLabSource
 
             assert config.gitlab is not None
-            sources.append(GitLabSource(config.gitlab, policy))
+            sources.append(GitLabSource(config.gitlab, policy, timeout=config.retry.forge_timeout_seconds))
     return sources

@@ -2,12 +2,12 @@
 
 Two choices worth knowing:
 
-- githubkit's HTTP cache (hishel) stays on. githubkit sends `Cache-Control: no-cache` on
-  every request, so hishel never answers from its store without asking: it revalidates
-  with `If-None-Match`, and GitHub answers 304 (free of rate limit) when nothing
-  changed. Assignees, labels and comments are therefore always fresh, yet a steering
-  checkpoint that finds nothing new costs only 304s (SPEC 8.1, 13). Each source has its
-  own cache, never shared between tokens.
+- githubkit's own HTTP cache (hishel) is off: it dropped the request timeout. The shared
+  `CachingTransport` (sources/http.py) does its job instead: every GET revalidates with
+  `If-None-Match`, and GitHub answers 304 (free of rate limit) when nothing changed, so
+  assignees, labels and comments are always fresh, yet a steering checkpoint that finds
+  nothing new costs only 304s (SPEC 8.1, 13); and every request has a deadline. Each
+  source has its own cache, never shared between tokens.
 - Every call goes through `retry_async`: 5xx, 429, a rate-limit 403, timeouts and dropped
   connections become `TransientError` (with the server's wait hint); anything else is a
   `ForgeError` naming the method, path and status, never the token.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -26,9 +25,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 from githubkit import GitHub, Response
-from githubkit.cache import MemCacheStrategy
 from githubkit.exception import RequestError, RequestFailed, RequestTimeout
-from githubkit.hishel import AsyncMemoryStorage
 from githubkit.utils import UNSET
 from pydantic import ValidationError
 
@@ -37,7 +34,9 @@ from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
 from coding_agent.errors import AgentError, ForgeError, TransientError
 from coding_agent.redaction import Redactor
-from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
+from coding_agent.retry import RetryPolicy, retry_async
+from coding_agent.sources.http import CachingTransport, rate_limited, retry_after, transient_status
+from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker, strip_marker, write_once
 
 __all__ = ["GitHubSource", "GitHubNotFoundError", "build_search_query", "MAX_SEARCH_QUERY_LENGTH"]
 
@@ -45,8 +44,9 @@ T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
 
 PER_PAGE = 100
-# How long a cached response may serve revalidations before it is dropped.
-CACHE_TTL_SECONDS = 3600.0
+# GitHub refuses (422) a comment or PR body longer than this, and a title over 256.
+MAX_BODY_LENGTH = 65_536
+MAX_TITLE_LENGTH = 256
 # GitHub refuses a search `q` longer than this (422).
 MAX_SEARCH_QUERY_LENGTH = 256
 # GitHub serves at most 1000 search results (10 pages of 100).
@@ -92,16 +92,6 @@ def build_search_query(config: GitHubConfig) -> tuple[str, frozenset[str] | None
         return query, None
     owners = sorted({repo.split("/", 1)[0] for repo in repos})
     return " ".join([*head, *(f"user:{owner}" for owner in owners), *tail]), frozenset(r.lower() for r in repos)
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds to wait: `Retry-After` (seconds or HTTP date), else the rate-limit reset."""
-    hinted = parse_retry_after(headers.get("retry-after"))
-    if hinted is not None:
-        return hinted
-    if headers.get("x-ratelimit-remaining") == "0" and headers.get("x-ratelimit-reset", "").isdigit():
-        return max(int(headers["x-ratelimit-reset"]) - time.time(), 0.0) + 1.0
-    return None
 
 
 def _error_detail(response: httpx.Response) -> str:
@@ -152,56 +142,22 @@ def _author(user: Any) -> str:
     return user.login if user is not None else "ghost"
 
 
+def _comment(c: Any, thread_id: str | None = None) -> Comment:
+    """An issue or review comment as the domain sees it: without our hidden marker."""
+    return Comment(
+        id=str(c.id),
+        author=_author(_given(c.user)),
+        body=strip_marker(_given(c.body) or ""),
+        created_at=c.created_at,
+        thread_id=thread_id,
+    )
+
+
 def _comment_id(comment_id: str) -> int:
     try:
         return int(comment_id)
     except ValueError:
         raise ForgeError(f"not a GitHub comment id: {comment_id!r}") from None
-
-
-class _KeepAliveTransport(httpx.AsyncBaseTransport):
-    """One connection pool for the source's lifetime.
-
-    githubkit opens a fresh httpx client per call (outside `async with github`) and
-    closes it afterwards; handing each such client this transport keeps connections and
-    the TLS context alive across calls, and only `aclose()` really closes the pool.
-    """
-
-    def __init__(self) -> None:
-        self._inner = httpx.AsyncHTTPTransport(retries=0)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        """Ignored: called by every short-lived githubkit client."""
-
-    async def close_pool(self) -> None:
-        await self._inner.aclose()
-
-
-class _CacheStrategy(MemCacheStrategy):
-    """githubkit's in-memory cache with a time-to-live.
-
-    hishel keeps every version of a response it stored; a TTL lets its periodic
-    cleanup drop old ones, so a long-running `serve` does not grow without bound. An
-    expired entry only costs one full (non-304) response the next time.
-    """
-
-    def __init__(self, ttl_seconds: float = CACHE_TTL_SECONDS) -> None:
-        super().__init__()
-        self._ttl = ttl_seconds
-        self._storage: AsyncMemoryStorage | None = None
-
-    async def get_async_hishel_storage(self) -> AsyncMemoryStorage:
-        if self._storage is None:
-            self._storage = AsyncMemoryStorage(default_ttl=self._ttl, keep_unclosed=True)
-        return self._storage
-
-    async def aclose(self) -> None:
-        if self._storage is not None:
-            await self._storage.force_close()
-            self._storage = None
 
 
 class GitHubSource:
@@ -227,15 +183,14 @@ class GitHubSource:
         self._retry = retry
         self._sleep = sleep
         self._token = config.token.get_secret_value() if config.token is not None else ""
-        self._transport = _KeepAliveTransport()
-        self._cache = _CacheStrategy()
+        self._transport = CachingTransport(timeout)
         self._github: GitHub[Any] = GitHub(
             self._token or None,
             base_url=config.api_url,
             auto_retry=False,
             timeout=timeout,
             user_agent="coding-agent",
-            cache_strategy=self._cache,
+            http_cache=False,
             async_transport=self._transport,
         )
         self._known_labels: dict[str, set[str]] = {}
@@ -248,31 +203,49 @@ class GitHubSource:
     def _failure(self, method: str, path: str, response: httpx.Response) -> AgentError:
         status, headers = response.status_code, response.headers
         what = f"github {method} {path}"
-        rate_limited = status == 403 and (headers.get("x-ratelimit-remaining") == "0" or "retry-after" in headers)
-        if status >= 500 or status == 429 or rate_limited:
-            return TransientError(f"{what} failed: HTTP {status}", retry_after=_retry_after(headers))
+        if transient_status(status, headers):
+            return TransientError(
+                f"{what} failed: HTTP {status}",
+                retry_after=retry_after(headers),
+                maybe_applied=not rate_limited(status, headers),
+            )
         detail = _error_detail(response)
         message = self._redact(f"{what} failed: HTTP {status}" + (f": {detail}" if detail else ""))
         return GitHubNotFoundError(message) if status == 404 else ForgeError(message)
 
-    async def _call(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
-        """One REST call with the retry policy; githubkit's errors become ours."""
+    async def _attempt(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
+        """One REST request; githubkit's errors become ours."""
         what = f"github {method} {path}"
+        try:
+            return await send()
+        except RequestFailed as error:
+            raise self._failure(method, path, error.response.raw_response) from None
+        except RequestTimeout:
+            raise TransientError(f"{what} timed out") from None
+        except RequestError as error:
+            cause = type(error.exc).__name__
+            if isinstance(error.exc, httpx.TransportError):
+                raise TransientError(f"{what} failed: connection error ({cause})") from None
+            raise ForgeError(f"{what} failed: {cause}") from None
 
-        async def attempt() -> Response[T]:
-            try:
-                return await send()
-            except RequestFailed as error:
-                raise self._failure(method, path, error.response.raw_response) from None
-            except RequestTimeout:
-                raise TransientError(f"{what} timed out") from None
-            except RequestError as error:
-                cause = type(error.exc).__name__
-                if isinstance(error.exc, httpx.TransportError):
-                    raise TransientError(f"{what} failed: connection error ({cause})") from None
-                raise ForgeError(f"{what} failed: {cause}") from None
+    async def _call(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
+        """One REST call with the retry policy (for reads and idempotent writes)."""
+        return await retry_async(
+            lambda: self._attempt(method, path, send), self._retry, f"github {method} {path}", sleep=self._sleep
+        )
 
-        return await retry_async(attempt, self._retry, what, sleep=self._sleep)
+    async def _create(
+        self,
+        path: str,
+        send: Callable[[], Awaitable[Response[Any]]],
+        find: Callable[[], Awaitable[Any | None]],
+    ) -> Any:
+        """A POST that creates something: retried only after `find` says it did not happen."""
+
+        async def post() -> Any:
+            return self._data(await self._attempt("POST", path, send), "POST", path)
+
+        return await write_once(f"github POST {path}", post, find, self._retry, self._sleep)
 
     @staticmethod
     def _data(response: Response[T], method: str, path: str) -> T:
@@ -378,32 +351,24 @@ class GitHubSource:
 
     # ------------------------------------------------------------ comments and threads
 
-    async def list_comments(self, key: TaskKey) -> list[Comment]:
+    async def _raw_comments(self, key: TaskKey) -> list[Any]:
         owner, repo = _split_project(key.project)
         path = f"/repos/{key.project}/issues/{key.number}/comments"
-        comments = await self._get_pages(
+        return await self._get_pages(
             path,
             lambda page: self._github.rest.issues.async_list_comments(
                 owner, repo, key.number, per_page=PER_PAGE, page=page
             ),
         )
-        result = [
-            Comment(id=str(c.id), author=_author(_given(c.user)), body=_given(c.body) or "", created_at=c.created_at)
-            for c in comments
-        ]
+
+    async def list_comments(self, key: TaskKey) -> list[Comment]:
+        result = [_comment(c) for c in await self._raw_comments(key)]
         return sorted(result, key=lambda c: (c.created_at, int(c.id)))
 
     async def list_threads(self, key: TaskKey) -> list[Thread]:
         if not key.is_change:
             return []
-        owner, repo = _split_project(key.project)
-        path = f"/repos/{key.project}/pulls/{key.number}/comments"
-        review_comments = await self._get_pages(
-            path,
-            lambda page: self._github.rest.pulls.async_list_review_comments(
-                owner, repo, key.number, per_page=PER_PAGE, page=page
-            ),
-        )
+        review_comments = await self._raw_review_comments(key)
         review_comments.sort(key=lambda c: (c.created_at, c.id))
         present = {c.id for c in review_comments}
         grouped: dict[int, list[Any]] = {}
@@ -414,16 +379,7 @@ class GitHubSource:
         threads = []
         for root, members in grouped.items():
             first = members[0]
-            comments = tuple(
-                Comment(
-                    id=str(c.id),
-                    author=_author(_given(c.user)),
-                    body=c.body,
-                    created_at=c.created_at,
-                    thread_id=str(root),
-                )
-                for c in members
-            )
+            comments = tuple(_comment(c, str(root)) for c in members)
             line = _given(first.line) or _given(first.original_line)
             threads.append(Thread(id=str(root), comments=comments, path=first.path, line=line))
         return threads
@@ -431,23 +387,34 @@ class GitHubSource:
     async def post_comment(self, key: TaskKey, body: str) -> Comment:
         owner, repo = _split_project(key.project)
         path = f"/repos/{key.project}/issues/{key.number}/comments"
-        response = await self._call(
-            "POST", path, lambda: self._github.rest.issues.async_create_comment(owner, repo, key.number, body=body)
+        marker = new_marker()
+        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
+
+        async def find() -> Any | None:
+            return next((c for c in await self._raw_comments(key) if has_marker(_given(c.body), marker)), None)
+
+        created = await self._create(
+            path, lambda: self._github.rest.issues.async_create_comment(owner, repo, key.number, body=text), find
         )
-        comment = self._data(response, "POST", path)
-        return Comment(
-            id=str(comment.id),
-            author=_author(_given(comment.user)),
-            body=_given(comment.body) or body,
-            created_at=comment.created_at,
-        )
+        return _comment(created)
 
     async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
         owner, repo = _split_project(key.project)
         number = _comment_id(comment_id)
         path = f"/repos/{key.project}/issues/comments/{number}"
+        text = cap_body(body, MAX_BODY_LENGTH)
         await self._call(
-            "PATCH", path, lambda: self._github.rest.issues.async_update_comment(owner, repo, number, body=body)
+            "PATCH", path, lambda: self._github.rest.issues.async_update_comment(owner, repo, number, body=text)
+        )
+
+    async def _raw_review_comments(self, key: TaskKey) -> list[Any]:
+        owner, repo = _split_project(key.project)
+        path = f"/repos/{key.project}/pulls/{key.number}/comments"
+        return await self._get_pages(
+            path,
+            lambda page: self._github.rest.pulls.async_list_review_comments(
+                owner, repo, key.number, per_page=PER_PAGE, page=page
+            ),
         )
 
     async def reply_in_thread(self, key: TaskKey, thread_id: str, body: str) -> Comment:
@@ -455,21 +422,20 @@ class GitHubSource:
         owner, repo = _split_project(key.project)
         root = _comment_id(thread_id)
         path = f"/repos/{key.project}/pulls/{key.number}/comments/{root}/replies"
-        response = await self._call(
-            "POST",
+        marker = new_marker()
+        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
+
+        async def find() -> Any | None:
+            return next((c for c in await self._raw_review_comments(key) if has_marker(c.body, marker)), None)
+
+        reply = await self._create(
             path,
             lambda: self._github.rest.pulls.async_create_reply_for_review_comment(
-                owner, repo, key.number, root, body=body
+                owner, repo, key.number, root, body=text
             ),
+            find,
         )
-        reply = self._data(response, "POST", path)
-        return Comment(
-            id=str(reply.id),
-            author=_author(_given(reply.user)),
-            body=reply.body,
-            created_at=reply.created_at,
-            thread_id=thread_id,
-        )
+        return _comment(reply, thread_id)
 
     # ------------------------------------------------------------ delivery
 
@@ -491,6 +457,30 @@ class GitHubSource:
         if not isinstance(url, str) or not url:
             raise ForgeError(f"github GET /repos/{project}: the repository has no clone_url")
         return url
+
+    # ------------------------------------------------------------ setup script (SPEC 7.1)
+
+    async def read_default_branch_file(self, project: str, path: str) -> bytes | None:
+        """`path` on the repository's default branch (never a PR head), or None when absent.
+
+        Read through the API, not the clone: the clone may be a PR head the task's author
+        controls, and the setup script must come from people with write access.
+        """
+        owner, repo = _split_project(project)
+        info = await self._get_json(f"/repos/{project}", lambda: self._github.rest.repos.async_get(owner, repo))
+        branch = info.get("default_branch")
+        if not isinstance(branch, str) or not branch:
+            raise ForgeError(f"github GET /repos/{project}: the repository has no default_branch")
+        where = f"/repos/{project}/contents/{path}"
+        try:
+            data = await self._get_json(
+                where, lambda: self._github.rest.repos.async_get_content(owner, repo, path, ref=branch)
+            )
+        except GitHubNotFoundError:
+            return None
+        if data.get("type") != "file" or data.get("encoding") != "base64" or not isinstance(data.get("content"), str):
+            raise ForgeError(f"github GET {where}: not a file")
+        return base64.b64decode(data["content"])
 
     def git_http_auth(self) -> str | None:
         """HTTP Basic with `x-access-token` as the user: what GitHub accepts from PATs and app tokens."""
@@ -539,20 +529,26 @@ class GitHubSource:
     async def open_change(self, project: str, head_branch: str, base_branch: str, title: str, body: str) -> ChangeRequest:
         owner, repo = _split_project(project)
         path = f"/repos/{project}/pulls"
-        response = await self._call(
-            "POST",
-            path,
-            lambda: self._github.rest.pulls.async_create(
-                owner, repo, title=title, head=head_branch, base=base_branch, body=body, draft=True
-            ),
-        )
-        return self._change(self._data(response, "POST", path))
+        text = cap_body(body, MAX_BODY_LENGTH)
+
+        async def send() -> Response[Any]:
+            return await self._github.rest.pulls.async_create(
+                owner, repo, title=title[:MAX_TITLE_LENGTH], head=head_branch, base=base_branch, body=text, draft=True
+            )
+
+        async def find() -> ChangeRequest | None:
+            return await self.find_open_change(project, head_branch)
+
+        created = await self._create(path, send, find)
+        return created if isinstance(created, ChangeRequest) else self._change(created)
 
     async def update_change(self, project: str, number: int, body: str) -> ChangeRequest:
         owner, repo = _split_project(project)
         path = f"/repos/{project}/pulls/{number}"
         response = await self._call(
-            "PATCH", path, lambda: self._github.rest.pulls.async_update(owner, repo, number, body=body)
+            "PATCH",
+            path,
+            lambda: self._github.rest.pulls.async_update(owner, repo, number, body=cap_body(body, MAX_BODY_LENGTH)),
         )
         return self._change(self._data(response, "PATCH", path))
 
@@ -676,4 +672,3 @@ class GitHubSource:
 
     async def aclose(self) -> None:
         await self._transport.close_pool()
-        await self._cache.aclose()

@@ -15,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -33,7 +31,9 @@ from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
 from coding_agent.errors import ForgeError, TransientError
 from coding_agent.redaction import Redactor
-from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
+from coding_agent.retry import RetryPolicy, retry_async
+from coding_agent.sources.http import ETagCache, rate_limited, retry_after, transient_status
+from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker, strip_marker, write_once
 
 __all__ = ["GitLabSource", "instance_url", "permission_for_access_level"]
 
@@ -41,7 +41,8 @@ T = TypeVar("T")
 JSON = dict[str, Any]
 
 PER_PAGE = 100  # GitLab's maximum
-_CACHE_ENTRIES = 1024
+# GitLab refuses a note longer than this ("Note is too long (maximum is 1000000 characters)").
+MAX_BODY_LENGTH = 1_000_000
 _THREAD_NOTE_TYPES = ("DiscussionNote", "DiffNote")
 _STATES = {"opened": "open"}
 _TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
@@ -113,10 +114,11 @@ def _assignees(data: JSON) -> list[str]:
 
 
 def _comment(note: JSON, thread_id: str | None = None) -> Comment:
+    """A note as the domain sees it: without our hidden marker."""
     return Comment(
         id=str(note["id"]),
         author=(note.get("author") or {}).get("username", ""),
-        body=note.get("body") or "",
+        body=strip_marker(note.get("body") or ""),
         created_at=_parse_time(note["created_at"]),
         thread_id=thread_id,
     )
@@ -126,32 +128,24 @@ def _chronological(notes: list[JSON]) -> list[JSON]:
     return sorted(notes, key=lambda note: (note["created_at"], note["id"]))
 
 
-def _retry_after(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds from `Retry-After` (seconds or HTTP date) or GitLab's `RateLimit-Reset` (epoch)."""
-    if not headers:
-        return None
-    value = headers.get("Retry-After")
-    if value:
-        return parse_retry_after(value)
-    reset = headers.get("RateLimit-Reset")
-    if reset:
-        try:
-            return max(float(reset) - time.time(), 0.0)
-        except ValueError:
-            return None
-    return None
-
-
 class GitLabSource:
     """`Source` over one GitLab scope: a group (and its subgroups) or one project."""
 
     forge: Forge = "gitlab"
 
-    def __init__(self, config: GitLabConfig, retry: RetryPolicy | None = None, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        config: GitLabConfig,
+        retry: RetryPolicy | None = None,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        timeout: float = 30.0,
+    ) -> None:
         self.config = config
         self.labels: LabelConfig = config
         self.bot_name = config.bot_name
         self._retry = retry or RetryPolicy()
+        self._sleep = sleep
         self._token = config.token.get_secret_value() if config.token is not None else None
         session = requests.Session()
         session.hooks["response"].append(self._remember_response)
@@ -164,8 +158,8 @@ class GitLabSource:
         )
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._pages: OrderedDict[str, _Page] = OrderedDict()
-        self._notes: OrderedDict[str, dict[int, JSON]] = OrderedDict()
+        self._pages: ETagCache[_Page] = ETagCache()
+        self._notes: ETagCache[dict[int, JSON]] = ETagCache()
         self._known_labels: dict[str, set[str]] = {}
         self._user_ids: dict[str, int | None] = {}
         self._label_colors = {
@@ -189,7 +183,13 @@ class GitLabSource:
         async def attempt() -> T:
             return await asyncio.to_thread(self._guarded, what, fn)
 
-        return await retry_async(attempt, self._retry, f"gitlab {what}")
+        return await retry_async(attempt, self._retry, f"gitlab {what}", sleep=self._sleep)
+
+    async def _create(self, what: str, fn: Callable[[], T], find: Callable[[], Awaitable[T | None]]) -> T:
+        """A POST that creates something: retried only after `find` says it did not happen."""
+        return await write_once(
+            f"gitlab {what}", lambda: asyncio.to_thread(self._guarded, what, fn), find, self._retry, self._sleep
+        )
 
     def _guarded(self, what: str, fn: Callable[[], T]) -> T:
         self._local.response = None
@@ -203,10 +203,14 @@ class GitLabSource:
 
     def _translate(self, what: str, error: GitlabError) -> Exception:
         code = error.response_code
-        if code is not None and (code >= 500 or code == 429):
-            response: requests.Response | None = getattr(self._local, "response", None)
-            headers = response.headers if response is not None and response.status_code == code else None
-            return TransientError(f"gitlab {what}: HTTP {code}", retry_after=_retry_after(headers))
+        response: requests.Response | None = getattr(self._local, "response", None)
+        headers = response.headers if response is not None and response.status_code == code else {}
+        if code is not None and transient_status(code, headers):
+            return TransientError(
+                f"gitlab {what}: HTTP {code}",
+                retry_after=retry_after(headers),
+                maybe_applied=not rate_limited(code, headers),
+            )
         detail = self._redact(str(error.error_message))[:300]
         status = f"HTTP {code}" if code is not None else type(error).__name__
         return ForgeError(f"gitlab {what} failed: {status} {detail}".rstrip())
@@ -214,19 +218,11 @@ class GitLabSource:
     def _redact(self, text: str) -> str:
         return Redactor([self._token] if self._token else []).text(text)
 
-    def _remember(self, cache: OrderedDict[str, Any], key: str, value: Any) -> None:
-        with self._lock:
-            cache[key] = value
-            cache.move_to_end(key)
-            while len(cache) > _CACHE_ENTRIES:
-                cache.popitem(last=False)
-
     def _get(self, path: str, query: Mapping[str, Any] | None = None, *, conditional: bool = True) -> _Page:
         """GET with `If-None-Match` from the last answer to the same URL (blocking)."""
         query = dict(query or {})
         key = f"{path}?{urlencode(sorted(query.items()))}"
-        with self._lock:
-            cached = self._pages.get(key) if conditional else None
+        cached = self._pages.get(key) if conditional else None
         headers = {"If-None-Match": cached.headers["ETag"]} if cached is not None else None
         try:
             response = self._gl.http_request("get", path, query_data=query, extra_headers=headers)
@@ -236,7 +232,7 @@ class GitLabSource:
             raise
         page = _Page(response.json(), CaseInsensitiveDict(response.headers), fresh=True)
         if conditional and "ETag" in page.headers:
-            self._remember(self._pages, key, page)
+            self._pages.put(key, page)
         return page
 
     def _get_all(self, path: str, query: Mapping[str, Any] | None = None) -> list[JSON]:
@@ -345,15 +341,14 @@ class GitLabSource:
         """
         query = {"order_by": "updated_at", "sort": "desc", "per_page": PER_PAGE}
         first = self._get(path, {**query, "page": 1})
-        with self._lock:
-            known = self._notes.get(path)
+        known = self._notes.get(path)
         if not first.fresh and known is not None:
             return list(known.values())
         merged = self._walk_notes(path, query, first, known or {})
         total = str(first.headers.get("X-Total", ""))
         if known and total.isdigit() and int(total) != len(merged):
             merged = self._walk_notes(path, query, first, {})
-        self._remember(self._notes, path, merged)
+        self._notes.put(path, merged)
         return list(merged.values())
 
     def _walk_notes(self, path: str, query: Mapping[str, Any], first: _Page, known: dict[int, JSON]) -> dict[int, JSON]:
@@ -398,18 +393,25 @@ class GitLabSource:
 
     async def post_comment(self, key: TaskKey, body: str) -> Comment:
         path = self._item_path(key) + "/notes"
+        marker = new_marker()
+        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
 
         def create() -> JSON:
             item = self._manager(key).get(key.number, lazy=True)
-            return dict(item.notes.create({"body": body}).attributes)
+            return dict(item.notes.create({"body": text}).attributes)
 
-        return _comment(await self._call(f"POST {path}", create))
+        async def find() -> JSON | None:
+            notes = await self._call(f"GET {path}", lambda: self._fetch_notes(path))
+            return next((note for note in notes if has_marker(note.get("body"), marker)), None)
+
+        return _comment(await self._create(f"POST {path}", create, find))
 
     async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
         path = f"{self._item_path(key)}/notes/{comment_id}"
+        text = cap_body(body, MAX_BODY_LENGTH)
 
         def update() -> None:
-            self._manager(key).get(key.number, lazy=True).notes.update(int(comment_id), {"body": body})
+            self._manager(key).get(key.number, lazy=True).notes.update(int(comment_id), {"body": text})
 
         await self._call(f"PUT {path}", update)
 
@@ -506,12 +508,20 @@ class GitLabSource:
     async def reply_in_thread(self, key: TaskKey, thread_id: str, body: str) -> Comment:
         """A note on the same discussion (`Thread.id` is the discussion id)."""
         path = f"{self._item_path(key)}/discussions/{thread_id}/notes"
+        marker = new_marker()
+        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
 
         def create() -> JSON:
             item = self._manager(key).get(key.number, lazy=True)
-            return dict(item.discussions.get(thread_id, lazy=True).notes.create({"body": body}).attributes)
+            return dict(item.discussions.get(thread_id, lazy=True).notes.create({"body": text}).attributes)
 
-        return _comment(await self._call(f"POST {path}", create), thread_id)
+        async def find() -> JSON | None:
+            listing = self._item_path(key) + "/discussions"
+            discussions = await self._call(f"GET {listing}", lambda: self._get_all(listing))
+            notes = [note for d in discussions if str(d.get("id")) == thread_id for note in d.get("notes") or []]
+            return next((note for note in notes if has_marker(note.get("body"), marker)), None)
+
+        return _comment(await self._create(f"POST {path}", create, find), thread_id)
 
     async def clone_url(self, project: str) -> str:
         path = f"/projects/{self._project_ref(project)}"
@@ -520,6 +530,23 @@ class GitLabSource:
         if not isinstance(url, str) or not url:
             raise ForgeError(f"gitlab GET {path}: the project has no http_url_to_repo")
         return url
+
+    # -- setup script (SPEC 7.1) ----------------------------------------------------
+
+    async def read_default_branch_file(self, project: str, path: str) -> bytes | None:
+        """`path` on the project's default branch (never an MR head), or None when absent."""
+        where = f"/projects/{self._project_ref(project)}/repository/files"
+
+        def read() -> bytes | None:
+            handle = self._gl.projects.get(project)
+            try:
+                return bytes(handle.files.get(file_path=path, ref=handle.default_branch).decode())
+            except GitlabError as error:
+                if error.response_code == 404:
+                    return None
+                raise
+
+        return await self._call(f"GET {where}", read)
 
     def git_http_auth(self) -> str | None:
         """HTTP Basic with user `oauth2` and the token as password (GitLab ignores the user for PATs)."""
@@ -576,19 +603,25 @@ class GitLabSource:
             "source_branch": head_branch,
             "target_branch": base_branch,
             "title": title if title.lower().startswith("draft:") else f"Draft: {title}",
-            "description": body,
+            "description": cap_body(body, MAX_BODY_LENGTH),
         }
 
         def create() -> JSON:
             return dict(self._gl.projects.get(project, lazy=True).mergerequests.create(fields).attributes)
 
-        return self._change(await self._call(f"POST {path}", create))
+        async def find() -> JSON | None:
+            found = await self.find_open_change(project, head_branch)
+            return {"iid": found.number, "web_url": found.url, "source_branch": found.head_branch,
+                    "target_branch": found.base_branch, "description": found.body, "draft": found.draft} if found else None
+
+        return self._change(await self._create(f"POST {path}", create, find))
 
     async def update_change(self, project: str, number: int, body: str) -> ChangeRequest:
         path = f"/projects/{self._project_ref(project)}/merge_requests/{number}"
 
         def update() -> JSON:
-            return dict(self._gl.projects.get(project, lazy=True).mergerequests.update(number, {"description": body}))
+            fields = {"description": cap_body(body, MAX_BODY_LENGTH)}
+            return dict(self._gl.projects.get(project, lazy=True).mergerequests.update(number, fields))
 
         return self._change(await self._call(f"PUT {path}", update))
 

@@ -1,5 +1,9 @@
 """Fault injection for the testing servers: answer the next N matching requests with an
 error status (5xx, 429 with Retry-After) or after a delay, then behave normally again.
+
+`applied=True` is the nastiest real failure of a write: the forge applies the request
+(the comment exists) and still answers with the error, as a proxy timing out in front
+of a slow GitHub does. A client that blindly retries such a POST duplicates its write.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ class Fault:
     status: int | None = 503
     retry_after: int | None = None  # whole seconds, as HTTP sends it
     delay: float = 0.0
+    applied: bool = False  # serve the request first, then answer `status` instead
 
 
 class FaultInjector:
@@ -53,7 +58,11 @@ class FaultInjector:
         return None
 
     async def apply(self, request: Request) -> Response | None:
-        """Return the error response to send instead, or None to serve the request."""
+        """Return the error response to send instead, or None to serve the request.
+
+        A fault with `applied=True` lets the request be served: the server then calls
+        `after_serving`, which swaps the real answer for the error.
+        """
         fault = self._take(request)
         if fault is None:
             return None
@@ -61,5 +70,17 @@ class FaultInjector:
             await asyncio.sleep(fault.delay)
         if fault.status is None:
             return None
-        headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
-        return JSONResponse({"message": f"injected fault {fault.status}"}, status_code=fault.status, headers=headers)
+        if fault.applied:
+            request.state.applied_fault = fault
+            return None
+        return _error(fault)
+
+    def after_serving(self, request: Request, response: Response) -> Response:
+        """The response to send for a served request: the error of an `applied` fault, if any."""
+        fault: Fault | None = getattr(request.state, "applied_fault", None)
+        return _error(fault) if fault is not None and fault.status is not None else response
+
+
+def _error(fault: Fault) -> Response:
+    headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
+    return JSONResponse({"message": f"injected fault {fault.status}"}, status_code=fault.status or 500, headers=headers)

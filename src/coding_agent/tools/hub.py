@@ -1,16 +1,18 @@
 """The MCP tool hub: every configured server started once per run, called through live sessions.
 
 Starting a server per call costs hundreds of milliseconds (DESIGN "Known pitfalls"), so
-each server gets one long-lived runner task that owns its process and its
+each server gets one long-lived runner task that owns its transport and its
 `ClientSession` for the whole run: anyio cancel scopes must be entered and left in the
 same task, and only the runner ever enters or leaves them. Calls from any other task go
 straight to the session (requests are multiplexed by id), so a call costs what a bare
 client's call costs plus a cancel scope.
 
-The process is spawned here rather than through `mcp.client.stdio.stdio_client`, for two
-reasons: that helper merges parts of the parent environment into the child's (tokens live
-there), and it hides the process, whose id the restart logic and the tests need. The
-stdio framing below mirrors that helper: one JSON-RPC message per line.
+The transport is the official SDK's (`mcp.client.stdio.stdio_client`). What it does not
+do is added around it: the environment is the scrubbed one (the SDK's few inherited
+variables are overridden when they hold a secret), stderr goes to a pipe drained here
+(bounded tail for error messages, redacted debug log, its EOF marks the server gone),
+the process id is found through that pipe (the SDK hides the process), and at the end
+the server's whole process group is killed so no child outlives the run.
 
 A server that dies (or whose session breaks) is restarted once and the call retried; if
 it dies again it is reported down, and the other servers keep working.
@@ -19,29 +21,26 @@ it dies again it is reported down, and the other servers keep working.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import fnmatch
 import json
 import logging
 import os
 import signal
-import subprocess
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
-from anyio.abc import Process
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from anyio.streams.text import TextReceiveStream
-from mcp import ClientSession
+from mcp import ClientSession, StdioServerParameters
 from mcp import types as mcp_types
+from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.shared.exceptions import McpError
-from mcp.shared.message import SessionMessage
 
 from coding_agent.config import MCPServerConfig, ToolsConfig
 from coding_agent.errors import ToolError
@@ -54,7 +53,6 @@ __all__ = ["ToolHub", "cap_output", "render_content"]
 
 logger = logging.getLogger(__name__)
 
-_STOP_GRACE_SECONDS = 2.0
 _STDERR_TAIL_LINES = 20
 _WORKSPACE_PLACEHOLDER = "{workspace}"
 
@@ -81,11 +79,11 @@ def _call_timeout(configured: float, args: dict[str, Any]) -> float:
 _CALL_TIMEOUT_GRACE_SECONDS = 5.0
 
 
-def _describe(error: BaseException) -> str:
-    """The class name of the first real error, looking inside exception groups."""
+def _first_error(error: BaseException) -> BaseException:
+    """The first real error, looking inside exception groups (task groups wrap them)."""
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
-    return error.__class__.__name__
+    return error
 
 
 def cap_output(text: str, max_chars: int) -> tuple[str, int]:
@@ -163,7 +161,6 @@ class _Connection:
         self._closed = False
         self._inflight: set[anyio.CancelScope] = set()
         self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
-        self._process: Process | None = None
         self._task: asyncio.Task[None] | None = None
         self._scope = anyio.CancelScope()
 
@@ -175,7 +172,10 @@ class _Connection:
         """Ask the runner to leave (without waiting): safe to call from any task, even a cancelled one."""
         self._wake.set()
         if not self.ready.is_set():
-            self._scope.cancel()  # still in the handshake: nothing graceful to wait for
+            # Still in the handshake: nothing graceful to wait for. The process goes first,
+            # so that the SDK's shutdown (stdin EOF, wait) finds it gone at once.
+            self._kill_group(signal.SIGKILL)
+            self._scope.cancel()
 
     async def stop(self) -> None:
         """Leave the session and end the process (stdin closed, then SIGTERM, then SIGKILL)."""
@@ -186,6 +186,11 @@ class _Connection:
     @property
     def alive(self) -> bool:
         return self._session is not None and not self._closed
+
+    def _kill_group(self, sig: int) -> None:
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
 
     def _fail(self, reason: str) -> None:
         self.startup_error = ToolError(
@@ -200,41 +205,33 @@ class _Connection:
 
     async def _run(self) -> None:
         launch = self._launch
-        try:
-            process = await anyio.open_process(
-                launch.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=launch.env,
-                cwd=launch.cwd,
-                start_new_session=True,  # its own process group: stop() reaches its children too
-            )
-        except FileNotFoundError:
-            self._fail("command not found")
-            self._end()
-            return
-        except PermissionError:
-            self._fail("permission denied")
-            self._end()
-            return
-        except OSError as error:
-            self._fail(error.strerror or error.__class__.__name__)
-            self._end()
-            return
-        self._process = process
-        self.pid = process.pid
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        errlog = os.fdopen(write_fd, "w")
         try:
             with self._scope:
-                await self._serve(process)
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._drain_stderr, read_fd)
+                    try:
+                        await self._serve(errlog)
+                    finally:
+                        group.cancel_scope.cancel()
         except Exception as error:  # the runner reports, it never raises
-            logger.warning("MCP server %s session ended: %s", launch.name, _describe(error))
+            cause = _first_error(error)
+            if isinstance(cause, OSError) and self.pid is None:  # the spawn itself failed
+                reasons = {FileNotFoundError: "command not found", PermissionError: "permission denied"}
+                self._fail(reasons.get(type(cause)) or cause.strerror or cause.__class__.__name__)
+            else:
+                logger.warning("MCP server %s session ended: %s", launch.name, cause.__class__.__name__)
         finally:
-            self._closed = True
-            # A server that never finished its handshake gets no polite stdin-EOF wait.
-            graceful = self.ready.is_set() and self.startup_error is None
-            with anyio.CancelScope(shield=True):
-                await self._terminate(process, graceful)
+            if not self.ready.is_set() and self.startup_error is None and not self._wake.is_set():
+                self._fail("it ended before finishing the MCP handshake")
+            with contextlib.suppress(OSError):
+                errlog.close()
+            with contextlib.suppress(OSError):
+                os.close(read_fd)
+            # Children the server left behind in its group would outlive the run otherwise.
+            self._kill_group(signal.SIGKILL)
             self._end()
 
     def _end(self) -> None:
@@ -245,51 +242,44 @@ class _Connection:
         self.ready.set()
         self._finished.set()
 
-    async def _serve(self, process: Process) -> None:
-        read_writer: MemoryObjectSendStream[SessionMessage | Exception]
-        read_stream: MemoryObjectReceiveStream[SessionMessage | Exception]
-        write_stream: MemoryObjectSendStream[SessionMessage]
-        write_reader: MemoryObjectReceiveStream[SessionMessage]
-        read_writer, read_stream = anyio.create_memory_object_stream(0)
-        write_stream, write_reader = anyio.create_memory_object_stream(0)
-        async with anyio.create_task_group() as pumps:
-            pumps.start_soon(self._pump_stdout, process, read_writer)
-            pumps.start_soon(self._pump_stdin, process, write_reader)
-            pumps.start_soon(self._drain_stderr, process)
-            pumps.start_soon(self._watch_exit, process)
-            try:
-                async with ClientSession(read_stream, write_stream) as session:
-                    try:
-                        await session.initialize()
-                        self.tools = await self._list_tools(session)
-                    except Exception as error:  # reported through startup_error
-                        await self._startup_failed(process, error)
-                        return
-                    self._session = session
-                    self.ready.set()
+    async def _serve(self, errlog: TextIO) -> None:
+        """The SDK's stdio transport and session, held until a stop is asked or the server ends."""
+        launch = self._launch
+        parameters = StdioServerParameters(command=launch.argv[0], args=launch.argv[1:], env=launch.env, cwd=launch.cwd)
+        pipe = os.fstat(errlog.fileno()).st_ino
+        async with stdio_client(parameters, errlog=errlog) as (read_stream, write_stream):
+            errlog.close()  # the child holds its own copy: EOF on the pipe now means it is gone
+            self.pid = _child_with_stderr(pipe)
+            async with ClientSession(read_stream, write_stream) as session:
+                try:
+                    await session.initialize()
+                    self.tools = await self._list_tools(session)
+                except Exception as error:  # reported through startup_error
+                    await self._startup_failed(error)
+                    return
+                self._session = session
+                self.ready.set()
+                try:
                     await self._wake.wait()
+                finally:
                     self._closed = True
                     self._session = None
                     for scope in list(self._inflight):
                         scope.cancel()
-            finally:
-                self._closed = True
-                self._session = None
-                pumps.cancel_scope.cancel()
-                await write_stream.aclose()
-                await read_stream.aclose()
 
-    async def _startup_failed(self, process: Process, error: Exception) -> None:
+    async def _startup_failed(self, error: Exception) -> None:
         # A closed connection usually means the process died; give it a moment to be reaped
         # so that the message can say so and give the exit code.
+        code = None
         with anyio.move_on_after(1.0):
-            await process.wait()
-        if process.returncode is not None:
-            self._fail(f"it exited during startup (exit code {process.returncode})")
+            code = await _exit_code(self.pid)
+        if code is not None:  # the code is known while the process is unreaped, not after
+            self._fail("it exited during startup" + (f" (exit code {code})" if code >= 0 else ""))
         elif isinstance(error, McpError):
             self._fail(f"the MCP handshake failed: {self._redactor.text(error.error.message)}")
         else:
             self._fail(f"the MCP handshake failed ({error.__class__.__name__})")
+        self._kill_group(signal.SIGKILL)
 
     @staticmethod
     async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
@@ -303,81 +293,29 @@ class _Connection:
             if not cursor:
                 return tools
 
-    async def _terminate(self, process: Process, graceful: bool) -> None:
-        """End the process politely (stdin EOF), then firmly; always reap it (no zombies)."""
-        if process.stdin is not None:
-            with contextlib.suppress(Exception):  # already closed or broken: nothing to do
-                await process.stdin.aclose()
-        if graceful and process.returncode is None:
-            with anyio.move_on_after(_STOP_GRACE_SECONDS):
-                await process.wait()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if process.returncode is not None:
+    async def _drain_stderr(self, fd: int) -> None:
+        """Read the server's stderr so that a chatty server never blocks on a full pipe; its
+        end (EOF: the process and its children are gone) ends the session."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        buffer = ""
+        while True:
+            await anyio.wait_readable(fd)
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
                 break
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, sig)
-            with anyio.move_on_after(_STOP_GRACE_SECONDS):
-                await process.wait()
-        # Children the server left behind in its group would outlive the run otherwise.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        await process.wait()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    await stream.aclose()
-
-    async def _watch_exit(self, process: Process) -> None:
-        await process.wait()
-        if not self._wake.is_set():
-            logger.warning("MCP server %s exited (code %s)", self._launch.name, process.returncode)
+            lines = (buffer + decoder.decode(chunk)).split("\n")
+            buffer = lines.pop()
+            for line in lines:
+                if line.strip():
+                    self._stderr_tail.append(line)
+                    logger.debug("MCP server %s: %s", self._launch.name, self._redactor.text(line))
+        if not self._wake.is_set() and self.ready.is_set():
+            logger.warning("MCP server %s exited", self._launch.name)
         self._closed = True
         self._wake.set()
-
-    async def _pump_stdout(
-        self, process: Process, read_writer: MemoryObjectSendStream[SessionMessage | Exception]
-    ) -> None:
-        assert process.stdout is not None
-        async with read_writer:
-            buffer = ""
-            try:
-                async for chunk in TextReceiveStream(process.stdout, encoding="utf-8", errors="replace"):
-                    lines = (buffer + chunk).split("\n")
-                    buffer = lines.pop()
-                    for line in lines:
-                        if not line.strip():
-                            continue
-                        try:
-                            message = mcp_types.JSONRPCMessage.model_validate_json(line)
-                        except ValueError:
-                            logger.debug("MCP server %s wrote a non-JSON-RPC line", self._launch.name)
-                            continue
-                        await read_writer.send(SessionMessage(message))
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-                pass
-
-    async def _pump_stdin(self, process: Process, write_reader: MemoryObjectReceiveStream[SessionMessage]) -> None:
-        assert process.stdin is not None
-        async with write_reader:
-            try:
-                async for message in write_reader:
-                    data = message.message.model_dump_json(by_alias=True, exclude_none=True)
-                    await process.stdin.send((data + "\n").encode("utf-8"))
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                self._closed = True
-                self._wake.set()
-
-    async def _drain_stderr(self, process: Process) -> None:
-        """Read the server's stderr so that a chatty server never blocks on a full pipe."""
-        assert process.stderr is not None
-        try:
-            async for chunk in TextReceiveStream(process.stderr, encoding="utf-8", errors="replace"):
-                for line in chunk.splitlines():
-                    if line.strip():
-                        self._stderr_tail.append(line)
-                        logger.debug("MCP server %s: %s", self._launch.name, self._redactor.text(line))
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-            pass
 
     # -- calls -----------------------------------------------------------------------
     async def call_tool(self, tool: str, arguments: dict[str, Any], timeout: float) -> mcp_types.CallToolResult | None:
@@ -401,6 +339,53 @@ class _Connection:
         if self._closed:
             raise _Broken  # the runner cancelled us because the session ended
         return None
+
+
+def _child_with_stderr(pipe_inode: int) -> int | None:
+    """The pid of our child process whose stderr is the pipe `pipe_inode`.
+
+    The SDK's `stdio_client` does not expose its process; its pid is needed to stop the
+    server's whole process group and for diagnostics. The pipe is this connection's own,
+    so the match is unambiguous even when several servers start at once.
+    """
+    me = str(os.getpid())
+    target = f"pipe:[{pipe_inode}]"
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            if fields[1] == me and os.readlink(f"/proc/{entry.name}/fd/2") == target:
+                return int(entry.name)
+        except (OSError, IndexError):
+            continue
+    return None
+
+
+async def _exit_code(pid: int | None) -> int | None:
+    """The exit code of our child `pid` once it has exited (without reaping it), else None."""
+    if pid is None:
+        return None
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return -1  # already reaped by the SDK's process handle: the code is gone
+        if state in ("Z", "X"):
+            return _zombie_exit_code(pid)
+        await anyio.sleep(0.05)
+
+
+def _zombie_exit_code(pid: int) -> int:
+    """Field 52 of /proc/<pid>/stat: the wait status of an exited, unreaped process."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            status = int(handle.read().rsplit(")", 1)[1].split()[49])
+    except (OSError, IndexError, ValueError):
+        return -1
+    return (status >> 8) & 0xFF if status & 0x7F == 0 else -(status & 0x7F)
 
 
 class _Server:
@@ -534,6 +519,11 @@ class ToolHub:
                 ", ".join(withheld),
             )
         env = scrubbed_environment(extra, self._secrets)
+        # The SDK's stdio_client adds a few parent variables (HOME, PATH, USER...) that the
+        # environment does not set; one holding a secret is overridden, never inherited.
+        for key, value in get_default_environment().items():
+            if key not in env and contains_secret(value, self._secrets):
+                env[key] = ""
         return _Launch(config.mcp_server_name, argv, env, self._workspace)
 
     async def __aenter__(self) -> ToolHub:

@@ -34,7 +34,6 @@ __all__ = [
     "PathOutsideWorkspace",
     "escape_text",
     "is_git_name",
-    "is_inside",
     "relative_display",
     "resolve_in_root",
 ]
@@ -66,11 +65,6 @@ def escape_text(text: str) -> str:
 def is_git_name(name: str) -> bool:
     """Whether a path component is `.git` in any letter case (git's own metadata)."""
     return name.lower() == ".git"
-
-
-def is_inside(path: Path, root: Path) -> bool:
-    """Whether the already-resolved `path` is `root` itself or below it."""
-    return path == root or root in path.parents
 
 
 def relative_display(path: Path, root: Path) -> str:

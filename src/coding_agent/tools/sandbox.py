@@ -10,7 +10,8 @@ workspace and read-only system directories, an environment of four variables). T
 no silent fallback (SPEC 15): in `bwrap` mode a machine where bwrap cannot run refuses
 the command with a message that says why; only `none`, which the operator must choose
 (`security.sandbox: none`), runs a plain subprocess, in its own session, with the same
-scrubbed environment.
+scrubbed environment. (A little over 300 lines: the environment scrubbing, the probe and
+the capped, group-killing runner are one job — a command that leaks nothing.)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from coding_agent.tools.bwrap import SANDBOX_PATH, Bind, bwrap_argv
+from coding_agent.tools.egress_sandbox import EgressSandbox
 
 __all__ = [
     "ALLOWED_ENV_VARS",
@@ -259,6 +261,7 @@ async def run_command(
     source_env: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     extra_binds: Sequence[Bind] = (),
+    egress: EgressSandbox | None = None,
 ) -> CommandResult:
     """Run `command` through the shell in `root`, sandboxed per `mode`, with a timeout.
 
@@ -266,13 +269,19 @@ async def run_command(
     never inherited values); `extra_binds` are more paths shown inside the sandbox. The
     command gets its own session (process group); on timeout, and after it ends, the
     whole group is killed so that nothing it started in the background outlives it.
-    Raises `SandboxUnavailable` in bwrap mode where bwrap cannot run.
+    Raises `SandboxUnavailable` in bwrap mode where bwrap cannot run. `egress`: reach the
+    network through the host's egress proxy (SPEC 7.1; sandboxed commands only: the
+    proxy's socket, its forwarder and the proxy variables are added to the sandbox).
     """
     sandboxed = mode != "none"
     if sandboxed:
         problem = bwrap_problem()
         if problem is not None:
             raise SandboxUnavailable(f"the command was not run: {problem} (security.sandbox is bwrap)")
+        if egress is not None and egress.available:
+            command = egress.wrap_command(command)
+            extra_binds = [*extra_binds, *(Bind(source, dest) for source, dest in egress.binds())]
+            extra_env = {**(extra_env or {}), **egress.env()}
         argv = sandbox_argv(command, root, extra_binds, extra_env)
     else:
         argv = [_shell(), "-c", command]

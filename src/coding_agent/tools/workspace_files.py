@@ -8,7 +8,9 @@ shows (a 300 MB file costs what the shown lines cost), overlong lines are cut wh
 reading, and editing refuses files larger than `EDIT_MAX_BYTES`. Names that are not
 UTF-8 are shown with backslash escapes (`paths.escape_text`).
 
-Methods raise `WorkspaceError` with a message for the model.
+Methods raise `WorkspaceError` with a message for the model. (Longer than most modules:
+the six tools share the confined-access and line-reading helpers, and splitting them
+would put one tool's rules in two places.)
 """
 
 from __future__ import annotations
@@ -135,7 +137,8 @@ class Workspace:
             )
         if b"\x00" in data[:_BINARY_PROBE_BYTES]:
             raise WorkspaceError(f"{escape_text(located.relative)} is a binary file; it cannot be handled as text")
-        return data.decode("utf-8", errors="replace")
+        # surrogateescape: bytes that are not UTF-8 are written back as they were.
+        return data.decode("utf-8", errors="surrogateescape")
 
     def _write(self, located: Located, text: str) -> bool:
         if not located.name:

@@ -34,6 +34,7 @@ import anyio.to_thread
 from mcp.server.fastmcp import FastMCP
 
 from coding_agent.config import WORKSPACE_SYSTEM_PROMPT
+from coding_agent.tools.egress_sandbox import EgressSandbox
 from coding_agent.tools.host_git import git_dir_for, hardened_git_environment
 from coding_agent.tools.paths import escape_text
 from coding_agent.tools.sandbox import CommandResult, SandboxMode, SandboxUnavailable, run_command, scrubbed_environment
@@ -148,8 +149,13 @@ def _escaped(tool: Callable[_P, Awaitable[str]]) -> Callable[_P, Awaitable[str]]
     return wrapper
 
 
-def create_server(root: Path, sandbox: SandboxMode = "bwrap", git_dir: Path | None = None) -> FastMCP:
-    """Build the FastMCP server for `root`. Separate from `main` so that it can be embedded."""
+def create_server(
+    root: Path, sandbox: SandboxMode = "bwrap", git_dir: Path | None = None, egress: EgressSandbox | None = None
+) -> FastMCP:
+    """Build the FastMCP server for `root`. Separate from `main` so that it can be embedded.
+
+    `egress`: `run` commands reach the host's egress proxy (SPEC 7.1); git never does.
+    """
     workspace = Workspace(root)
     git = _Git(workspace.root, git_dir)
     server = FastMCP("workspace", instructions=WORKSPACE_SYSTEM_PROMPT, log_level="WARNING")
@@ -219,14 +225,17 @@ def create_server(root: Path, sandbox: SandboxMode = "bwrap", git_dir: Path | No
             raise WorkspaceError("command is empty")
         if not 0 < timeout_seconds <= RUN_MAX_TIMEOUT_SECONDS:
             raise WorkspaceError(f"timeout_seconds must be between 0 and {RUN_MAX_TIMEOUT_SECONDS}")
-        result = await run_command(command, workspace.root, timeout_seconds, sandbox)
+        result = await run_command(command, workspace.root, timeout_seconds, sandbox, egress=egress)
         if result.timed_out:
             output = result.output.rstrip() or "(no output)"
             raise WorkspaceError(
                 f"command timed out after {timeout_seconds:g}s and was killed with everything it started. "
                 f"Output so far:\n{output}"
             )
-        return _format_command(command, result)
+        text = _format_command(command, result)
+        if egress is not None and result.sandboxed:  # SPEC 7.1: only the listed hosts, via the proxy
+            text = text.replace("; sandbox without network;", "; sandbox, network only through the egress proxy;")
+        return text
 
     @server.tool(structured_output=False)
     @_escaped
@@ -260,7 +269,8 @@ def main(argv: list[str] | None = None) -> None:
     root = Path(options.root)
     if not root.is_dir():
         parser.error(f"--root {options.root!r} is not a directory")
-    create_server(root, options.sandbox, Path(options.git_dir) if options.git_dir else None).run("stdio")
+    git_dir = Path(options.git_dir) if options.git_dir else None
+    create_server(root, options.sandbox, git_dir, EgressSandbox.from_environment()).run("stdio")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ _ENV.filters["url"] = lambda key: quote(str(key), safe="")
 _LAYOUT = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{{ title }} - coding-agent</title>
 <style>body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}
 td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}.state{font-weight:bold}</style>
-</head><body><nav><a href="/">Tasks</a> · <a href="/usage">Token use</a></nav>{{ body }}</body></html>"""
+</head><body><nav><a href="/">Tasks</a> · <a href="/usage">Token use</a></nav>{{ body|safe }}</body></html>"""
 
 _TASKS = _ENV.from_string("""<h1>Tasks</h1>
 {% if not tasks %}<p id="empty">No task has run yet.</p>{% endif %}
@@ -77,7 +77,8 @@ _EVENT_INTERVAL_SECONDS = 0.5
 
 
 def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(_PAGE.render(title=title, body=_ENV.from_string("{{ b|safe }}").render(b=body)), status_code=status)
+    """`body` is already rendered (and escaped) by its own template."""
+    return HTMLResponse(_PAGE.render(title=title, body=body), status_code=status)
 
 
 def dashboard_routes(store: StateStore, redactor: Redactor) -> list[Route]:

@@ -162,8 +162,13 @@ async def deliver(
     run_uuid: str,
     retry: RetryPolicy,
     redact: Callable[[str], str],
+    body_notes: str = "",
 ) -> Delivery:
-    """Commit, push and open/update the PR/MR when the workspace changed; else do nothing."""
+    """Commit, push and open/update the PR/MR when the workspace changed; else do nothing.
+
+    `body_notes` go into the PR/MR description after the summary, not into the commit
+    (e.g. the network requests the egress proxy refused, SPEC 7.1).
+    """
     verify_git_dir(checkout)
     dirty, committed = await _has_changes(git, checkout)
     if not dirty and not committed:
@@ -180,7 +185,8 @@ async def deliver(
     if task.key.is_change:
         return Delivery("pushed", checkout.branch, head)
     try:
-        action, change = await _open_or_update(source, task, checkout, summary, requester, run_uuid)
+        described = f"{summary.rstrip()}\n\n{redact(body_notes)}" if body_notes else summary
+        action, change = await _open_or_update(source, task, checkout, described, requester, run_uuid)
     except AgentError as error:
         message = f"the branch `{checkout.branch}` was pushed, but the pull/merge request failed: {error}"
         raise ForgeError(message) from error

@@ -9,9 +9,10 @@ ignored: the repository's content must not make the agent read the host's files.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
-from coding_agent.tools.paths import PathOutsideWorkspace, resolve_in_root
+from coding_agent.tools.paths import ConfinedRoot, PathOutsideWorkspace
 
 __all__ = ["RULE_FILES", "read_repository_rules"]
 
@@ -25,20 +26,21 @@ def read_repository_rules(root: Path, max_bytes: int) -> dict[str, str]:
     rules: dict[str, str] = {}
     if max_bytes <= 0:
         return rules
-    root = root.resolve()
+    confined = ConfinedRoot(root)
     for name in RULE_FILES:
+        # Descriptor-relative and without following links out (a continued run reads
+        # them after the model has had the workspace).
         try:
-            path = resolve_in_root(root, name)
+            with confined.locate(name) as located, os.fdopen(confined.open_read(located), "rb") as handle:
+                data = handle.read(max_bytes + 1)
+                size = os.fstat(handle.fileno()).st_size
         except PathOutsideWorkspace:
             log.warning("repository rule file %s points outside the workspace; ignored", name)
             continue
-        if not path.is_file():
+        except OSError:
             continue
-        with path.open("rb") as handle:
-            data = handle.read(max_bytes + 1)
         text = data[:max_bytes].decode("utf-8", errors="ignore").strip()
         if len(data) > max_bytes:
-            size = path.stat().st_size
             text += f"\n\n[... cut: the file has {size} bytes, only the first {max_bytes} are shown]"
         if text:
             rules[name] = text

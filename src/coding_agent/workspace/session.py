@@ -73,7 +73,9 @@ class RunWorkspace:
         """The repository's rule files for the system prompt, each size-capped."""
         return read_repository_rules(self._path, self._settings.rules_max_bytes)
 
-    async def deliver(self, summary: str, requester: str | None, run_uuid: str, language: Language) -> str:
+    async def deliver(
+        self, summary: str, requester: str | None, run_uuid: str, language: Language, body_notes: str = ""
+    ) -> str:
         """Deliver the workspace; return the final comment: `summary` plus where the change went."""
         self.delivery = await deliver(
             self._source,
@@ -85,6 +87,7 @@ class RunWorkspace:
             run_uuid=run_uuid,
             retry=self._retry,
             redact=self._redactor.text,
+            body_notes=body_notes,
         )
         note = delivery_note(self.delivery, self._task.key.forge, language)
         summary = summary.strip()

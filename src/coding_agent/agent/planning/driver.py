@@ -3,7 +3,9 @@
 The loop keeps what both modes share (one history, one protocol, the checkpoints, the
 limits, tool calls, the correction rule and its five-failure cap, the loop guard); this
 class only decides what the next request asks for and what a reply means in the
-current phase. `parse` is pure and `accept` applies: a reply saved with a pause is
+current phase. (About 360 lines on purpose: the phase transitions are one state machine,
+read best in one place; reading, validation, prompts and the checklist live beside it.)
+`parse` is pure and `accept` applies: a reply saved with a pause is
 parsed again on resume and applied once. After a phase reply is applied the next phase
 request is added at once, so a saved history never ends with a reply already applied.
 """
@@ -12,38 +14,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from coding_agent.agent.planning.checklist import checklist_lines, headline, position
 from coding_agent.agent.planning.models import Action, Phase, PlanningState
-from coding_agent.agent.planning.prompts import ended_actions, marker, render_phase
+from coding_agent.agent.planning.prompts import final_comment, phase_request
 from coding_agent.agent.planning.replies import PHASE_TOOLS, PhaseReply, find_phase_reply
 from coding_agent.agent.planning.scan import scan_workspace
 from coding_agent.agent.planning.state import dump_state
-from coding_agent.agent.planning import validation
+from coding_agent.agent.planning.reading import TOOL_NAMES, json_reminder, shape, validate
+from coding_agent.agent.planning.validation import ActionDone
 from coding_agent.agent.progress import ProgressComment
 from coding_agent.config import PlanningConfig
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import Decision, JsonTextProtocol, ReplyProtocol
 from coding_agent.llm.types import LLMReply, ToolSpec
-from coding_agent.tools.types import ToolResult
 
 __all__ = ["PlanningPolicy"]
 
 log = logging.getLogger(__name__)
 
 _COMMENT_PREFIXES = ("[New Comment from @", "[New Comments Detected]:")
-_TOOL_NAMES = {"planning": "submit_plan", "reflection": "submit_reflection", "revision": "submit_revision", "verification": "submit_verification"}
-_JSON_SHAPES = {
-    "planning": '{"phase": "planning", "goal_understanding": {...}, "task_decomposition": {...}, "action_plan": {"actions": [...]}}',
-    "reflection": '{"phase": "reflection", "status": "...", "evaluation": "...", "issues_identified": [], "plan_revision_needed": false}',
-    "revision": '{"phase": "revision", "reason": "...", "actions": [...]}',
-    "verification": '{"phase": "verification", "verification_passed": true, "issues_found": [], "additional_actions": []}',
-}
-
-
 @dataclass(frozen=True)
 class _Effect:
     """What an accepted reply does to the planning state (applied by `accept`)."""
@@ -52,6 +45,7 @@ class _Effect:
     payload: Any
     call_id: str | None = None
     call_name: str = ""
+    others: tuple[tuple[str, str], ...] = ()  # other native calls of the reply: answered, not run
 
 
 class PlanningPolicy:
@@ -101,13 +95,17 @@ class PlanningPolicy:
         self._effect = None
         phase = self.state.phase
         found = find_phase_reply(reply, self.native)
-        reads_text_as_json = self.native and not reply.tool_calls and phase in _TOOL_NAMES
+        reads_text_as_json = self.native and not reply.tool_calls and phase in TOOL_NAMES
         if found is None and reads_text_as_json:
             found = find_phase_reply(reply, native=False)
         if found is not None:
-            return self._phase_reply(found)
+            decision = self._phase_reply(found)
+            if self._effect is not None and found.call_id is not None:
+                others = tuple((call.id, call.name) for call in reply.tool_calls if call.id != found.call_id)
+                self._effect = replace(self._effect, others=others)
+            return decision
         if phase in ("reflection", "revision"):
-            return _error(f"no tools and no other reply in the {phase} phase: {self._shape(phase)}")
+            return _error(f"no tools and no other reply in the {phase} phase: {shape(phase, self.native)}")
         step = self._json.parse(reply) if reads_text_as_json else self.protocol.parse(reply)
         if step.error is not None:
             return step
@@ -120,9 +118,9 @@ class PlanningPolicy:
             return step
         # planning or verification: tool steps within the cap; `done` ends the run only in planning
         if step.done and phase == "verification":
-            return _error(f"finish verification first: {self._shape(phase)}")
+            return _error(f"finish verification first: {shape(phase, self.native)}")
         if step.actions and self.state.action_step >= self.settings.max_steps_per_action:
-            return _error(f"the {phase} phase has used its {self.settings.max_steps_per_action} tool steps: {self._shape(phase)}")
+            return _error(f"the {phase} phase has used its {self.settings.max_steps_per_action} tool steps: {shape(phase, self.native)}")
         return step
 
     async def accept(self, llm: LLMClient, decision: Decision) -> Decision:
@@ -131,6 +129,8 @@ class PlanningPolicy:
             return decision
         if effect.call_id is not None:  # a native phase call is answered, so the history pairs
             llm.send_tool_result(effect.call_id, effect.call_name, "Accepted.")
+            for call_id, name in effect.others:
+                llm.send_tool_result(call_id, name, f"Not run: a {effect.call_name} reply ends the step; call tools in a reply of their own.")
         self._notice_comments(llm)
         decision = await self._apply(effect, decision)
         if not decision.done:
@@ -143,12 +143,8 @@ class PlanningPolicy:
         if self.native and reply.tool_calls:
             for call in reply.tool_calls:  # every call is answered, so strict servers accept the history
                 llm.send_tool_result(call.id, call.name, text)
-            llm.send_user_message(text)
             return
-        llm.send_user_message(text if self.native else f"{text}\n{self._json_reminder()}")
-
-    def after_tool(self, name: str, result: ToolResult) -> None:
-        return None
+        llm.send_user_message(text if self.native else f"{text}\n{json_reminder(self.state)}")
 
     def describe(self) -> str:
         done, total = position(self.state)
@@ -167,24 +163,6 @@ class PlanningPolicy:
 
     # -- reading replies -------------------------------------------------------------
 
-    def _shape(self, phase: str) -> str:
-        if self.native:
-            return f"call `{_TOOL_NAMES[phase]}`"
-        return f"reply with {_JSON_SHAPES[phase]}"
-
-    def _json_reminder(self) -> str:
-        phase = self.state.phase
-        if phase in _JSON_SHAPES:
-            return f"[{phase}] Answer with one JSON object: {_JSON_SHAPES[phase]}."
-        if phase == "execution":
-            current = self.state.current()
-            ident = current.id if current else "?"
-            return (
-                'Answer with one JSON object: the next {"comment": ..., "command": {...}}, or '
-                f'{{"action_done": {{"id": "{ident}", "status": "done", "summary": "..."}}}}.'
-            )
-        return 'Answer with one JSON object: {"done": true, "comment": "<the final comment>"}.'
-
     def _phase_reply(self, found: PhaseReply) -> Decision:
         state = self.state
         if found.problem is not None:
@@ -192,27 +170,13 @@ class PlanningPolicy:
         expected = "action_done" if state.phase == "execution" else state.phase
         if found.kind != expected:
             what = "action_done" if found.kind == "action_done" else f"a {found.kind} reply"
-            wanted = "action_done or a tool step" if expected == "action_done" else self._shape(expected) if expected in _TOOL_NAMES else "finish with `done`"
+            wanted = "action_done or a tool step" if expected == "action_done" else shape(expected, self.native) if expected in TOOL_NAMES else "finish with `done`"
             return _error(f"{what} is not expected in the {state.phase} phase: {wanted}")
         data = found.data
-        plan = state.plan
-        limit = self.settings.max_actions
-        kept = len([a for a in plan.counted() if a.status != "pending"]) if plan else 0
-        taken = state.all_ids()
-        if found.kind == "planning":
-            result, problems = validation.read_plan(data, limit)
-        elif found.kind == "action_done":
-            current = state.current()
-            result, problems = validation.read_action_done(data, current.id if current else "")
-        elif found.kind == "reflection":
-            result, problems = validation.read_reflection(data)
-        elif found.kind == "revision":
-            result, problems = validation.read_revision(data, taken, kept, limit)
-        else:
-            result, problems = validation.read_verification(data, taken, len(plan.counted()) if plan else 0, limit)
+        result, problems = validate(found, state, self.settings.max_actions)
         if problems:
             return _error("; ".join(problems))
-        name = "action_done" if found.kind == "action_done" else _TOOL_NAMES[found.kind]
+        name = "action_done" if found.kind == "action_done" else TOOL_NAMES[found.kind]
         self._effect = _Effect(found.kind, result, found.call_id, name)
         comment = found.comment
         if not comment and found.kind == "action_done" and isinstance(data.get("action_done"), dict):
@@ -222,7 +186,7 @@ class PlanningPolicy:
     def _execution_step(self, reply: LLMReply, step: Decision) -> Decision:
         current = self.state.current()
         if self.native and not reply.tool_calls and step.done:  # plain text ends the action as done
-            self._effect = _Effect("action_done", validation.ActionDone(current.id if current else "", "done", step.comment))
+            self._effect = _Effect("action_done", ActionDone(current.id if current else "", "done", step.comment))
             return Decision(comment=step.comment, actions=(), done=False)
         if step.done:  # `done` ends execution: the pending actions are skipped
             self._effect = _Effect("finish_execution", step.comment)
@@ -246,7 +210,7 @@ class PlanningPolicy:
                 action.status = "skipped"
             self._boundary()
         elif effect.kind == "reflection":
-            self._reflected(effect.payload)
+            await self._reflected(effect.payload)
         elif effect.kind == "revision":
             await self._revise(effect.payload)
         elif effect.kind == "verification":
@@ -270,7 +234,7 @@ class PlanningPolicy:
         if boundary:
             self._boundary()
 
-    def _reflected(self, verdict: dict[str, Any]) -> None:
+    async def _reflected(self, verdict: dict[str, Any]) -> None:
         state = self.state
         state.reflections.append({"trigger": state.pending_reflection, **verdict})
         state.actions_since_reflection = 0
@@ -280,6 +244,8 @@ class PlanningPolicy:
                 self._enter("revision")
                 return
             log.info("planning: a revision was wanted beyond max_revisions; noted only")
+            limit = self.settings.revision.max_revisions
+            await self._post_comment(f"Reflection asked for a plan revision, but the limit of {limit} revision(s) is reached; the plan stays.")
         self._boundary()
 
     async def _revise(self, actions: list[Action]) -> None:
@@ -313,7 +279,7 @@ class PlanningPolicy:
             if self.settings.reflection.enabled and state.pending_reflection:
                 self._enter("reflection")
                 return
-            state.pending_reflection = None if not self.settings.reflection.enabled else state.pending_reflection
+            state.pending_reflection = None
             state.action_index = state.plan.actions.index(pending[0])  # type: ignore[union-attr]
             pending[0].status = "running"
             self._enter("execution")
@@ -345,66 +311,15 @@ class PlanningPolicy:
         state.seen_messages = len(llm.messages)
 
     async def _prompt(self) -> str:
-        state = self.state
-        settings = self.settings
-        common: dict[str, Any] = {"native": self.native, "max_steps": settings.max_steps_per_action}
-        plan = state.plan
-        if state.phase == "planning":
-            return render_phase("planning", marker=marker(state), max_actions=settings.max_actions, **common)
-        assert plan is not None
-        pending = plan.pending()
-        if state.phase == "execution":
-            return render_phase("execution", marker=marker(state), action=state.current(), **common)
-        if state.phase == "reflection":
-            reason = state.pending_reflection or "interval"
-            return render_phase(
-                "reflection", marker=marker(state, reason), reason=reason, criteria=plan.goal.success_criteria,
-                ended=ended_actions(state), pending=pending, **common,
-            )
-        if state.phase == "revision":
-            last = state.reflections[-1] if state.reflections else {}
-            reason = last.get("evaluation") or "the reflection asked for it"
-            kept = len([a for a in plan.counted() if a.status != "pending"])
-            return render_phase(
-                "revision", marker=marker(state, max_revisions=settings.revision.max_revisions), reason=reason,
-                ended=ended_actions(state), pending=pending, room=settings.max_actions - kept, **common,
-            )
-        if state.phase == "verification":
+        scan = None
+        if self.state.phase == "verification":
             scan = await scan_workspace(self._workspace, self._git_timeout)
-            rounds = settings.verification.max_rounds
-            return render_phase(
-                "verification", marker=marker(state, max_rounds=rounds), criteria=plan.goal.success_criteria,
-                changed=scan.changed, placeholders=scan.placeholders, rounds_left=state.verification_round < rounds,
-                room=settings.max_actions - len(plan.counted()), **common,
-            )
-        return render_phase(
-            "completion", marker=marker(state), checklist=checklist_lines(state, settings.max_steps_per_action),
-            outcome=self._verification_outcome(), **common,
-        )
-
-    def _verification_outcome(self) -> str:
-        result = self.state.verification
-        if result is None:
-            return "not run"
-        if result["verification_passed"]:
-            return "passed"
-        issues = "; ".join(result["issues_found"]) or "no details"
-        return f"failed ({issues})"
+        return phase_request(self.state, self.settings, self.native, scan)
 
     def _final_comment(self, comment: str) -> str:
-        state = self.state
-        done, total = position(state)
-        result = state.verification
-        failed = result is not None and not result["verification_passed"]
+        failed = self.state.verification is not None and not self.state.verification["verification_passed"]
         self.final_label = "completed — verification failed" if failed else "completed"
-        parts = []
-        if failed:
-            parts.append("**Verification failed:**\n" + "\n".join(f"- {issue}" for issue in result["issues_found"] or ["(no details)"]))  # type: ignore[index]
-        parts.append(comment.strip() or "Done.")
-        parts.append(
-            f"---\nActions: {done}/{total} done · Revisions: {state.revision_count} · Verification: {self._verification_outcome()}"
-        )
-        return "\n\n".join(parts)
+        return final_comment(self.state, comment)
 
     def _notice_comments(self, llm: LLMClient) -> None:
         """New comments in the history since the last look: in execution they bring a

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from coding_agent.domain.tasks import Comment, TaskKey, Thread
-from coding_agent.llm.base import LLMClient
+from coding_agent.prompts.prompting import text
 from coding_agent.prompts.untrusted import UntrustedWrapper
 from coding_agent.sources.base import Source
 
@@ -50,14 +50,11 @@ def format_comment_message(comments: Sequence[Comment], bodies: Sequence[str] | 
     if not comments:
         return ""
     texts = list(bodies) if bodies is not None else [comment.body for comment in comments]
-    if len(comments) == 1:
-        return f"[New Comment from @{comments[0].author}]:\n{texts[0]}"
-    lines = ["[New Comments Detected]:"]
-    for number, (comment, text) in enumerate(zip(comments, texts), start=1):
-        lines.append(f"Comment {number} from @{comment.author} ({comment.created_at.isoformat()}):")
-        lines.append(text)
-        lines.append("")
-    return "\n".join(lines)
+    items = [
+        {"author": comment.author, "created_at": comment.created_at.isoformat(), "text": body}
+        for comment, body in zip(comments, texts)
+    ]
+    return text("new_comments.j2", items=items)
 
 
 def _utc_now() -> datetime:
@@ -136,10 +133,11 @@ class CommentDetector:
             log.info("%s: %d new comment(s) detected", self._key, len(new))
         return sorted(new, key=lambda comment: (comment.created_at, comment.id))
 
-    async def deliver(self, llm: LLMClient, comments: Sequence[Comment]) -> None:
-        """Send `comments` as one user message; text of untrusted authors goes in the wrapper."""
+    async def message(self, comments: Sequence[Comment]) -> str | None:
+        """`comments` as one user message for the model (None: no comments); text of
+        untrusted authors goes in the wrapper. The loop appends it (steering's `Decision`)."""
         if not comments:
-            return
+            return None
         bodies = [comment.body for comment in comments]
         if self.trust is not None:
             try:
@@ -148,8 +146,8 @@ class CommentDetector:
                 log.warning("%s: could not check commenters' access: %s", self._key, error)
             wrap = self.trust.wrapper.wrap
             bodies = [body if self.trust(c.author) else wrap(c.author, body) for c, body in zip(comments, bodies)]
-        llm.send_user_message(format_comment_message(comments, bodies))
         log.info("%s: %d new comment(s) sent to the model", self._key, len(comments))
+        return format_comment_message(comments, bodies)
 
     def get_state(self) -> dict[str, Any]:
         return {

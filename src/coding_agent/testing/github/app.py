@@ -7,6 +7,8 @@ against the same protocol it meets in production.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from collections.abc import Callable
 from datetime import datetime
@@ -51,6 +53,17 @@ def _string_list(value: Any, field: str) -> list[str]:
     if not all(isinstance(name, str) for name in names):
         raise ApiError(422, f"Invalid request.\n\nFor '{field}', every item must be a string.")
     return names
+
+
+# GitHub refuses longer issue, comment and pull request bodies with 422.
+MAX_BODY_LENGTH = 65_536
+
+
+def _within_limit(text: Any, resource: str) -> Any:
+    """`text`, or the 422 GitHub answers for a body over 65,536 characters."""
+    if isinstance(text, str) and len(text) > MAX_BODY_LENGTH:
+        raise ValidationFailed(f"body is too long (maximum is {MAX_BODY_LENGTH} characters)", resource, "custom", "body")
+    return text
 
 
 def _required_string(body: Any, field: str) -> str:
@@ -105,6 +118,20 @@ class _Api:
     async def get_repo(self, request: Request) -> Response:
         return json_reply(request, self._render(request).repo(self._repo(request)))
 
+    async def get_contents(self, request: Request) -> Response:
+        """A file's content at `?ref=` (default branch when absent), base64 as on GitHub."""
+        repo = self._repo(request)
+        path = request.path_params["path"]
+        ref = request.query_params.get("ref") or repo.default_branch
+        data = self.state.git.read_file(repo.full_name, ref, path)
+        if data is None:
+            raise NotFoundError(f"{repo.full_name}:{ref}:{path}")
+        return json_reply(
+            request,
+            {"type": "file", "name": path.rsplit("/", 1)[-1], "path": path, "size": len(data), "encoding": "base64",
+             "content": base64.b64encode(data).decode(), "sha": hashlib.sha1(data).hexdigest()},
+        )  # fmt: skip
+
     async def search_issues(self, request: Request) -> Response:
         q = request.query_params.get("q", "")
         if not q.strip():
@@ -149,7 +176,9 @@ class _Api:
         may_triage = self.state.can(repo.full_name, login, "triage")
         labels = _string_list(body.get("labels"), "labels") if may_triage else []
         assignees = _string_list(body.get("assignees"), "assignees") if may_triage else []
-        number = self.state.create_issue(repo.full_name, title, body.get("body") or "", login, labels, assignees)
+        number = self.state.create_issue(
+            repo.full_name, title, _within_limit(body.get("body") or "", "Issue"), login, labels, assignees
+        )
         issue = self.state.issue(repo.full_name, number)
         return json_reply(request, self._render(request).issue(issue), status=201)
 
@@ -160,7 +189,11 @@ class _Api:
             self._require(request, repo, "triage")
         body = await _body(request)
         issue = self.state.update_issue(
-            repo.full_name, issue.number, title=body.get("title"), body=body.get("body"), state=body.get("state")
+            repo.full_name,
+            issue.number,
+            title=body.get("title"),
+            body=_within_limit(body.get("body"), "Issue"),
+            state=body.get("state"),
         )
         return json_reply(request, self._render(request).issue(issue))
 
@@ -184,7 +217,7 @@ class _Api:
     async def create_comment(self, request: Request) -> Response:
         repo = self._repo(request)
         issue = self._issue(request, repo)
-        text = _required_string(await _body(request), "body")
+        text = _within_limit(_required_string(await _body(request), "body"), "IssueComment")
         comment_id = self.state.add_comment(repo.full_name, issue.number, request.state.login, text)
         return json_reply(request, self._render(request).comment(self.state.comment(comment_id)), status=201)
 
@@ -205,7 +238,7 @@ class _Api:
         comment_id = self._own_comment(request, repo)
         if self.state.comment(comment_id).author.lower() != request.state.login.lower():
             self._require(request, repo, "write")
-        text = _required_string(await _body(request), "body")
+        text = _within_limit(_required_string(await _body(request), "body"), "IssueComment")
         return json_reply(request, self._render(request).comment(self.state.edit_comment(comment_id, text)))
 
     # ------------------------------------------------------------ labels
@@ -328,7 +361,7 @@ class _Api:
         number = self.state.create_pull(
             repo.full_name,
             title,
-            body.get("body") or "",
+            _within_limit(body.get("body") or "", "PullRequest"),
             request.state.login,
             head=head,
             base=base,
@@ -344,7 +377,11 @@ class _Api:
             self._require(request, repo, "write")
         body = await _body(request)
         pull = self.state.update_issue(
-            repo.full_name, pull.number, title=body.get("title"), body=body.get("body"), state=body.get("state")
+            repo.full_name,
+            pull.number,
+            title=body.get("title"),
+            body=_within_limit(body.get("body"), "PullRequest"),
+            state=body.get("state"),
         )
         return json_reply(request, self._render(request).pull(pull))
 
@@ -358,7 +395,7 @@ class _Api:
     async def reply_review_comment(self, request: Request) -> Response:
         repo = self._repo(request)
         pull = self._pull(request, repo)
-        text = _required_string(await _body(request), "body")
+        text = _within_limit(_required_string(await _body(request), "body"), "IssueComment")
         comment_id = self.state.add_review_comment(
             repo.full_name, pull.number, request.state.login, text, in_reply_to=request.path_params["comment_id"]
         )
@@ -374,6 +411,7 @@ def _routes(api: _Api) -> list[Route]:
         Route("/users/{username}", api.get_user_by_name, methods=["GET"]),
         Route("/search/issues", api.search_issues, methods=["GET"]),
         Route(repo, api.get_repo, methods=["GET"]),
+        Route(repo + "/contents/{path:path}", api.get_contents, methods=["GET"]),
         Route(repo + "/issues", api.create_issue, methods=["POST"]),
         Route(repo + "/issues/comments/{comment_id:int}", api.get_comment, methods=["GET"]),
         Route(repo + "/issues/comments/{comment_id:int}", api.update_comment, methods=["PATCH"]),

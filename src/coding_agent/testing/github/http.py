@@ -162,6 +162,10 @@ class GitHubMiddleware(BaseHTTPMiddleware):
                     response = api_error_response(500, "Server Error")
                 if response.status_code == 304:
                     self.github.give_back_rate_limit()
+                if self.faults is not None:
+                    served = response
+                    response = self.faults.after_serving(request, response)
+                    fault = response is not served
         response.headers.update(self.github.rate_limit_headers())
         response.headers.setdefault("X-GitHub-Media-Type", "github.v3; format=json")
         self.github.log_request(

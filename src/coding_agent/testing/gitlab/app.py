@@ -62,6 +62,8 @@ class GitLabApp:
             if response is None:
                 user = self._authenticate(request)
                 response = await self._dispatch(request, user)
+                if self.faults is not None:
+                    response = self.faults.after_serving(request, response)
         except ApiError as error:
             response = error_response(error)
         self.state.log_request(

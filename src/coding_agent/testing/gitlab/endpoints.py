@@ -7,6 +7,7 @@ query/body parameters, the authenticated user) and returns a response. They rais
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -181,6 +182,19 @@ def list_project_items(state: GitLabState, call: Call) -> Response:
 
 def get_project(state: GitLabState, call: Call) -> Response:
     return json_response(call.request, js.project_json(state, _project(state, call), call.base_url))
+
+
+def get_repository_file(state: GitLabState, call: Call) -> Response:
+    """`GET /projects/:id/repository/files/:path?ref=`: the file's content, base64."""
+    project = _project(state, call)
+    path = call.path_params["file_path"]
+    ref = call.query.get("ref") or project.default_branch
+    data = state.git.read_file(project.path_with_namespace, ref, path)
+    if data is None:
+        raise not_found("File")
+    body = {"file_name": path.rsplit("/", 1)[-1], "file_path": path, "size": len(data), "encoding": "base64",
+            "content": base64.b64encode(data).decode(), "ref": ref}  # fmt: skip
+    return json_response(call.request, body)
 
 
 def create_item(state: GitLabState, call: Call) -> Response:
@@ -378,6 +392,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/groups/{gid}", get_group),
     ("GET", "/groups/{gid}/{kind}", list_group_items),
     ("GET", _P, get_project),
+    ("GET", _P + "/repository/files/{file_path}", get_repository_file),
     ("GET", _P + "/{kind}", list_project_items),
     ("POST", _P + "/{kind}", create_item),
     ("GET", _I, get_item),

@@ -1,0 +1,188 @@
+"""Setup warm vs cold, and the egress proxy's overhead on a 10 MB download (SPEC 7.1).
+
+1. Setup: a workspace (a git repository with a requirements.txt) gets its setup — pip
+   installing a wheel from a local PEP 503 index through the egress proxy, in real bwrap
+   — cold (cache empty), then warm (restored from the setup cache) in fresh workspaces.
+   Target: the warm start adds under 1 s to the time to the first model request (what
+   `run_setup` takes, proxy start included).
+2. Proxy: `curl` downloads 10 MB from a server on 127.0.0.1, directly and through the
+   proxy with the same socat forwarder the sandbox uses, alternating. Target: through the
+   proxy < 1.2x direct (medians).
+
+Run: `python benchmarks/bench_egress.py [--downloads 15] [--setups 5]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import emit, summary_ms
+
+from coding_agent.config import parse_config
+from coding_agent.testing.package_index import PackageIndex
+from coding_agent.testing.waiting import wait_for
+from coding_agent.tools.egress_proxy import EgressProxy
+from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value
+from coding_agent.workspace.env_setup import plan_setup, run_setup
+from coding_agent.tools.host_git import git_dir_for
+from coding_agent.workspace.git import Git
+
+DOWNLOAD_BYTES = 10 * 1024 * 1024
+WARM_TARGET_SECONDS = 1.0
+PROXY_TARGET_RATIO = 1.2
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+async def _curl(url: str, proxy: str | None) -> float:
+    args = ["curl", "-sS", "-o", "/dev/null", url] + (["--proxy", proxy] if proxy else [])
+    started = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(*args)
+    if await process.wait() != 0:
+        raise RuntimeError(f"curl failed: {args}")
+    return time.perf_counter() - started
+
+
+async def bench_proxy(downloads: int) -> dict[str, object]:
+    """The origin is a separate process (`python -m http.server`), as a real one would be:
+    served from a thread of this process it would share the GIL with the proxy."""
+    directory = Path(tempfile.mkdtemp(prefix="bench-egress-blob-"))
+    (directory / "blob").write_bytes(b"x" * DOWNLOAD_BYTES)
+    origin_port = _free_port()
+    origin = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(origin_port), "--bind", "127.0.0.1", "--directory", str(directory)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _listening(origin_port), 10, "the origin server")
+        return await _bench_proxy(origin_port, downloads)
+    finally:
+        origin.kill()
+        origin.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def _bench_proxy(origin_port: int, downloads: int) -> dict[str, object]:
+    listed = f"127.0.0.1:{origin_port}"
+    url = f"http://{listed}/blob"
+    async with EgressProxy([], [listed]) as proxy:
+        proxy.phase = "run"
+        port = _free_port()
+        forwarder = subprocess.Popen(
+            ["socat", "-b", "262144", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{proxy.socket_path}"]
+        )
+        try:
+            wait_for(lambda: _listening(port), 10, "the socat forwarder")
+            direct, proxied = [], []
+            await _curl(url, None)  # warm both paths once
+            await _curl(url, f"http://127.0.0.1:{port}")
+            for _ in range(downloads):
+                direct.append(await _curl(url, None))
+                proxied.append(await _curl(url, f"http://127.0.0.1:{port}"))
+        finally:
+            forwarder.kill()
+            forwarder.wait()
+    ratio = summary_ms(proxied)["median_ms"] / summary_ms(direct)["median_ms"]
+    return {
+        "download_bytes": DOWNLOAD_BYTES,
+        "direct": summary_ms(direct),
+        "through_proxy": summary_ms(proxied),
+        "ratio_of_medians": round(ratio, 3),
+        "target_ratio": PROXY_TARGET_RATIO,
+        "met": ratio < PROXY_TARGET_RATIO,
+    }
+
+
+def _workspace(base: Path, name: str) -> Path:
+    path = base / name
+    path.mkdir(parents=True)
+    git_dir_for(path).parent.mkdir(parents=True, exist_ok=True)
+    (path / "requirements.txt").write_text("tinypkg==1.0\n")
+    # As the agent's checkout is: the git directory outside the workspace (`git_dir_for`).
+    init = ["init", "-q", "--separate-git-dir", str(git_dir_for(path))]
+    commit = ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init"]
+    for args in (init, ["add", "."], commit):
+        subprocess.run(["git", *args], cwd=path, check=True)
+    (path / ".git").unlink()
+    return path
+
+
+async def bench_setup(index: PackageIndex, setups: int) -> dict[str, object]:
+    python = "/usr/bin/python3"
+    listed = f"127.0.0.1:{index.port}"
+    base = Path(tempfile.mkdtemp(prefix="bench-egress-"))
+    try:
+        config = parse_config(
+            {
+                "task_source": "github",
+                "github": {"token": "t", "owner": "acme"},
+                "llm": {"provider": "openai", "openai": {"base_url": "http://127.0.0.1:9", "model": "m", "api_key": "k"}},
+                "setup": {
+                    "cache_dir": str(base / "cache"),
+                    "commands": [f"{python} -m pip install -q --disable-pip-version-check --no-cache-dir "
+                                 f"--index-url {index.simple_url} --target .deps tinypkg"],
+                },  # fmt: skip
+                "security": {"egress": {"setup_hosts": [listed]}},
+            }
+        )
+        plan = await plan_setup(config.setup, None, "acme/widgets")  # type: ignore[arg-type]
+        assert plan is not None
+        git = Git(timeout=60)
+        cold, warm = [], []
+        for number in range(setups):
+            for kind in ("cold", "warm"):
+                if kind == "cold":
+                    shutil.rmtree(base / "cache", ignore_errors=True)
+                workspace = _workspace(base / "workspaces", f"{kind}-{number}")
+                started = time.perf_counter()
+                async with EgressProxy([listed], []) as proxy:
+                    egress = EgressSandbox(proxy.socket_path, no_proxy_value([listed]))
+                    outcome = await run_setup(plan, "acme/widgets", workspace, config, egress, git)
+                elapsed = time.perf_counter() - started
+                if not outcome.ok or outcome.cached != (kind == "warm"):
+                    raise RuntimeError(f"{kind} setup did not behave: {outcome}")
+                (cold if kind == "cold" else warm).append(elapsed)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    warm_median = summary_ms(warm)["median_ms"] / 1000
+    return {
+        "cold": summary_ms(cold),
+        "warm": summary_ms(warm),
+        "target_warm_seconds": WARM_TARGET_SECONDS,
+        "met": warm_median < WARM_TARGET_SECONDS,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--downloads", type=int, default=15)
+    parser.add_argument("--setups", type=int, default=5)
+    options = parser.parse_args()
+    with PackageIndex() as index:
+        setup = await bench_setup(index, options.setups)
+    proxy = await bench_proxy(options.downloads)
+    emit({"benchmark": "egress", "setup": setup, "proxy": proxy, "met": bool(setup["met"] and proxy["met"])})
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

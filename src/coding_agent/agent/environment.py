@@ -1,0 +1,171 @@
+"""A run's environment (SPEC 7.1): the egress proxy, the setup, and who tried what.
+
+The runner opens one `RunEnvironment` around the MCP servers: it starts the run's
+egress proxy (its own Unix socket), runs the setup with the setup allow-list, switches
+the proxy to the `run` allow-list, hands the socket to the built-in workspace server,
+and names the command behind each refused request, so the PR body can say
+"blocked: host, by command". Everything here is best effort for the run: a setup that
+cannot even start is reported to the model like a failed one.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import TracebackType
+
+from coding_agent.agent.loop import ToolRunner
+from coding_agent.config import AgentConfig, MCPServerConfig
+from coding_agent.domain.tasks import Task
+from coding_agent.errors import AgentError
+from coding_agent.redaction import Redactor
+from coding_agent.sources.base import Source
+from coding_agent.tools.egress_proxy import EgressProxy, blocked_lines
+from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value, socat_path
+from coding_agent.tools.sandbox import SandboxUnavailable
+from coding_agent.tools.types import ToolResult
+from coding_agent.workspace.env_setup import REPOSITORY_SCRIPT, SetupOutcome, plan_setup, run_setup
+from coding_agent.workspace.git import Git
+
+__all__ = ["RunEnvironment", "WORKSPACE_SERVER_MODULE", "describe_egress", "is_workspace_server"]
+
+log = logging.getLogger(__name__)
+
+WORKSPACE_SERVER_MODULE = "coding_agent.tools.workspace_server"
+
+
+def is_workspace_server(server: MCPServerConfig) -> bool:
+    """The built-in workspace server, in either documented form (`python -m ...` or the CLI)."""
+    return any(WORKSPACE_SERVER_MODULE in part or part == "mcp-workspace" for part in server.command)
+
+
+def describe_egress(config: AgentConfig) -> list[str]:
+    """Lines for `coding-agent doctor`: where the setup comes from and what the sandbox may reach."""
+    setup, egress = config.setup, config.security.egress
+
+    def source(commands: list[str] | None, from_repository: bool | None) -> str:
+        if from_repository:
+            return f"{REPOSITORY_SCRIPT} from each repository's default branch"
+        return f"{len(commands)} command(s) from the config" if commands else "none"
+
+    lines = [
+        f"setup: {source(setup.commands, setup.from_repository)}; limit {setup.timeout_seconds:g}s; "
+        + (f"cache in {setup.cache_dir}" if setup.cache else "no cache")
+    ]
+    for project, override in sorted(setup.repositories.items()):
+        commands = override.commands if override.commands is not None else setup.commands
+        chosen = override.from_repository if override.from_repository is not None else setup.from_repository
+        lines.append(f"setup for {project}: {source(commands, chosen)}")
+    for name, hosts in (("setup_hosts", egress.setup_hosts), ("run_hosts", egress.run_hosts)):
+        shown = ", ".join(hosts) if hosts else "none (no network)"
+        lines.append(f"security.egress.{name}: {shown}")
+    if (egress.setup_hosts or egress.run_hosts) and socat_path() is None:
+        lines.append("socat: not found under /usr/bin or /bin; the sandbox cannot reach the egress proxy")
+    return lines
+
+
+class _AttributedTools:
+    """Names the running command on the proxy while a `run` tool call is in flight."""
+
+    def __init__(self, inner: ToolRunner, proxy: EgressProxy) -> None:
+        self._inner = inner
+        self._proxy = proxy
+
+    async def call(self, name: str, args: dict) -> ToolResult:  # type: ignore[type-arg]
+        command = args.get("command") if isinstance(args, dict) else None
+        self._proxy.command = command if name.endswith("/run") and isinstance(command, str) else name
+        try:
+            return await self._inner.call(name, args)
+        finally:
+            self._proxy.command = "(no tool running)"
+
+
+class RunEnvironment:
+    """`async with RunEnvironment(...) as environment:` around the MCP servers; entering runs the setup."""
+
+    def __init__(self, config: AgentConfig, source: Source, task: Task, workspace: Path, redactor: Redactor) -> None:
+        egress = config.security.egress
+        self._config = config
+        self._source = source
+        self._task = task
+        self._workspace = workspace
+        self._redactor = redactor
+        self.proxy = EgressProxy(egress.setup_hosts, egress.run_hosts)
+        self._no_proxy = no_proxy_value([*egress.setup_hosts, *egress.run_hosts])
+        self.setup: SetupOutcome | None = None
+
+    async def __aenter__(self) -> RunEnvironment:
+        await self.proxy.start()
+        try:
+            await self.run_setup()
+        except BaseException:
+            await self.proxy.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.proxy.close()
+
+    @property
+    def sandbox(self) -> EgressSandbox:
+        return EgressSandbox(self.proxy.socket_path, self._no_proxy)
+
+    async def run_setup(self) -> SetupOutcome | None:
+        """Run the repository's setup (if any) with the setup allow-list; then switch to `run`."""
+        project = self._task.key.project
+        settings = self._config.setup
+        self.proxy.phase, self.proxy.command = "setup", "environment setup"
+        try:
+            plan = await plan_setup(settings, self._source, project)
+            if plan is not None:
+                git = Git(timeout=self._config.workspace.git_timeout_seconds, redact=self._redactor.text)
+                mode = self._config.security.sandbox
+                self.setup = await run_setup(plan, project, self._workspace, self._config, self.sandbox, git, mode)
+        except (AgentError, SandboxUnavailable) as error:
+            message = self._redactor.text(str(error))
+            log.warning("%s: setup could not start: %s", self._task.key, message)
+            self.setup = SetupOutcome("the configured setup", None, False, "", False, 0.0, error=message)
+        finally:
+            self.proxy.phase, self.proxy.command = "run", "(no tool running)"
+        return self.setup
+
+    def servers(self, servers: list[MCPServerConfig]) -> list[MCPServerConfig]:
+        """The MCP server configs with the proxy's socket handed to the built-in workspace server."""
+        extra = self.sandbox.server_env()
+        return [
+            server.model_copy(update={"env": {**server.env, **extra}})
+            if is_workspace_server(server)
+            else server
+            for server in servers
+        ]
+
+    def tools(self, inner: ToolRunner) -> ToolRunner:
+        return _AttributedTools(inner, self.proxy)
+
+    def first_turn_note(self) -> str:
+        """Setup result and network access, appended to the model's first turn."""
+        parts = []
+        if self.setup is not None:
+            timeout = self._config.setup.timeout_seconds
+            parts.append(self._redactor.text(self.setup.first_turn_note(timeout)))
+        hosts = self._config.security.egress.run_hosts
+        if hosts:
+            listed = ", ".join(f"`{host}`" for host in hosts)
+            parts.append(f"## Network\n`run` commands reach only these hosts, through a proxy: {listed}.")
+        return "\n\n".join(parts)
+
+    def progress_note(self) -> str | None:
+        if self.setup is None:
+            return None
+        return self.setup.progress_note(self._config.setup.timeout_seconds)
+
+    def blocked_section(self) -> str:
+        """The PR body's list of refused requests (empty when none)."""
+        lines = blocked_lines(self.proxy.refusals)
+        if not lines:
+            return ""
+        shown = "\n".join(f"- {self._redactor.text(line)}" for line in lines[:50])
+        more = f"\n- ... and {len(lines) - 50} more" if len(lines) > 50 else ""
+        return f"**Network requests refused by the egress proxy:**\n{shown}{more}"

@@ -1,0 +1,52 @@
+"""Saving a run's state: the crash checkpoint of every iteration, and the pause's full save.
+
+One job: turn the run as it stands (history, usage, steering's and the progress comment's
+own state) into a `RunState` and hand it to the `StateWriter`. What a takeover or a
+resume continues from is exactly what this writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coding_agent.agent.steering.comments import CommentDetector
+from coding_agent.agent.steering.scope import RunScope
+from coding_agent.agent.steering.state import RunState, StateWriter, workspace_branch
+from coding_agent.agent.steering.stop import StopChecker
+from coding_agent.llm.base import LLMClient
+
+__all__ = ["RunSaver"]
+
+
+class RunSaver:
+    def __init__(self, scope: RunScope, detector: CommentDetector, stop: StopChecker) -> None:
+        self._scope = scope
+        self._detector = detector
+        self._stop = stop
+        self._writer = StateWriter(scope.redactor)
+
+    def checkpoint(self, llm: LLMClient) -> None:
+        """The crash checkpoint, at the start of an iteration (history appended, not rewritten)."""
+        self._writer.checkpoint(self._scope.files.directory, self.snapshot(llm))
+
+    def save_paused(self, llm: LLMClient, paused: dict[str, Any]) -> None:
+        """The pause's save: one self-contained file, history included (SPEC 8.3)."""
+        self._writer.save_complete(self._scope.files.directory, self.snapshot(llm, paused))
+
+    def snapshot(self, llm: LLMClient, paused: dict[str, Any] | None = None) -> RunState:
+        scope = self._scope
+        return RunState(
+            run_uuid=scope.run_uuid,
+            task_key=scope.key,
+            requester=scope.requester,
+            workspace=str(scope.workspace),
+            branch=workspace_branch(scope.workspace) or scope.task.head_branch,
+            steps=scope.steps,
+            messages=llm.messages,
+            prompt_tokens=llm.usage.prompt_tokens,
+            completion_tokens=llm.usage.completion_tokens,
+            steering={"comments": self._detector.get_state(), "stop": self._stop.get_state()},
+            progress=scope.progress.get_state() if scope.progress is not None else {},
+            paused=paused,
+            planning=scope.planning_state(),
+        )

@@ -1,0 +1,183 @@
+"""The HTTP layer both forge adapters share: timeouts, conditional requests, failure kinds.
+
+One place decides, for GitHub and GitLab alike:
+
+- how long a request may take: `CachingTransport` bounds every request it sends by a
+  deadline of its own, so no cache or client library in between can drop the timeout
+  (githubkit's hishel cache did: it rebuilt each request without httpx's timeout, and a
+  hung forge parked a worker for minutes);
+- how a repeated GET stays cheap: the last `ETag` of each URL goes out as
+  `If-None-Match`, and a 304 (free of GitHub's rate limit) is answered from memory
+  (`ETagCache`, bounded; SPEC 8.1, 13). Every GET is revalidated, so labels, assignees
+  and comments are never served stale;
+- which answers are worth retrying (`transient_status`) and how long to wait
+  (`retry_after`: `Retry-After`, GitHub's `X-RateLimit-Reset`, GitLab's `RateLimit-Reset`).
+
+GitLab's client (python-gitlab) speaks `requests`, so it uses `ETagCache` and the two
+functions directly; GitHub's (githubkit) speaks httpx and is handed `CachingTransport`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import httpx
+
+from coding_agent.retry import parse_retry_after
+
+__all__ = [
+    "CACHE_ENTRIES",
+    "CachedAnswer",
+    "CachingTransport",
+    "ETagCache",
+    "rate_limited",
+    "retry_after",
+    "transient_status",
+]
+
+V = TypeVar("V")
+
+# Responses remembered per source for revalidation; the least recently used go first.
+CACHE_ENTRIES = 1024
+
+
+class ETagCache(Generic[V]):
+    """A bounded, thread-safe map of request keys to the last answer that carried an ETag."""
+
+    def __init__(self, entries: int = CACHE_ENTRIES) -> None:
+        self._entries = entries
+        self._items: OrderedDict[str, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> V | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: str, value: V) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._entries:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+def rate_limited(status: int, headers: Mapping[str, str]) -> bool:
+    """429, or a 403 that is GitHub's primary or secondary rate limit: nothing was done."""
+    lowered = {key.lower(): value for key, value in headers.items()}
+    limit_403 = status == 403 and (lowered.get("x-ratelimit-remaining") == "0" or "retry-after" in lowered)
+    return status == 429 or limit_403
+
+
+def transient_status(status: int, headers: Mapping[str, str]) -> bool:
+    """5xx, or a rate limit: worth asking again."""
+    return status >= 500 or rate_limited(status, headers)
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds the server asks us to wait, if it says: Retry-After, else a rate-limit reset."""
+    if not headers:
+        return None
+    lowered = {key.lower(): value for key, value in headers.items()}
+    hinted = parse_retry_after(lowered.get("retry-after"))
+    if hinted is not None:
+        return hinted
+    if lowered.get("x-ratelimit-remaining") == "0" and lowered.get("x-ratelimit-reset", "").isdigit():
+        return max(int(lowered["x-ratelimit-reset"]) - time.time(), 0.0) + 1.0
+    reset = lowered.get("ratelimit-reset")
+    if reset:
+        try:
+            return max(float(reset) - time.time(), 0.0)
+        except ValueError:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class CachedAnswer:
+    """A 200 answer as received: raw (still encoded) body and its headers."""
+
+    etag: str
+    headers: httpx.Headers
+    raw: bytes
+
+
+class CachingTransport(httpx.AsyncBaseTransport):
+    """httpx transport with a per-request deadline, conditional GETs and one connection pool.
+
+    githubkit opens a short-lived httpx client per call and closes it afterwards; every
+    such client is handed this transport, whose `aclose()` is therefore ignored: the
+    pool (and its TLS context) lives until `close_pool()`.
+    """
+
+    def __init__(self, timeout: float, cache: ETagCache[CachedAnswer] | None = None) -> None:
+        self._inner = httpx.AsyncHTTPTransport(retries=0)
+        self._timeout = timeout
+        self.cache: ETagCache[CachedAnswer] = cache if cache is not None else ETagCache()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        # httpcore's per-phase timeouts, in case a layer above dropped them ...
+        request.extensions = {**request.extensions, "timeout": httpx.Timeout(self._timeout).as_dict()}
+        try:
+            # ... and one deadline for the whole exchange, which a slow drip cannot stretch.
+            async with asyncio.timeout(self._timeout):
+                return await self._exchange(request)
+        except TimeoutError:
+            raise httpx.ReadTimeout(f"no complete answer within {self._timeout:g}s", request=request) from None
+
+    async def _exchange(self, request: httpx.Request) -> httpx.Response:
+        if request.method != "GET":
+            return (await self._read(await self._inner.handle_async_request(request), request))[0]
+        key = f"{request.url}\n{request.headers.get('accept', '')}"
+        cached = self.cache.get(key)
+        if cached is not None:
+            request.headers["If-None-Match"] = cached.etag
+        response = await self._inner.handle_async_request(request)
+        if response.status_code == 304 and cached is not None:
+            await response.aclose()
+            # The stored answer, with the fresh rate-limit and date headers of the 304.
+            headers = httpx.Headers(cached.headers)
+            for name, value in response.headers.items():
+                if name.lower().startswith(("x-ratelimit", "ratelimit", "date")):
+                    headers[name] = value
+            return httpx.Response(200, headers=headers, stream=httpx.ByteStream(cached.raw), request=request)
+        response, raw = await self._read(response, request)
+        etag = response.headers.get("etag")
+        if response.status_code == 200 and etag:
+            self.cache.put(key, CachedAnswer(etag, httpx.Headers(response.headers), raw))
+        return response
+
+    @staticmethod
+    async def _read(response: httpx.Response, request: httpx.Request) -> tuple[httpx.Response, bytes]:
+        """The whole (still encoded) body read inside the deadline; the client decodes it."""
+        try:
+            raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        finally:
+            await response.aclose()
+        read = httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=httpx.ByteStream(raw),
+            extensions=response.extensions,
+            request=request,
+        )
+        return read, raw
+
+    async def aclose(self) -> None:
+        """Ignored: called by every short-lived githubkit client."""
+
+    async def close_pool(self) -> None:
+        await self._inner.aclose()
+        self.cache.clear()

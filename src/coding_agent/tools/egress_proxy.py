@@ -1,0 +1,267 @@
+"""The host-side egress proxy: the sandbox's only way out (SPEC 7.1).
+
+The sandbox has no network namespace of its own (`--unshare-net`); a Unix socket of
+this proxy is bound into it, and a forwarder inside turns `127.0.0.1:3128` into that
+socket (`egress_sandbox.py`). The proxy speaks plain HTTP forwarding (absolute-form
+`GET http://host/...`) and `CONNECT host:443` for TLS, and checks every request against
+the allow-list of the current phase (`setup` or `run`): once for the name the client
+asked for, and again for the address it resolves to — it connects to that checked
+address itself, so a name cannot resolve to something else between check and connect.
+
+One request per connection (`Connection: close` both ways): a redirect the client
+follows is a new request, checked again. Refusals answer 403 with the reason, are
+logged, and are kept (`refusals`) with the command that tried, for the PR body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import re
+import shutil
+import socket
+import tempfile
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+from urllib.parse import urlsplit
+
+from coding_agent.domain.egress_policy import (
+    AllowList,
+    Decision,
+    EgressPolicyError,
+    normalize_host,
+    split_host_port,
+)
+from coding_agent.tools.egress_relay import ClientSide, UpstreamSide
+
+__all__ = ["EgressProxy", "Phase", "Refusal", "blocked_lines"]
+
+logger = logging.getLogger(__name__)
+
+Phase = Literal["setup", "run"]
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+_HEAD_LIMIT = 65536
+_HEAD_TIMEOUT_SECONDS = 30.0
+_CONNECT_TIMEOUT_SECONDS = 15.0
+_HOP_HEADERS = frozenset({"proxy-connection", "proxy-authorization", "connection", "keep-alive", "host"})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refused request: what was asked, why not, in which phase, by which command."""
+
+    host: str
+    port: int
+    reason: str
+    phase: Phase
+    command: str
+
+
+def blocked_lines(refusals: Sequence[Refusal]) -> list[str]:
+    """`blocked: host:port, by command` lines, one per distinct (host, port, command)."""
+    seen: dict[tuple[str, int, str], None] = {}
+    for refusal in refusals:
+        seen.setdefault((refusal.host, refusal.port, refusal.command), None)
+    lines = []
+    for host, port, command in seen:
+        # Both come from the sandbox: nothing in them may become markdown or a mention.
+        safe_host = re.sub(r"[^A-Za-z0-9.:_*\[\]-]", "?", host)
+        shown = re.sub(r"[`\x00-\x1f]", "'", command)
+        shown = shown if len(shown) <= 120 else shown[:117] + "..."
+        lines.append(f"blocked: {safe_host}:{port}, by `{shown}`")
+    return lines
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, host: str, port: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.host, self.port, self.reason = status, host, port, reason
+
+
+class EgressProxy:
+    """One run's proxy on its own Unix socket. `async with EgressProxy(...) as proxy:`.
+
+    `phase` switches the allow-list; `command` names what is running now (set by the
+    caller around each setup command and each `run` tool call).
+    """
+
+    def __init__(
+        self,
+        setup_hosts: Sequence[str],
+        run_hosts: Sequence[str],
+        socket_dir: Path | None = None,
+        resolver: Resolver = _resolve,
+    ) -> None:
+        self._lists: dict[Phase, AllowList] = {
+            "setup": AllowList(list(setup_hosts), "security.egress.setup_hosts"),
+            "run": AllowList(list(run_hosts), "security.egress.run_hosts"),
+        }
+        self._socket_dir = socket_dir
+        self._own_dir: Path | None = None
+        self._resolver = resolver
+        self._server: asyncio.Server | None = None
+        self._clients: set[ClientSide] = set()
+        self.phase: Phase = "setup"
+        self.command = "setup"
+        self.refusals: list[Refusal] = []
+        self.socket_path = Path()
+
+    async def __aenter__(self) -> EgressProxy:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> Path:
+        """Listen on a fresh socket in a private directory (0700); return the socket's path.
+
+        The directory is short and under the system temp dir: a Unix socket path has a
+        limit of about 100 bytes, which a deep workspace path would break.
+        """
+        if self._socket_dir is None:
+            self._own_dir = Path(tempfile.mkdtemp(prefix="ca-egress-"))
+            directory = self._own_dir
+        else:
+            directory = self._socket_dir
+        self.socket_path = directory / "proxy.sock"
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(self._protocol, path=str(self.socket_path))
+        # Anyone inside the sandbox connects as the same user; nobody else needs it.
+        os.chmod(self.socket_path, 0o600)
+        return self.socket_path
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            clients = list(self._clients)
+            for client in clients:
+                client.close()
+            tasks = [client.task for client in clients if client.task is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        if self._own_dir is not None:
+            shutil.rmtree(self._own_dir, ignore_errors=True)
+            self._own_dir = None
+
+    def _protocol(self) -> ClientSide:
+        return ClientSide(self._on_head, _HEAD_LIMIT, _HEAD_TIMEOUT_SECONDS, self._clients)
+
+    async def _on_head(self, client: ClientSide, head: bytes, rest: bytes) -> None:
+        """Decide on one request head; answer it, or connect and start relaying."""
+        try:
+            await self._serve(client, head, rest)
+        except _Refused as refused:
+            self._record(refused)
+            client.answer(refused.status, f"coding-agent egress proxy refused the request: {refused.reason}")
+        except Exception:
+            logger.exception("egress proxy: a connection failed")
+            client.answer(502, "coding-agent egress proxy: internal error")
+
+    async def _serve(self, client: ClientSide, head: bytes, rest: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            client.answer(400, "malformed request line")
+            return
+        method, target, version = parts
+        if method.upper() == "CONNECT":
+            host, port = self._target(target, None)
+            upstream = await self._open(host, port)
+            client.link(upstream, b"HTTP/1.1 200 Connection Established\r\n\r\n", rest)
+        else:
+            host, port, path = self._absolute(target)
+            upstream = await self._open(host, port)
+            authority = host if port == 80 else f"{host}:{port}"
+            authority = f"[{host}]:{port}" if ":" in host else authority
+            client.link(upstream, b"", _rewrite(method, path, version, authority, lines[1:]) + rest)
+
+    def _target(self, authority: str, default_port: int | None) -> tuple[str, int]:
+        try:
+            host, port = split_host_port(authority, default_port)
+            if port is None:
+                raise EgressPolicyError(f"no port in {authority[:80]!r}")
+            return normalize_host(host), port
+        except EgressPolicyError as error:
+            raise _Refused(400, authority[:80] or "(empty)", 0, str(error)) from None
+
+    def _absolute(self, target: str) -> tuple[str, int, str]:
+        try:
+            url = urlsplit(target)
+        except ValueError:
+            raise _Refused(400, target[:80], 0, "malformed URL") from None
+        if url.scheme.lower() != "http":
+            raise _Refused(400, target[:80], 0, "only http:// URLs are forwarded (use CONNECT for https)")
+        if "@" in url.netloc:
+            raise _Refused(400, target[:80], 0, "user info in the URL is not allowed")
+        host, port = self._target(url.netloc, 80)
+        path = url.path or "/"
+        return host, port, path + (f"?{url.query}" if url.query else "")
+
+    async def _open(self, host: str, port: int) -> UpstreamSide:
+        allow = self._lists[self.phase]
+        decision = allow.check(host, port)
+        if not decision.allowed:
+            raise _Refused(403, host, port, decision.reason)
+        try:
+            addresses = await asyncio.wait_for(self._resolver(host, port), _CONNECT_TIMEOUT_SECONDS)
+        except (OSError, TimeoutError):
+            raise _Refused(502, host, port, f"{host} does not resolve") from None
+        checked: list[str] = []
+        for text in addresses:
+            verdict: Decision = allow.check_resolved(decision, ipaddress.ip_address(text.split("%")[0]), host, port)
+            if not verdict.allowed:
+                raise _Refused(403, host, port, verdict.reason)
+            checked.append(text)
+        last: Exception | None = None
+        for address in checked:
+            try:
+                loop = asyncio.get_running_loop()
+                _, upstream = await asyncio.wait_for(
+                    loop.create_connection(UpstreamSide, address, port), _CONNECT_TIMEOUT_SECONDS
+                )
+                return upstream
+            except (OSError, TimeoutError) as error:
+                last = error
+        cause = last.__class__.__name__ if last else "no address"
+        raise _Refused(502, host, port, f"cannot connect to {host}:{port} ({cause})")
+
+    def _record(self, refused: _Refused) -> None:
+        refusal = Refusal(refused.host, refused.port, refused.reason, self.phase, self.command)
+        self.refusals.append(refusal)
+        logger.warning(
+            "egress proxy (%s) refused %s:%s for %r: %s",
+            self.phase, refused.host, refused.port, self.command[:200], refused.reason,
+        )  # fmt: skip
+
+
+def _rewrite(method: str, path: str, version: str, authority: str, headers: list[str]) -> bytes:
+    """The request head for the origin: origin-form path, no proxy headers, one request.
+
+    `Host` is the checked URL's authority, whatever the client sent: on a shared front
+    (a CDN) another Host header would reach a site the allow-list does not name.
+    """
+    kept = [line for line in headers if line and line.split(":", 1)[0].strip().lower() not in _HOP_HEADERS]
+    head = [f"{method} {path} {version}", f"Host: {authority}", *kept, "Connection: close"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")

@@ -1,0 +1,207 @@
+"""The egress proxy with real clients: curl on the host through socat, and through bwrap.
+
+The host-side tests forward a TCP port to the proxy's Unix socket with socat, the same
+forwarder the sandbox runs inside; the sandbox tests run real bwrap commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from coding_agent.testing.package_index import PackageIndex
+from coding_agent.testing.waiting import wait_for
+from coding_agent.tools.egress_proxy import EgressProxy, blocked_lines
+from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value
+from coding_agent.tools.sandbox import bwrap_usable, run_command
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None or shutil.which("curl") is None, reason="socat/curl")
+
+
+@pytest.fixture(scope="module")
+def index() -> Iterator[PackageIndex]:
+    with PackageIndex() as served:
+        yield served
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def _rebinding_resolver(host: str, port: int) -> list[str]:
+    if host == "rebind.test":
+        return ["127.0.0.1"]
+    loop = asyncio.get_running_loop()
+    return [str(info[4][0]) for info in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+
+
+class Client:
+    """curl on the host, through a socat forwarder to the proxy's socket."""
+
+    def __init__(self, proxy: EgressProxy, port: int) -> None:
+        self.proxy = proxy
+        self.port = port
+
+    async def curl(self, *args: str) -> tuple[str, str]:
+        process = await asyncio.create_subprocess_exec(
+            "curl", "-sS", "--max-time", "20", "--proxy", f"http://127.0.0.1:{self.port}", *args,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await process.communicate()
+        return out.decode(), err.decode()
+
+
+@pytest.fixture
+async def client(index: PackageIndex) -> AsyncIterator[Client]:
+    listed = f"127.0.0.1:{index.port}"
+    async with EgressProxy([listed], [listed, "rebind.test"], resolver=_rebinding_resolver) as proxy:
+        proxy.phase, proxy.command = "run", "curl test"
+        port = _free_port()
+        forwarder = subprocess.Popen(
+            ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{proxy.socket_path}"]
+        )
+        try:
+            wait_for(lambda: _listening(port), 10, "the socat forwarder")
+            yield Client(proxy, port)
+        finally:
+            forwarder.kill()
+            forwarder.wait()
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+async def test_listed_host_is_forwarded(client: Client, index: PackageIndex) -> None:
+    out, err = await client.curl(f"{index.url}/hello")
+    assert out == "hello through the proxy\n", err
+    assert client.proxy.refusals == []
+
+
+async def test_connect_tunnel_to_listed_host(client: Client, index: PackageIndex) -> None:
+    out, err = await client.curl("--proxytunnel", f"{index.url}/hello")
+    assert out == "hello through the proxy\n", err
+
+
+async def test_unlisted_host_and_port_refused_and_recorded(client: Client, index: PackageIndex) -> None:
+    out, _ = await client.curl("http://example.invalid/")
+    assert "refused" in out and "security.egress.run_hosts" in out
+    _, err = await client.curl("--proxytunnel", f"http://127.0.0.1:{index.port + 1}/")
+    assert "403" in err
+    hosts = [(refusal.host, refusal.port, refusal.command) for refusal in client.proxy.refusals]
+    assert hosts == [("example.invalid", 80, "curl test"), ("127.0.0.1", index.port + 1, "curl test")]
+    assert blocked_lines(client.proxy.refusals + client.proxy.refusals) == [
+        "blocked: example.invalid:80, by `curl test`",
+        f"blocked: 127.0.0.1:{index.port + 1}, by `curl test`",
+    ]
+
+
+async def test_metadata_address_refused(client: Client) -> None:
+    out, _ = await client.curl("http://169.254.169.254/latest/meta-data/")
+    assert "refused" in out and "169.254.169.254" in out
+    assert client.proxy.refusals[-1].host == "169.254.169.254"
+
+
+async def test_redirect_to_unlisted_host_is_checked_again(client: Client, index: PackageIndex) -> None:
+    out, _ = await client.curl("-L", f"{index.url}/redirect?to=http://169.254.169.254/")
+    assert "refused" in out
+    assert "/redirect" in index.requests
+    assert client.proxy.refusals[-1].host == "169.254.169.254"
+
+
+async def test_listed_name_rebinding_to_loopback_refused(client: Client) -> None:
+    out, _ = await client.curl("http://rebind.test/")
+    assert "resolves to 127.0.0.1" in out
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GET http://exa mple.com/ HTTP/1.1\r\n\r\n",
+        b"GET http://user@127.0.0.1:1/ HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"CONNECT 127.0.0.1 HTTP/1.1\r\n\r\n",
+        b"CONNECT [::1:443 HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"\x00\xff garbage\r\n\r\n",
+    ],
+)
+async def test_malformed_requests_get_400(raw: bytes) -> None:
+    async with EgressProxy([], []) as proxy:
+        reader, writer = await asyncio.open_unix_connection(str(proxy.socket_path))
+        writer.write(raw)
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+
+
+async def test_empty_probe_is_not_a_refusal() -> None:
+    async with EgressProxy([], []) as proxy:
+        _, writer = await asyncio.open_unix_connection(str(proxy.socket_path))
+        writer.close()
+        await writer.wait_closed()
+        await asyncio.sleep(0)
+        assert proxy.refusals == []
+    assert not Path(proxy.socket_path).exists()
+
+
+# --- through the real sandbox -------------------------------------------------------------
+
+needs_bwrap = pytest.mark.skipif(not bwrap_usable(Path("/tmp")), reason="bwrap cannot create namespaces here")
+
+
+@needs_bwrap
+async def test_sandboxed_command_reaches_only_listed_hosts(index: PackageIndex, tmp_path: Path) -> None:
+    listed = f"127.0.0.1:{index.port}"
+    async with EgressProxy([], [listed]) as proxy:
+        proxy.phase = "run"
+        egress = EgressSandbox(proxy.socket_path, no_proxy_value([listed]))
+        ok = await run_command(f"curl -sS {index.url}/hello", tmp_path, 60, "bwrap", egress=egress)
+        assert ok.output == "hello through the proxy\n", ok.output
+        proxy.command = "curl http://169.254.169.254/"
+        metadata = await run_command("curl -sS http://169.254.169.254/", tmp_path, 60, "bwrap", egress=egress)
+        assert "refused" in metadata.output
+        direct = await run_command(
+            f"curl -sS --noproxy '*' --max-time 5 {index.url}/hello", tmp_path, 60, "bwrap", egress=egress
+        )
+        assert direct.exit_code != 0 and "hello" not in direct.output  # no network of its own
+    assert blocked_lines(proxy.refusals) == ["blocked: 169.254.169.254:80, by `curl http://169.254.169.254/`"]
+
+
+@needs_bwrap
+async def test_sandbox_without_egress_has_no_proxy(tmp_path: Path) -> None:
+    result = await run_command("echo ${HTTP_PROXY:-none}", tmp_path, 30, "bwrap")
+    assert result.output.strip() == "none"
+
+
+async def test_host_header_is_the_checked_authority(client: Client, index: PackageIndex) -> None:
+    """A forged Host header cannot pick another site behind a listed address (shared fronts)."""
+    out, err = await client.curl("-H", "Host: evil.example", f"{index.url}/echo-host")
+    assert out == f"127.0.0.1:{index.port}\n", (out, err)
+
+
+def test_blocked_lines_cannot_inject_markdown() -> None:
+    from coding_agent.tools.egress_proxy import Refusal
+
+    lines = blocked_lines([Refusal("@admin <b>x", 0, "malformed", "run", "curl `x`\n@boss")])
+    assert lines == ["blocked: ?admin??b?x:0, by `curl 'x''@boss`"]
+
+
+async def test_oversized_head_is_refused_without_reading_forever() -> None:
+    async with EgressProxy([], []) as proxy:
+        reader, writer = await asyncio.open_unix_connection(str(proxy.socket_path))
+        writer.write(b"GET http://x/ HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 200_000)
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:80]
