@@ -14,6 +14,11 @@ cache needs. Target 1.0 in both protocols. Memories are off: their request after
 is another conversation, not a step of this one. The snapshot taken for this check is timed and
 subtracted like the model's time (it is the benchmark's, not the host's).
 
+Besides, the planning policy's own work per step (before_request, parse, accept and
+the state dump a checkpoint makes) is timed alone, in process, over a 20-action plan with
+a stand-in history: what planning mode adds to the plain loop's per-step overhead, a
+figure that a loaded machine distorts much less than the end-to-end one.
+
 Run: `python benchmarks/bench_planning_overhead.py [--actions 10]`
 """
 
@@ -31,7 +36,10 @@ from typing import Any
 from _common import emit, summary_ms
 from bench_loop_overhead import STEP_COMMENT, TARGET_MEDIAN_MS, Servers, StepClock, _config, _timed_client, instrument
 
-from coding_agent.config import AgentConfig
+from coding_agent.agent.planning import PlanningPolicy
+from coding_agent.config import AgentConfig, PlanningConfig
+from coding_agent.llm.protocols import create_protocol
+from coding_agent.llm.types import ToolCallRequest
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.types import LLMReply, Message, ToolSpec
 from coding_agent.logging_setup import configure_logging
@@ -128,6 +136,59 @@ async def _run(config: AgentConfig, clock: StepClock, recorder: PrefixRecorder) 
         await service.aclose()
 
 
+class _History:
+    """A stand-in model client: the history only (the policy never sends a request)."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = [{"role": "system", "content": "rules"}, {"role": "user", "content": "the task"}]
+
+    def send_user_message(self, text: str) -> None:
+        self.messages.append({"role": "user", "content": text})
+
+    def send_tool_result(self, call_id: str, name: str, text: str) -> None:
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": text})
+
+
+async def _nothing(_: str) -> None:
+    return None
+
+
+def _reply(native: bool, tool: str, phase_tag: dict[str, Any], arguments: dict[str, Any], number: int) -> LLMReply:
+    if native:
+        return LLMReply(content="", tool_calls=(ToolCallRequest(id=f"c{number}", name=tool, arguments=arguments),))
+    return LLMReply(content=json.dumps({**phase_tag, **arguments} if "phase" in phase_tag else phase_tag))
+
+
+async def policy_per_step(native: bool, actions: int = 20) -> dict[str, Any]:
+    settings = PlanningConfig(enabled=True, reflection={"enabled": False}, verification={"enabled": False})
+    policy = PlanningPolicy(settings, create_protocol(native), Path(tempfile.gettempdir()), None, _nothing, lambda: 0)
+    history = _History()
+    plan = {
+        "goal_understanding": {"main_objective": "read", "success_criteria": ["read"]},
+        "action_plan": {"actions": [{"id": f"a{n}", "description": "read"} for n in range(actions)]},
+    }
+    replies = [_reply(native, "submit_plan", {"phase": "planning"}, plan, 0)]
+    for n in range(actions):
+        view = {"path": "notes.txt", "view_range": [1, n + 2]}
+        done = {"id": f"a{n}", "status": "done", "summary": "read"}
+        replies.append(_reply(native, "workspace__view", {"comment": "c", "command": {"tool": "workspace/view", "args": view}}, view, 2 * n + 1))
+        replies.append(_reply(native, "action_done", {"action_done": done}, done, 2 * n + 2))
+    times = []
+    for reply in replies:
+        started = time.perf_counter()
+        await policy.before_request(history)  # type: ignore[arg-type]
+        history.messages.append({"role": "assistant", "content": reply.content})
+        decision = policy.parse(reply)
+        if decision.error is not None:
+            raise SystemExit(f"policy benchmark went wrong: {decision.error}")
+        await policy.accept(history, decision)  # type: ignore[arg-type]
+        policy.get_state()
+        times.append(time.perf_counter() - started)
+        if decision.actions:
+            history.send_user_message("the tool's output")
+    return {"protocol": "tool_calls" if native else "json_text", **summary_ms(times)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--actions", type=int, default=10, help="actions in the plan (default 10)")
@@ -137,6 +198,7 @@ def main() -> None:
     instrument(clock)
     with Servers(arguments.servers_in_process) as servers:
         variants = [run_protocol(clock, servers, arguments.actions, fc) for fc in (True, False)]
+    policy = [asyncio.run(policy_per_step(native)) for native in (True, False)]
     worst = max(variant["host_overhead"]["median_ms"] for variant in variants)
     reuse = min(variant["prefix_reuse"] for variant in variants)
     emit(
@@ -148,6 +210,7 @@ def main() -> None:
             "min_prefix_reuse": reuse,
             "met": worst < TARGET_MEDIAN_MS and reuse == 1.0,
             "variants": variants,
+            "planning_policy_alone_per_step": policy,
         }
     )
 

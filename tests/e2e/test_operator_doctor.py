@@ -57,6 +57,7 @@ def test_doctor_all_good_one_line_per_check(forge: ForgeUnderTest, tmp_path: Pat
     assert "mcp server workspace" in names and "workspace" in names[names.index("mcp server workspace")]
     assert "view" in lines["mcp server workspace"]
     assert {"sandbox", "database", "queue"} <= set(names)
+    assert lines["setup and egress"].endswith("security.egress.run_hosts: none (no network)"), lines
     _assert_no_secret(result)
 
 

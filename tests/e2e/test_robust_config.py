@@ -78,3 +78,13 @@ def test_empty_labels_are_rejected(
     data["github"][key] = value
     path.write_text(yaml.safe_dump(data))
     _assert_one_line_exit_2(_cli(path, "status"), f"github.{key}")
+
+
+def test_two_states_under_one_label_are_rejected(
+    github_forge: GitHubForge, replay: ReplaySandbox, tmp_path: Path
+) -> None:
+    path = _valid_config(tmp_path, github_forge, replay)
+    data = yaml.safe_load(path.read_text())
+    data["github"]["failed_label"] = "Coding Agent Done"
+    path.write_text(yaml.safe_dump(data))
+    _assert_one_line_exit_2(_cli(path, "status"), "github", "failed_label", "done_label")

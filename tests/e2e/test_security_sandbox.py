@@ -233,8 +233,11 @@ def _cli_env_without_bwrap(tmp_path: Path) -> dict[str, str]:
     return {"PATH": str(bin_dir)}
 
 
-def test_without_bwrap_the_agent_refuses_to_start_unless_told(github_forge: GitHubForge, tmp_path: Path) -> None:
-    setup = write_config(tmp_path, [github_forge], llm_section_stub())
+def test_without_bwrap_the_agent_refuses_to_start_unless_told(
+    github_forge: GitHubForge, replay: ReplaySandbox, tmp_path: Path
+) -> None:
+    # A live (replay) model, so that the preflight passes and the sandbox check is what decides.
+    setup = write_config(tmp_path, [github_forge], llm_section(replay))
     env_path = _cli_env_without_bwrap(tmp_path)
 
     refused = run_cli_with(setup, env_path, "run", "--once")
@@ -242,16 +245,12 @@ def test_without_bwrap_the_agent_refuses_to_start_unless_told(github_forge: GitH
     assert refused.returncode == 2, refused.stderr
     assert "bwrap" in refused.stderr and "security.sandbox" in refused.stderr
 
-    setup = write_config(tmp_path, [github_forge], llm_section_stub(), security={"sandbox": "none"})
+    setup = write_config(tmp_path, [github_forge], llm_section(replay), security={"sandbox": "none"})
     allowed = run_cli_with(setup, env_path, "run", "--once")
 
     assert allowed.returncode == 0, allowed.stderr
     logs = "\n".join(path.read_text(errors="replace") for path in setup.logs.rglob("*") if path.is_file())
     assert "security.sandbox is none" in logs
-
-
-def llm_section_stub() -> dict[str, Any]:
-    return {"provider": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": "k"}}
 
 
 def run_cli_with(setup: Any, env: dict[str, str], *args: str) -> Any:

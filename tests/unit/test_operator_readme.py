@@ -57,7 +57,7 @@ def test_the_reference_names_every_top_level_key() -> None:
 
 def test_troubleshooting_lists_every_doctor_check() -> None:
     section = README.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
-    for check in ("`config`", "`forge github", "`forge gitlab", "`llm <provider>", "`mcp server", "`sandbox`", "`database`", "`queue`"):
+    for check in ("`config`", "`forge github", "`forge gitlab", "`llm <provider>", "`mcp server", "`sandbox`", "`setup and egress`", "`database`", "`queue`"):
         assert check in section, check
 
 

@@ -25,6 +25,7 @@ from githubkit import GitHub
 from githubkit.exception import RequestFailed
 from sqlalchemy.engine import make_url
 
+from coding_agent.agent.environment import describe_egress
 from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServerConfig
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.state_store import StateStore
@@ -241,6 +242,13 @@ async def _sandbox(config: AgentConfig) -> Check:
     )
 
 
+async def _egress(config: AgentConfig) -> Check:
+    """SPEC 7.1: where the setup comes from and what the sandbox may reach (never a failure
+    unless hosts are listed and the forwarder the sandbox needs, socat, is missing)."""
+    lines = describe_egress(config)
+    return Check("setup and egress", not any(line.startswith("socat:") for line in lines), "; ".join(lines))
+
+
 async def _database(config: AgentConfig) -> Check:
     def probe() -> int:
         store = StateStore(config.database.url)
@@ -277,6 +285,7 @@ async def run_doctor(config: AgentConfig, config_source: str) -> list[Check]:
         (llm_name(config), lambda: llm_check(config)),
         *((f"mcp server {s.mcp_server_name}", (lambda s=s: _mcp_server(config, s))) for s in config.mcp_servers),
         ("sandbox", lambda: _sandbox(config)),
+        ("setup and egress", lambda: _egress(config)),
         ("database", lambda: _database(config)),
         ("queue", lambda: _queue(config)),
     ]

@@ -1,0 +1,316 @@
+"""One MCP server process and its `ClientSession`, on the official SDK's stdio transport.
+
+The SDK's `stdio_client` spawns the server and frames JSON-RPC; what it does not do is
+added here around it, because the hub needs it (SPEC 6, 15):
+- the environment is the hub's scrubbed one (the SDK's few inherited variables are
+  overridden when they hold a secret, see `ToolHub._launch`);
+- stderr goes to a pipe drained here: a bounded, redacted tail for error messages, and
+  its EOF (the process and its children are gone) ends the session at once;
+- the process id, which the SDK hides, is found through that pipe: it is needed to kill
+  the server's whole process group at the end (no child outlives the run), and for
+  diagnostics and tests;
+- anyio cancel scopes must be entered and left in one task, so one runner task owns the
+  transport and the session; other tasks only call `call_tool` (requests are
+  multiplexed by id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import logging
+import os
+import signal
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp import types as mcp_types
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import McpError
+
+from coding_agent.errors import ToolError
+from coding_agent.redaction import Redactor
+
+__all__ = ["Connection", "Launch", "Broken"]
+
+logger = logging.getLogger("coding_agent.tools.hub")
+
+_STDERR_TAIL_LINES = 20
+
+
+class Broken(Exception):
+    """The session can no longer carry requests: the process died or the pipes closed."""
+
+
+def _first_error(error: BaseException) -> BaseException:
+    """The first real error, looking inside exception groups (task groups wrap them)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one server: the resolved command line, environment and directory."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+    @property
+    def program(self) -> str:
+        return self.argv[0]
+
+
+class Connection:
+    """One server process and its session, owned by the task running `run()`.
+
+    Other tasks only call `call_tool`; `stop` asks the runner to leave its contexts.
+    """
+
+    def __init__(self, launch: Launch, secrets: Sequence[str]) -> None:
+        self._redactor = Redactor(secrets)
+        self._launch = launch
+        self._secrets = secrets
+        self.pid: int | None = None
+        self.tools: list[mcp_types.Tool] = []
+        self.startup_error: ToolError | None = None
+        self.ready = asyncio.Event()  # set when usable, or when startup failed
+        self._wake = asyncio.Event()  # stop requested or the process exited
+        self._finished = asyncio.Event()
+        self._session: ClientSession | None = None
+        self._closed = False
+        self._inflight: set[anyio.CancelScope] = set()
+        self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self._task: asyncio.Task[None] | None = None
+        self._scope = anyio.CancelScope()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"mcp-server:{self._launch.name}")
+
+    def request_stop(self) -> None:
+        """Ask the runner to leave (without waiting): safe to call from any task, even a cancelled one."""
+        self._wake.set()
+        if not self.ready.is_set():
+            # Still in the handshake: nothing graceful to wait for. The process goes first,
+            # so that the SDK's shutdown (stdin EOF, wait) finds it gone at once.
+            self._kill_group(signal.SIGKILL)
+            self._scope.cancel()
+
+    async def stop(self) -> None:
+        """Leave the session and end the process (stdin closed, then SIGTERM, then SIGKILL)."""
+        self.request_stop()
+        if self._task is not None:
+            await self._finished.wait()
+
+    @property
+    def alive(self) -> bool:
+        return self._session is not None and not self._closed
+
+    def _kill_group(self, sig: int) -> None:
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
+
+    def _fail(self, reason: str) -> None:
+        self.startup_error = ToolError(
+            f"MCP server {self._launch.name!r} (command {self._launch.program!r}) could not be started: {reason}"
+        )
+        if self._stderr_tail:
+            logger.warning(
+                "MCP server %s stderr before it failed:\n%s",
+                self._launch.name,
+                self._redactor.text("\n".join(self._stderr_tail)),
+            )
+
+    async def _run(self) -> None:
+        launch = self._launch
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        errlog = os.fdopen(write_fd, "w")
+        try:
+            with self._scope:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._drain_stderr, read_fd)
+                    try:
+                        await self._serve(errlog)
+                    finally:
+                        group.cancel_scope.cancel()
+        except Exception as error:  # the runner reports, it never raises
+            cause = _first_error(error)
+            if isinstance(cause, OSError) and self.pid is None:  # the spawn itself failed
+                reasons = {FileNotFoundError: "command not found", PermissionError: "permission denied"}
+                self._fail(reasons.get(type(cause)) or cause.strerror or cause.__class__.__name__)
+            else:
+                logger.warning("MCP server %s session ended: %s", launch.name, cause.__class__.__name__)
+        finally:
+            if not self.ready.is_set() and self.startup_error is None and not self._wake.is_set():
+                self._fail("it ended before finishing the MCP handshake")
+            with contextlib.suppress(OSError):
+                errlog.close()
+            with contextlib.suppress(OSError):
+                os.close(read_fd)
+            # Children the server left behind in its group would outlive the run otherwise.
+            self._kill_group(signal.SIGKILL)
+            self._end()
+
+    def _end(self) -> None:
+        self._closed = True
+        self._session = None
+        for scope in list(self._inflight):
+            scope.cancel()
+        self.ready.set()
+        self._finished.set()
+
+    async def _serve(self, errlog: TextIO) -> None:
+        """The SDK's stdio transport and session, held until a stop is asked or the server ends."""
+        launch = self._launch
+        parameters = StdioServerParameters(command=launch.argv[0], args=launch.argv[1:], env=launch.env, cwd=launch.cwd)
+        pipe = os.fstat(errlog.fileno()).st_ino
+        async with stdio_client(parameters, errlog=errlog) as (read_stream, write_stream):
+            errlog.close()  # the child holds its own copy: EOF on the pipe now means it is gone
+            self.pid = _child_with_stderr(pipe)
+            async with ClientSession(read_stream, write_stream) as session:
+                try:
+                    await session.initialize()
+                    self.tools = await self._list_tools(session)
+                except Exception as error:  # reported through startup_error
+                    await self._startup_failed(error)
+                    return
+                self._session = session
+                self.ready.set()
+                try:
+                    await self._wake.wait()
+                finally:
+                    self._closed = True
+                    self._session = None
+                    for scope in list(self._inflight):
+                        scope.cancel()
+
+    async def _startup_failed(self, error: Exception) -> None:
+        # A closed connection usually means the process died; give it a moment to be reaped
+        # so that the message can say so and give the exit code.
+        code = None
+        with anyio.move_on_after(1.0):
+            code = await _exit_code(self.pid)
+        if code is not None:  # the code is known while the process is unreaped, not after
+            self._fail("it exited during startup" + (f" (exit code {code})" if code >= 0 else ""))
+        elif isinstance(error, McpError):
+            self._fail(f"the MCP handshake failed: {self._redactor.text(error.error.message)}")
+        else:
+            self._fail(f"the MCP handshake failed ({error.__class__.__name__})")
+        self._kill_group(signal.SIGKILL)
+
+    @staticmethod
+    async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        while True:
+            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.nextCursor
+            if not cursor:
+                return tools
+
+    async def _drain_stderr(self, fd: int) -> None:
+        """Read the server's stderr so that a chatty server never blocks on a full pipe; its
+        end (EOF: the process and its children are gone) ends the session."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        buffer = ""
+        while True:
+            await anyio.wait_readable(fd)
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            lines = (buffer + decoder.decode(chunk)).split("\n")
+            buffer = lines.pop()
+            for line in lines:
+                if line.strip():
+                    self._stderr_tail.append(line)
+                    logger.debug("MCP server %s: %s", self._launch.name, self._redactor.text(line))
+        if not self._wake.is_set() and self.ready.is_set():
+            logger.warning("MCP server %s exited", self._launch.name)
+        self._closed = True
+        self._wake.set()
+
+    # -- calls -----------------------------------------------------------------------
+    async def call_tool(self, tool: str, arguments: dict[str, Any], timeout: float) -> mcp_types.CallToolResult | None:
+        """The server's result, or None on timeout. Raises `Broken` when the session is gone."""
+        session = self._session
+        if session is None or self._closed:
+            raise Broken
+        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
+        self._inflight.add(scope)
+        try:
+            with scope:
+                return await session.call_tool(tool, arguments)
+        except McpError as error:
+            if error.error.code == mcp_types.CONNECTION_CLOSED:
+                raise Broken from None
+            raise
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+            raise Broken from None
+        finally:
+            self._inflight.discard(scope)
+        if self._closed:
+            raise Broken  # the runner cancelled us because the session ended
+        return None
+
+
+def _child_with_stderr(pipe_inode: int) -> int | None:
+    """The pid of our child process whose stderr is the pipe `pipe_inode`.
+
+    The SDK's `stdio_client` does not expose its process; its pid is needed to stop the
+    server's whole process group and for diagnostics. The pipe is this connection's own,
+    so the match is unambiguous even when several servers start at once.
+    """
+    me = str(os.getpid())
+    target = f"pipe:[{pipe_inode}]"
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            if fields[1] == me and os.readlink(f"/proc/{entry.name}/fd/2") == target:
+                return int(entry.name)
+        except (OSError, IndexError):
+            continue
+    return None
+
+
+async def _exit_code(pid: int | None) -> int | None:
+    """The exit code of our child `pid` once it has exited (without reaping it), else None."""
+    if pid is None:
+        return None
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return -1  # already reaped by the SDK's process handle: the code is gone
+        if state in ("Z", "X"):
+            return _zombie_exit_code(pid)
+        await anyio.sleep(0.05)
+
+
+def _zombie_exit_code(pid: int) -> int:
+    """Field 52 of /proc/<pid>/stat: the wait status of an exited, unreaped process."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            status = int(handle.read().rsplit(")", 1)[1].split()[49])
+    except (OSError, IndexError, ValueError):
+        return -1
+    return (status >> 8) & 0xFF if status & 0x7F == 0 else -(status & 0x7F)
