@@ -85,6 +85,7 @@ class RunControl:
             controls.shutdown,
             lambda: controls.store.control_request(scope.key),
         )
+        controls.active[scope.key] = self
         saver = RunSaver(scope, self._detector, self._stop)
         self._checkpointer = Checkpointer(scope, pause, self._stop, self._detector, saver)
         self._final = FinalComment(scope, self._detector)
@@ -129,6 +130,10 @@ class RunControl:
     @planning_state.setter
     def planning_state(self, value: Callable[[], dict[str, Any] | None]) -> None:
         self._scope.planning_state = value
+
+    def nudge(self) -> None:
+        """See `RunControls.nudge`: re-read the assignees at the next checkpoint."""
+        self._stop.nudge()
 
     # -- setting the run up --------------------------------------------------------
 
