@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
@@ -90,24 +90,59 @@ async def _preflight(config: AgentConfig, once: bool, stop: asyncio.Event) -> bo
     return False
 
 
-async def _run_service(config: AgentConfig, once: bool) -> int:
+Role = Literal["once", "serve", "producer", "worker"]
+
+
+class _Unreachable(Exception):
+    """The database, the queue or (with webhooks) dashboard.bind is unusable at start:
+    one line naming it, exit 2."""
+
+
+async def _start_service(config: AgentConfig) -> AgentService:
+    """The service with its database and queue reachable, or `_Unreachable` naming which."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from coding_agent.runtime.service import AgentService
 
-    service = AgentService(config)
+    try:
+        service = AgentService(config)
+    except SQLAlchemyError as error:
+        raise _Unreachable(f"the database (database.url) is not usable: {type(error.orig or error).__name__}") from None
+    try:
+        await service.queue()
+    except (OSError, ConnectionError, asyncio.TimeoutError) as error:
+        await service.aclose()
+        raise _Unreachable(f"the queue (queue.url, backend {config.queue.backend}) is not reachable: {type(error).__name__}") from None
+    except Exception as error:  # aio-pika's own connection errors
+        await service.aclose()
+        if type(error).__module__.startswith(("aio_pika", "aiormq", "pamqp")):
+            raise _Unreachable(f"the queue (queue.url) is not reachable: {type(error).__name__}") from None
+        raise
+    return service
+
+
+async def _run_service(config: AgentConfig, role: Role) -> int:
+    service = await _start_service(config)
     stop = asyncio.Event()
     _pause_on_signals(service, stop)
     try:
-        if not await _preflight(config, once, stop):
-            return 1 if once else 0
-        if once:
+        if not await _preflight(config, role == "once", stop):
+            return 1 if role == "once" else 0
+        if role == "once":
             _echo_report(await service.run_cycle())
             return 0
-        from coding_agent.web.server import serving_dashboard
+        if role == "worker":  # no HTTP: many workers may share a machine
+            await service.work(stop)
+            return 0
+        from coding_agent.web.server import BindError, serving_http
 
-        async with serving_dashboard(config, service.store) as url:
-            if url:
-                typer.echo(f"coding-agent: dashboard at {url}", err=True)
-            await service.serve(stop)
+        try:
+            async with serving_http(config, service) as url:
+                if url:
+                    typer.echo(f"coding-agent: dashboard at {url}", err=True)
+                await (service.produce(stop) if role == "producer" else service.serve(stop))
+        except BindError as error:
+            raise _Unreachable(str(error)) from None
         return 0
     finally:
         await service.aclose()
@@ -150,15 +185,21 @@ def _check_sandbox(config: AgentConfig) -> None:
         log.warning("%s", warning)
 
 
-def _run(config: AgentConfig, once: bool) -> None:
-    _check_sandbox(config)
-    _exit_with(config, _run_service(config, once))
+def _run(config: AgentConfig, role: Role) -> None:
+    if role in ("producer", "worker") and config.queue.backend == "memory":
+        raise _fail(f"`{role}` needs a shared queue: set queue.backend to rabbitmq (or use `serve`)", 2)
+    if role != "producer":
+        _check_sandbox(config)
+    _exit_with(config, _run_service(config, role))
 
 
 def _exit_with(config: AgentConfig, work: Coroutine[Any, Any, int]) -> None:
     """Run `work` and exit with its code; an agent error is one line on stderr, exit 1."""
     try:
         code = asyncio.run(work)
+    except _Unreachable as error:
+        log.error("agent could not start: %s", error)
+        raise _fail(Redactor(config.secrets()).text(str(error)), 2) from None
     except AgentError as error:
         log.error("agent could not run: %s", error)
         raise _fail(Redactor(config.secrets()).text(str(error)), 1) from None
@@ -171,13 +212,26 @@ def run(
     once: Annotated[bool, typer.Option("--once", help="Work every pending task, then exit (for cron).")] = False,
 ) -> None:
     """Work pending tasks: once with --once, else poll every scheduling.interval_seconds."""
-    _run(_load(config), once)
+    _run(_load(config), "once" if once else "serve")
 
 
 @app.command()
 def serve(config: ConfigOption = None) -> None:
-    """Poll continuously and work tasks with up to `workers` at once, until SIGTERM/SIGINT."""
-    _run(_load(config), once=False)
+    """Producer and workers in one process: poll, and work up to `workers` tasks at once,
+    each starting as soon as a slot is free, until SIGTERM/SIGINT."""
+    _run(_load(config), "serve")
+
+
+@app.command()
+def producer(config: ConfigOption = None) -> None:
+    """Only find work and queue it (queue.backend rabbitmq), every scheduling.interval_seconds."""
+    _run(_load(config), "producer")
+
+
+@app.command()
+def worker(config: ConfigOption = None) -> None:
+    """Only work queued tasks (queue.backend rabbitmq), up to `workers` at once, until SIGTERM."""
+    _run(_load(config), "worker")
 
 
 @app.command()

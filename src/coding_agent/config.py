@@ -320,6 +320,22 @@ class DatabaseConfig(_Strict):
         return value
 
 
+class QueueConfig(_Strict):
+    """Between producer and workers (SPEC 11.1): `memory` in-process, or RabbitMQ."""
+
+    backend: Literal["memory", "rabbitmq"] = "memory"
+    url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    name: str = Field(default="coding-agent.tasks", min_length=1, max_length=200)
+    prefetch: int | None = Field(default=None, ge=1)  # None: `workers`
+
+
+class WebhooksConfig(_Strict):
+    """`POST /webhooks/github|gitlab` (SPEC 11.2); an endpoint without its secret is off."""
+
+    github_secret: SecretStr | None = None
+    gitlab_token: SecretStr | None = None
+
+
 class BudgetConfig(_Strict):
     max_tokens: int | None = Field(default=None, gt=0)
     max_seconds: float | None = Field(default=None, gt=0)
@@ -504,6 +520,8 @@ class AgentConfig(_Strict):
     context_storage: ContextStorageConfig = Field(default_factory=ContextStorageConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     security: SecurityConfig = Field(default_factory=SecurityConfig)
     setup: SetupConfig = Field(default_factory=SetupConfig)
@@ -564,6 +582,9 @@ class AgentConfig(_Strict):
             secret = getattr(section, "token", None) or getattr(section, "api_key", None)
             if secret is not None and secret.get_secret_value():
                 values.append(secret.get_secret_value())
+        for hook_secret in (self.webhooks.github_secret, self.webhooks.gitlab_token):
+            if hook_secret is not None and hook_secret.get_secret_value():
+                values.append(hook_secret.get_secret_value())
         return values
 
 

@@ -79,9 +79,10 @@ def _final_comment_pattern(forge: ForgeUnderTest) -> str:
     return _comment_post_pattern(forge)
 
 
-def test_a_10_mb_reply_is_capped_at_the_forge_limit_with_a_note(github_forge: GitHubForge, tmp_path: Path) -> None:
+def test_an_over_long_answer_is_capped_at_the_forge_limit_with_a_note(github_forge: GitHubForge, tmp_path: Path) -> None:
     number = github_forge.open_task("issue", "Huge answer", "Say a lot.")
-    huge = "word " * 2_000_000  # 10 MB: GitHub refuses any body over 65,536 characters
+    # 150,000 characters: a reply the loop accepts, a comment GitHub would refuse (422).
+    huge = "word " * 30_000
     with ReplaySandbox({"replies": [{"done": huge}]}) as model:
         setup = write_config(tmp_path, [github_forge], llm_section(model))
         report = _run_cycle(load_for_service(setup))
@@ -160,6 +161,8 @@ def test_label_write_answered_403_is_completed_by_the_next_cycle(github_forge: G
     assert [r.status for r in second.results] == ["done"]
     bodies = [body for author, body in github_forge.comments("issue", number) if author == BOT]
     assert [body for body in bodies if "nothing to change" in body] == ["Looked at it; nothing to change."]
+    [progress] = progress_comments(bodies)
+    assert "done" in progress, "the run's one progress comment shows its end"
     labels = github_forge.labels("issue", number)
     assert "coding agent done" in labels and "coding agent processing" not in labels
     store = _store(setup)

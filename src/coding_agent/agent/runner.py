@@ -8,6 +8,7 @@ happened (never a stack trace or a secret), and its context moved to `completed/
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -16,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from coding_agent.agent.environment import RunEnvironment
-from coding_agent.agent.loop import LoopLimits, LoopOutcome, run_loop
+from coding_agent.agent.loop import Checkpoint, Decision, LoopLimits, LoopOutcome, Steering, run_loop
 from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
 from coding_agent.agent.planning import PlanningPolicy, load_planning_state, render_instructions
@@ -27,7 +28,9 @@ from coding_agent.context.compression import Compressor, model_summarizer
 from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
 from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.storage import ContextStorage, RunContextFiles
+from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.ports import RunStore
+from coding_agent.domain.runs import RunRecord
 from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread
 from coding_agent.errors import AgentError, ForgeError
 from coding_agent.llm.base import LLMClient
@@ -108,6 +111,25 @@ class _TrustCache:
         return self.trusted.get(author, False)
 
 
+def _check_lease(lease: LeaseWatch | None, key: str, run_uuid: str) -> None:
+    if lease is not None and lease.lost:
+        raise LeaseLost(f"lease of {key} lost to another worker during run {run_uuid}")
+
+
+class _LeaseGuard:
+    """The run's steering, behind a lease check at every checkpoint: the step's progress
+    write (started when the reply came, in a thread) is awaited there, so a lease found
+    taken stops the run before the reply is acted on."""
+
+    def __init__(self, runner: TaskRunner, inner: Steering, key: str, run_uuid: str, lease: LeaseWatch | None) -> None:
+        self._runner, self._inner, self._key, self._run_uuid, self._lease = runner, inner, key, run_uuid, lease
+
+    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> Decision:
+        _check_lease(self._lease, self._key, self._run_uuid)
+        await self._runner._await_step_write(self._key, self._run_uuid)
+        return await self._inner.checkpoint(point, llm)
+
+
 class TaskRunner:
     """Works claimed tasks. One instance serves every task of a worker process."""
 
@@ -132,15 +154,23 @@ class TaskRunner:
         self._llm_factory = llm_factory or (lambda: create_llm_client(config.llm, retry_policy(config)))
         self._pending_usage: dict[str, list[tuple[int, int]]] = {}
         self._last_heartbeat: dict[str, float] = {}
+        self._step_writes: dict[str, asyncio.Future[bool]] = {}
+        self._lost: set[str] = set()
         self._memories = memories
 
     async def run(
-        self, source: Source, task: Task, requester: str | None, continuation: Continuation | None = None
+        self,
+        source: Source,
+        task: Task,
+        requester: str | None,
+        continuation: Continuation | None = None,
+        lease: LeaseWatch | None = None,
     ) -> RunResult:
         """Work `task` (already claimed by this worker) to its end; release its lease.
 
         `continuation`: an existing run to carry on (resumed after a pause, or taken over
-        after its worker died) instead of starting a new one.
+        after its worker died) instead of starting a new one. `lease`: the worker's
+        heartbeat; once it is lost the run stops at its next step, writing nothing more.
         """
         config = self._config
         key = str(task.key)
@@ -162,7 +192,7 @@ class TaskRunner:
                 protocol="tool_calls" if config.llm.function_calling else "json_text",
                 workspace=str(workspace),
             )
-            self._store.start_run(run_uuid, key, self._owner, requester)
+            await asyncio.to_thread(self._store.start_run, run_uuid, key, self._owner, requester)
         reporter = IssueReporter(source, task.key, self._redactor)
         control = RunControl(self._controls, source, task, files, workspace, requester, reporter, continuation)
         log.info("%s: run %s %s", key, run_uuid, "continued" if continuation is not None else "started")
@@ -173,7 +203,10 @@ class TaskRunner:
             llm = self._llm_factory()
             llm.on_usage(lambda usage: self._record_usage(run_uuid, key, usage))
             recorded = control.recorded_outcome()
-            outcome = recorded or await self._work(source, task, llm, files, reporter, workspace, requester, control)
+            outcome = recorded or await self._work(
+                source, task, llm, files, reporter, workspace, requester, control, lease
+            )
+            _check_lease(lease, key, run_uuid)  # the task is another worker's now: publish nothing
             if self._memories is not None and recorded is None:
                 await self._memories.after_run(llm, task.key, run_uuid, outcome.status, outcome.comment)
         except RunInterrupted as error:  # pause, stop, lease lost: steering's endings (SPEC 8)
@@ -188,7 +221,8 @@ class TaskRunner:
                 "failed", notice("error", config.language, message="internal error (see the agent's log)"), 0
             )
         finally:
-            self._flush_usage(run_uuid, key)
+            await self._settle_step_writes(run_uuid)
+            await asyncio.to_thread(self._flush_usage, run_uuid, key)
             if llm is not None:
                 files.sync_messages(llm.messages)
                 await llm.aclose()
@@ -208,8 +242,9 @@ class TaskRunner:
         await control.finished(status)
         files.write_metadata(status=status, steps=outcome.steps)
         context_dir = files.move_to("completed")
-        self._store.finish_run(run_uuid, status, outcome.steps, None if status == "done" else outcome.comment)
-        self._store.release_lease(key, self._owner)
+        error = None if status == "done" else outcome.comment
+        await asyncio.to_thread(self._store.finish_run, run_uuid, status, outcome.steps, error)
+        await asyncio.to_thread(self._store.release_lease, key, self._owner)
         log.info("%s: run %s ended %s after %d steps", key, run_uuid, status, outcome.steps)
         return RunResult(run_uuid, key, status, outcome.steps, context_dir)
 
@@ -223,6 +258,7 @@ class TaskRunner:
         workspace: Path,
         requester: str | None,
         control: RunControl,
+        lease: LeaseWatch | None = None,
     ) -> LoopOutcome:
         config = self._config
         comments = await source.list_comments(task.key)
@@ -262,7 +298,8 @@ class TaskRunner:
                 )
             )
             if not control.restore(llm):  # a continued run has its history already
-                first_turn = self._first_turn(source, task, comments, threads, trust, files.run_uuid, branch_rules)
+                previous = await asyncio.to_thread(self._store.runs, str(task.key))
+                first_turn = self._first_turn(source, task, comments, threads, trust, files.run_uuid, branch_rules, previous)
                 llm.send_user_message("\n\n".join(part for part in (first_turn, environment.first_turn_note()) if part))
             policy.prepare(llm, hub.tool_specs)
             await control.begin(comments, threads, trust)
@@ -282,8 +319,11 @@ class TaskRunner:
                 control.reporter(),
                 limits,
                 language=config.language,
-                steering=control,
-                on_step=lambda steps: (self._heartbeat(str(task.key), files.run_uuid, steps), control.on_step(steps)),
+                steering=_LeaseGuard(self, control, str(task.key), files.run_uuid, lease),
+                on_step=lambda steps: (
+                    self._heartbeat(str(task.key), files.run_uuid, steps, lease),
+                    control.on_step(steps),
+                ),
                 compressor=self._compressor(str(task.key), files.run_uuid),
                 start_steps=control.steps,
                 pending_reply=control.pending_reply(llm),
@@ -328,6 +368,7 @@ class TaskRunner:
         trust: _TrustCache,
         run_uuid: str,
         branch_rules: dict[str, str],
+        runs: list[RunRecord],
     ) -> str:
         """The task, its conversation and review threads, and the memories (SPEC 9.1, 9.2)."""
         handling = self._config.comment_handling
@@ -340,7 +381,7 @@ class TaskRunner:
             wrapper=trust.wrapper,
         )
         # A task whose previous run ended done is worked again: a follow-up (SPEC 3).
-        previous = [run for run in self._store.runs(str(task.key)) if run.uuid != run_uuid]
+        previous = [run for run in runs if run.uuid != run_uuid]
         followup = bool(previous) and previous[-1].status == "done"
         return build_first_turn(task, comments, threads, trust, settings, self._memories, followup, branch_rules)
 
@@ -353,22 +394,53 @@ class TaskRunner:
             model_summarizer(self._llm_factory, lambda usage: self._record_usage(run_uuid, key, usage)),
         )
 
-    def _heartbeat(self, key: str, run_uuid: str, steps: int) -> None:
-        """Keep the lease alive while the run makes progress.
+    def _heartbeat(self, key: str, run_uuid: str, steps: int, lease: LeaseWatch | None = None) -> None:
+        """Record the run's progress (steps, token usage) and stop if the lease is gone.
 
-        Written at most every tenth of the lease (10 s at most): often enough that the
-        lease never lapses while we work, and that a lost lease is noticed long before
-        the taker-over could have done much; rarely enough that a database transaction
-        is not part of every step's cost.
+        The lease itself is kept alive by the worker's heartbeat (`runtime/lease.py`),
+        whatever the run waits on. This per-step write (which extends it too) runs in a
+        worker thread, never on the event loop; a write that finds the lease gone stops
+        the run at its next step. Written at most every tenth of the lease (10 s at
+        most), and never two at once, so a transaction is not part of every step's cost.
         """
+        _check_lease(lease, key, run_uuid)
+        if run_uuid in self._lost:
+            raise LeaseLost(f"lease of {key} lost to another worker during run {run_uuid}")
         now = time.monotonic()
         interval = min(self._config.scheduling.lease_seconds / 10, 10.0)
-        if now - self._last_heartbeat.get(run_uuid, -interval) < interval:
+        pending = self._step_writes.get(run_uuid)
+        if now - self._last_heartbeat.get(run_uuid, -interval) < interval or (pending is not None and not pending.done()):
             return
         self._last_heartbeat[run_uuid] = now
         usages = self._pending_usage.pop(run_uuid, [])
-        if not self._store.heartbeat(key, self._owner, self._config.scheduling.lease_seconds, run_uuid, steps, usages):
+        lease_seconds = self._config.scheduling.lease_seconds
+        write = asyncio.get_running_loop().run_in_executor(
+            None, self._store.heartbeat, key, self._owner, lease_seconds, run_uuid, steps, usages
+        )
+        write.add_done_callback(lambda done: self._note_step_write(run_uuid, done))
+        self._step_writes[run_uuid] = write
+
+    def _note_step_write(self, run_uuid: str, done: asyncio.Future[bool]) -> None:
+        if done.cancelled():
+            return
+        if done.exception() is not None:
+            log.warning("run %s: could not record its progress: %s", run_uuid, type(done.exception()).__name__)
+        elif not done.result():
+            self._lost.add(run_uuid)
+
+    async def _await_step_write(self, key: str, run_uuid: str) -> None:
+        pending = self._step_writes.get(run_uuid)
+        if pending is not None and not pending.done():
+            await asyncio.wait({pending})
+        if run_uuid in self._lost:
             raise LeaseLost(f"lease of {key} lost to another worker during run {run_uuid}")
+
+    async def _settle_step_writes(self, run_uuid: str) -> None:
+        """Wait for the run's last progress write, so nothing lands after its end."""
+        pending = self._step_writes.pop(run_uuid, None)
+        if pending is not None:
+            await asyncio.wait({pending})
+        self._lost.discard(run_uuid)
 
     def _record_usage(self, run_uuid: str, key: str, usage: TokenUsage) -> None:
         """Queue a model call's usage; the step's heartbeat writes it in its transaction."""

@@ -15,6 +15,7 @@ That comment is recorded before anything happens, so it never acts twice:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -137,17 +138,17 @@ class FollowUpIntake:
     async def try_claim(self, source: Source, task: Task) -> Claim | None:
         """Claim `task` for a follow-up run, or return None (nothing new, acknowledged, refused)."""
         key = str(task.key)
-        if not source.bot_name or self._records.seen(key, task.updated_at.isoformat()):
+        if not source.bot_name or await asyncio.to_thread(self._records.seen, key, task.updated_at.isoformat()):
             return None
-        if not self._store.acquire_lease(key, self._owner, self._lease_seconds):
+        if not await asyncio.to_thread(self._store.acquire_lease, key, self._owner, self._lease_seconds):
             return None
         try:
             claim = await self._examine(source, key, source.bot_name, task)
         except BaseException:
-            self._store.release_lease(key, self._owner)
+            await asyncio.to_thread(self._store.release_lease, key, self._owner)
             raise
         if claim is None:
-            self._store.release_lease(key, self._owner)
+            await asyncio.to_thread(self._store.release_lease, key, self._owner)
         return claim
 
     async def _examine(self, source: Source, key: str, bot_name: str, task: Task) -> Claim | None:
@@ -156,23 +157,23 @@ class FollowUpIntake:
             return None
         seen_at = fresh.updated_at.isoformat()
         trigger = find_followup_comment(await source.list_comments(task.key), bot_name)
-        if trigger is None or self._records.handled(key, trigger.id) is not None:
-            self._records.mark_seen(key, seen_at)
+        if trigger is None or await asyncio.to_thread(self._records.handled, key, trigger.id) is not None:
+            await asyncio.to_thread(self._records.mark_seen, key, seen_at)
             return None
         if not self._allow_untrusted and not (await source.get_permission(task.key, trigger.author)).can_write:
             log.warning("%s: @mention by %s (no write access) ignored", key, trigger.author)
-            self._records.handle(key, trigger.id, "ignored")
-            self._records.mark_seen(key, seen_at)
+            await asyncio.to_thread(self._records.handle, key, trigger.id, "ignored")
+            await asyncio.to_thread(self._records.mark_seen, key, seen_at)
             return None
         if self._is_completion(trigger.body):
             # Recorded first: a crash right after costs the acknowledgement, never a second one.
-            self._records.handle(key, trigger.id, "acknowledged")
-            self._records.mark_seen(key, seen_at)
+            await asyncio.to_thread(self._records.handle, key, trigger.id, "acknowledged")
+            await asyncio.to_thread(self._records.mark_seen, key, seen_at)
             text = notice("followup_ack", self._language, user=trigger.author)
             await source.post_comment(task.key, self._redactor.text(text))
             log.info("%s: completion comment %s by %s acknowledged; no new run", key, trigger.id, trigger.author)
             return None
-        self._records.handle(key, trigger.id, "run")
+        await asyncio.to_thread(self._records.handle, key, trigger.id, "run")
         present = [label for label in fresh.labels if label in lifecycle_labels(source)]
         await transition(source, task.key, source.labels.processing_label, present)
         log.info("%s: follow-up claimed (comment %s by %s)", key, trigger.id, trigger.author)

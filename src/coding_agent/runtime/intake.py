@@ -8,6 +8,7 @@ finished it) finds the label gone and backs off.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -51,27 +52,27 @@ class Intake:
     async def try_claim(self, source: Source, task: Task) -> Claim | None:
         """Claim `task` for this worker, or return None when it is not ours to work."""
         key = str(task.key)
-        if self._store.trigger_rejected(key, task.updated_at.isoformat()):
+        if await asyncio.to_thread(self._store.trigger_rejected, key, task.updated_at.isoformat()):
             return None
-        if not self._store.acquire_lease(key, self._owner, self._lease_seconds):
+        if not await asyncio.to_thread(self._store.acquire_lease, key, self._owner, self._lease_seconds):
             log.info("%s: leased by another worker; skipped", key)
             return None
         try:
             fresh = await source.get_task(task.key)
             if not fresh.has_label(source.labels.bot_label):
                 log.info("%s: no longer carries %r; skipped", key, source.labels.bot_label)
-                self._store.release_lease(key, self._owner)
+                await asyncio.to_thread(self._store.release_lease, key, self._owner)
                 return None
             requester = await source.find_trigger_user(task.key)
             if not self._allow_untrusted and not await self._may_trigger(source, fresh, requester):
-                self._store.release_lease(key, self._owner)
+                await asyncio.to_thread(self._store.release_lease, key, self._owner)
                 return None
             present = [label for label in fresh.labels if label in (source.labels.bot_label, *lifecycle_labels(source))]
             await transition(source, task.key, source.labels.processing_label, present)
             log.info("%s: claimed (requested by %s)", key, requester or "unknown")
             return Claim(task=fresh, requester=requester)
         except BaseException:
-            self._store.release_lease(key, self._owner)
+            await asyncio.to_thread(self._store.release_lease, key, self._owner)
             raise
 
     async def _may_trigger(self, source: Source, task: Task, requester: str | None) -> bool:
@@ -81,7 +82,7 @@ class Intake:
             return True
         log.warning("%s: trigger by %s (%s access) refused", task.key, requester or "unknown user", permission.value)
         after = task
-        if not self._store.trigger_ever_rejected(str(task.key)):  # explained once per task (SPEC 15)
+        if not await asyncio.to_thread(self._store.trigger_ever_rejected, str(task.key)):  # explained once per task (SPEC 15)
             text = (
                 notice("untrusted_trigger", self._language, user=requester)
                 if requester
@@ -91,5 +92,5 @@ class Intake:
             after = await source.get_task(task.key)
         # Remember the task as it is now, so the next poll does not look again until
         # something changes (e.g. a maintainer re-labels it).
-        self._store.reject_trigger(str(task.key), after.updated_at.isoformat())
+        await asyncio.to_thread(self._store.reject_trigger, str(task.key), after.updated_at.isoformat())
         return False

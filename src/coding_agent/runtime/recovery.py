@@ -15,6 +15,7 @@ comment says so) and the task restarts cleanly as a new run.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,34 +65,37 @@ class Recovery:
     async def try_take(self, source: Source, key: str) -> Takeover | None:
         """Claim `key`'s run to continue it, or None when it is not ours to take (now)."""
         owner = self._controls.owner
-        if not self._store.acquire_lease(key, owner, self._config.scheduling.lease_seconds):
+        if not await asyncio.to_thread(self._store.acquire_lease, key, owner, self._config.scheduling.lease_seconds):
             return None
         try:
             taken = await self._take(source, key)
         except BaseException:
-            self._store.release_lease(key, owner)
+            await asyncio.to_thread(self._store.release_lease, key, owner)
             raise
         if taken is None:
-            self._store.release_lease(key, owner)
+            await asyncio.to_thread(self._store.release_lease, key, owner)
         return taken
 
     async def _take(self, source: Source, key: str) -> Takeover | None:
         owner = self._controls.owner
-        run = self._store.latest_run(key)
-        for stale in self._store.runs_with_status("paused", key):
+        run = await asyncio.to_thread(self._store.latest_run, key)
+        for stale in await asyncio.to_thread(self._store.runs_with_status, "paused", key):
             if run is not None and stale.uuid != run.uuid:  # a newer run (re-triggered) took over
-                self._store.finish_run(stale.uuid, "abandoned", stale.steps, "superseded by a newer run of the task")
+                superseded = "superseded by a newer run of the task"
+                await asyncio.to_thread(self._store.finish_run, stale.uuid, "abandoned", stale.steps, superseded)
         if run is not None and run.status == "paused":
-            marks = self._store.run_marks(run.uuid)
-            if marks.resume_hold or self.paused_by_signal() or not self._store.claim_run(run.uuid, owner, "paused"):
+            marks = await asyncio.to_thread(self._store.run_marks, run.uuid)
+            if marks.resume_hold or self.paused_by_signal():
+                return None
+            if not await asyncio.to_thread(self._store.claim_run, run.uuid, owner, "paused"):
                 return None
             log.info("%s: resuming paused run %s", key, run.uuid)
             return await self._continue(source, run, marks)
         if run is not None and run.status == "running":
-            if not self._store.claim_run(run.uuid, owner, "running"):
+            if not await asyncio.to_thread(self._store.claim_run, run.uuid, owner, "running"):
                 return None
             log.warning("%s: the worker of run %s stopped; taking it over", key, run.uuid)
-            return await self._continue(source, run, self._store.run_marks(run.uuid))
+            return await self._continue(source, run, await asyncio.to_thread(self._store.run_marks, run.uuid))
         # No unfinished run: a worker died between claiming the task and starting its run.
         task = await source.get_task(TaskKey.parse(key))
         if task.state != "open" or not task.has_label(source.labels.processing_label):
@@ -124,7 +128,8 @@ class Recovery:
 
     async def _abandon(self, source: Source, task: Task, run: RunRecord, marks: RunMarks) -> None:
         """Close a run that cannot be continued: its record, its context, its progress comment."""
-        self._store.finish_run(run.uuid, "abandoned", run.steps, "its worker stopped and left nothing to continue from")
+        reason = "its worker stopped and left nothing to continue from"
+        await asyncio.to_thread(self._store.finish_run, run.uuid, "abandoned", run.steps, reason)
         files = self._storage.reopen(run.uuid)
         if files is not None:
             files.write_metadata(status="abandoned")

@@ -1,7 +1,12 @@
-"""The agent as a process: discover, claim and work tasks, once (`run --once`) or forever
-(`serve`), with up to `workers` tasks at once in one event loop.
+"""The agent as a process: a producer that finds work, a queue, and workers that take the
+next task as soon as a slot is free (SPEC 11.1). No cycle barrier anywhere: a long task
+never holds up polling or the start of other tasks.
 
-Claims happen inside a worker slot, so a busy process never holds tasks it cannot start
+- `run_cycle` (`run --once`): one producer cycle, then the queue is worked until empty.
+- `serve`: the producer every `scheduling.interval_seconds` and the workers, together.
+- `produce` / `work`: the split roles (`producer`, `worker`) for a shared RabbitMQ queue.
+
+Claims happen in a worker slot, so a busy process never holds tasks it cannot start
 yet: another process polling the same forge can take them.
 """
 
@@ -10,26 +15,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from coding_agent.agent.runner import RunResult, TaskRunner
 from coding_agent.agent.steering import RunControls, ShutdownSignal
 from coding_agent.config import AgentConfig
 from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.storage import ContextStorage
-from coding_agent.domain.tasks import Task
-from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.cleanup import Cleanup
 from coding_agent.runtime.followups import FollowUpIntake
-from coding_agent.runtime.intake import Claim, Intake
+from coding_agent.runtime.intake import Intake
 from coding_agent.runtime.memory_store import MemoryStore
-from coding_agent.runtime.recovery import Recovery, Takeover
+from coding_agent.runtime.producer import Producer
+from coding_agent.runtime.queue import TaskQueue
+from coding_agent.runtime.queue.factory import open_queue
+from coding_agent.runtime.queue.memory import MemoryQueue
+from coding_agent.runtime.queue_entries import QueueEntries
+from coding_agent.runtime.recovery import Recovery
 from coding_agent.runtime.state_store import StateStore, new_owner_id
+from coding_agent.runtime.worker import Outcome, Workers
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import create_sources
 
@@ -40,11 +47,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CycleReport:
-    """What one poll cycle found and did."""
+    """What one producer cycle found and what the workers did with the queue."""
 
     discovered: int
     results: tuple[RunResult, ...]
     errors: tuple[str, ...]
+
+
+def _report(discovered: int, errors: tuple[str, ...], outcomes: list[Outcome]) -> CycleReport:
+    results = tuple(outcome for outcome in outcomes if isinstance(outcome, RunResult))
+    return CycleReport(discovered, results, errors + tuple(outcome for outcome in outcomes if isinstance(outcome, str)))
 
 
 class AgentService:
@@ -60,13 +72,9 @@ class AgentService:
         self.store = store or StateStore(config.database.url)
         self.sources = sources if sources is not None else create_sources(config)
         self.owner = new_owner_id()
+        lease = config.scheduling.lease_seconds
         self.intake = Intake(
-            self.store,
-            self.owner,
-            config.scheduling.lease_seconds,
-            self.redactor,
-            config.language,
-            config.security.allow_untrusted_triggers,
+            self.store, self.owner, lease, self.redactor, config.language, config.security.allow_untrusted_triggers
         )
         self.shutdown = ShutdownSignal()
         self.controls = RunControls(config, self.store, self.redactor, self.owner, self.shutdown)
@@ -77,118 +85,98 @@ class AgentService:
         )
         self.runner = TaskRunner(config, self.store, self.redactor, self.owner, llm_factory, self.controls, memories)
         self.recovery = Recovery(config, self.store, ContextStorage(config.context_storage.base_dir, self.redactor), self.controls)
-        self._slots = asyncio.Semaphore(config.workers)
         self.followups = FollowUpIntake(
             self.store,
             self.owner,
-            config.scheduling.lease_seconds,
+            lease,
             self.redactor,
             config.language,
             config.comment_handling.completion_keywords,
             config.security.allow_untrusted_triggers,
         )
         self.cleanup = Cleanup(config, self.store)
+        shared = config.queue.backend != "memory"
+        scope = f"{config.queue.backend}:{config.queue.name}" if shared else f"memory:{self.owner}"
+        # A queued key not picked up in this time is offered again (a lost message).
+        self.entries = QueueEntries(self.store.engine, scope, stale_seconds=max(3600.0, 2 * lease))
+        self.producer = Producer(config, self.sources, self.recovery, self.entries, self.redactor)
+        self.workers = Workers(
+            config,
+            self.sources,
+            self.store,
+            self.owner,
+            self.runner,
+            self.intake,
+            self.followups,
+            self.recovery,
+            self.entries,
+            self.redactor,
+            self.shutdown,
+            self.producer.snapshots,
+        )
+        self._queue: TaskQueue | None = None
+
+    async def queue(self) -> TaskQueue:
+        """The configured queue, opened on first use (RabbitMQ down: its connection error)."""
+        if self._queue is None:
+            self._queue = await open_queue(self.config)
+        return self._queue
 
     def request_shutdown(self) -> None:
         """Graceful shutdown (SIGTERM): running runs pause at their next checkpoint, none start."""
         self.shutdown.set()
 
     async def run_cycle(self) -> CycleReport:
-        """Continue paused and orphaned runs, discover every source's pending tasks, and work
-        them all, `workers` at a time. While the pause signal file exists, nothing starts."""
-        if self.recovery.paused_by_signal():
-            log.info("poll: the pause signal %s is present; no task is started", self.controls.signal_file)
-            return CycleReport(0, (), ())
-        continued = self._continue_jobs()
-        errors: list[str] = []
-        found = await self._discover("discovery", lambda source: source.discover(), errors)
-        # Done tasks with a possible new @mention of the bot (SPEC 3), unless already pending.
-        since = datetime.now(timezone.utc) - timedelta(days=self.config.comment_handling.followup_days)
-        pending = {str(task.key) for _, task in found}
-        candidates = await self._discover("follow-up discovery", lambda source: source.discover_followups(since), errors)
-        followups = [(source, task) for source, task in candidates if str(task.key) not in pending]
-        log.info("poll: %d pending task(s), %d run(s) to continue", len(found), len(continued))
-        jobs = [*continued, *(self._work(source, task) for source, task in found)]
-        jobs += [self._work(source, task, self.followups.try_claim) for source, task in followups]
-        outcomes = await asyncio.gather(*jobs)
-        results = tuple(result for result in outcomes if isinstance(result, RunResult))
-        errors.extend(result for result in outcomes if isinstance(result, str))
-        return CycleReport(len(found), results, tuple(errors))
+        """`run --once`: one producer cycle, then work the queue until it is empty."""
+        queue = await self.queue()
+        produced = await self.producer.cycle(queue)
+        outcomes = await self.workers.run(queue, drain=True)
+        return _report(produced.discovered, produced.errors, outcomes)
 
     async def continue_runs(self, only: set[str] | None = None) -> CycleReport:
         """Only the runs to continue (paused and released, or orphaned), e.g. for `resume`."""
-        jobs = self._continue_jobs(only)
-        outcomes = await asyncio.gather(*jobs)
-        results = tuple(result for result in outcomes if isinstance(result, RunResult))
-        return CycleReport(len(jobs), results, tuple(result for result in outcomes if isinstance(result, str)))
+        queue = MemoryQueue()  # these runs only, whatever else the shared queue holds
+        produced = await self.producer.cycle(queue, only, discover=False)
+        outcomes = await self.workers.run(queue, drain=True)
+        return _report(len(produced.enqueued), produced.errors, outcomes)
 
-    def _continue_jobs(self, only: set[str] | None = None) -> list[Coroutine[Any, Any, RunResult | str | None]]:
-        jobs = []
-        for key in self.recovery.candidates(only):
-            source = next((s for s in self.sources if key.startswith(f"{s.forge}:")), None)
-            if source is not None:
-                jobs.append(self._take_over(source, key))
-        return jobs
-
-    async def _take_over(self, source: Source, key: str) -> RunResult | str | None:
-        return await self._claim_and_run(source, key, lambda: self.recovery.try_take(source, key))
-
-    async def _discover(
-        self, what: str, find: Callable[[Source], Awaitable[list[Task]]], errors: list[str]
-    ) -> list[tuple[Source, Task]]:
-        """`find` on every source; a source that fails is an error of this cycle, not its end."""
-        found: list[tuple[Source, Task]] = []
-        for source in self.sources:
-            try:
-                tasks = await find(source)
-            except AgentError as error:
-                message = f"{source.forge}: {what} failed: {self.redactor.text(str(error))}"
-                log.error(message)
-                errors.append(message)
-                continue
-            found.extend((source, task) for task in tasks)
-        return found
-
-    async def _work(
-        self, source: Source, task: Task, claim_with: Callable[[Source, Task], Awaitable[Claim | None]] | None = None
-    ) -> RunResult | str | None:
-        claim = claim_with or self.intake.try_claim
-        return await self._claim_and_run(source, str(task.key), lambda: claim(source, task))
-
-    async def _claim_and_run(
-        self, source: Source, key: str, claim: Callable[[], Awaitable[Claim | None]]
-    ) -> RunResult | str | None:
-        """In a worker slot: claim (a new task, or a run to continue), then run it."""
-        async with self._slots:
-            if self.shutdown.is_set():
-                return None
-            try:
-                claimed = await claim()
-            except AgentError as error:
-                message = f"{key}: claim failed: {self.redactor.text(str(error))}"
-                log.error(message)
-                return message
-            if claimed is None:
-                return None
-            continuation = claimed.continuation if isinstance(claimed, Takeover) else None
-            try:
-                return await self.runner.run(source, claimed.task, claimed.requester, continuation)
-            except Exception:  # a bug in one run must not end `serve` or the other runs (SPEC 15)
-                log.exception("%s: the run ended with an internal error", key)
-                return f"{key}: the run ended with an internal error (see the agent's log)"
-
-    async def serve(self, stop: asyncio.Event) -> None:
-        """Poll every `scheduling.interval_seconds` until `stop` is set."""
+    async def produce(self, stop: asyncio.Event) -> None:
+        """The producer role: a cycle every `scheduling.interval_seconds` until `stop`."""
+        queue = await self.queue()
         interval = self.config.scheduling.interval_seconds
-        while not stop.is_set():
-            self.cleanup.maybe_run()  # retention (SPEC 9.3), once a day
-            await self.run_cycle()
+        while not stop.is_set() and not self.shutdown.is_set():
+            await asyncio.to_thread(self.cleanup.maybe_run)  # retention (SPEC 9.3), once a day
+            await self.producer.cycle(queue)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=interval)
             except asyncio.TimeoutError:
                 pass
 
+    async def work(self, stop: asyncio.Event) -> None:
+        """The worker role: take queued tasks as slots free up, until `stop`."""
+        await self.workers.run(await self.queue(), stop)
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Producer and workers in one process, until `stop` (or a graceful shutdown)."""
+        await self.queue()
+        halt = asyncio.Event()
+
+        async def until_stopped() -> None:
+            await stop.wait()
+            halt.set()
+
+        watcher = asyncio.create_task(until_stopped())
+        try:
+            await asyncio.gather(self.produce(halt), self.work(halt))
+        finally:
+            watcher.cancel()
+
     async def aclose(self) -> None:
+        if isinstance(self._queue, MemoryQueue):
+            for item in self._queue.drain():  # lost with this process: let them be offered again
+                self.entries.release(item.key)
+        if self._queue is not None:
+            await self._queue.aclose()
         for source in self.sources:
             await source.aclose()
         self.store.close()

@@ -29,12 +29,13 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunMarks, RunRecord
+from coding_agent.runtime.schema import migrate
 
-__all__ = ["StateStore", "RunRecord", "RunMarks", "new_owner_id", "create_tables", "TableStore"]
+__all__ = ["StateStore", "RunRecord", "RunMarks", "new_owner_id", "TableStore", "LEASES"]
 
 
 class _Base(DeclarativeBase):
@@ -61,6 +62,10 @@ class _Lease(_Base):
     task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
     owner: Mapped[str] = mapped_column(String(100))
     expires_at: Mapped[float] = mapped_column(Float)
+
+
+# The leases table, for the stores beside this one that must know whether a lease is live.
+LEASES = _Lease.__table__
 
 
 class _TokenUsage(_Base):
@@ -146,29 +151,18 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.close()
 
 
-def create_tables(engine: Engine, metadata: MetaData) -> None:
-    """Create missing tables; tolerate another process creating them at the same moment."""
-    # Each lost race means the other process created one more table, so this ends.
-    attempts = len(metadata.tables) + 2
-    for attempt in range(attempts):
-        try:
-            metadata.create_all(engine)
-            return
-        except (OperationalError, IntegrityError, ProgrammingError):
-            # CREATE TABLE raced with another process's (SQLite: "already exists";
-            # PostgreSQL: a duplicate in pg_type). The next checkfirst pass sees them.
-            if attempt == attempts - 1:
-                raise
-
-
 class TableStore:
     """Base of the stores other modules keep beside the state store's tables, on its engine
-    (memories, follow-ups): one database and one backend choice, separate metadata."""
+    (memories, follow-ups): one database and one backend choice, separate metadata.
+
+    Their tables are created by the schema's migrations (`schema.py`) like every other;
+    `metadata` only describes them to the ORM.
+    """
 
     def __init__(self, engine: Engine, metadata: MetaData, clock: Callable[[], float] = time.time) -> None:
         self._engine = engine
         self._clock = clock
-        create_tables(engine, metadata)
+        migrate(engine)
 
     @contextmanager
     def _session(self) -> Iterator[Session]:
@@ -187,7 +181,7 @@ class StateStore:
         self._engine: Engine = create_engine(url, future=True, pool_pre_ping=True)
         if url.startswith("sqlite"):
             event.listen(self._engine, "connect", _sqlite_pragmas)
-        create_tables(self._engine, _Base.metadata)
+        migrate(self._engine)
 
     @property
     def engine(self) -> Engine:

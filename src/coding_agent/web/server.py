@@ -1,8 +1,11 @@
-"""Serving the HTTP app beside the runtime, on `dashboard.bind` (SPEC 11.3).
+"""Serving the HTTP app beside the runtime, on `dashboard.bind` (SPEC 11.2, 11.3).
 
-The socket is bound here, before uvicorn starts, so an address in use is a clear
-warning naming `dashboard.bind` and the process goes on working tasks (the tasks are the
-job, the dashboard a view of them) instead of uvicorn's exit on a failed bind.
+One app, one socket: the dashboard's pages and API (when `dashboard.enabled`) and the
+webhooks (when a webhook secret is set). The socket is bound here, before uvicorn
+starts, so an address in use is handled as the SPEC says instead of uvicorn's exit on a
+failed bind: without webhooks, one warning naming `dashboard.bind` and the process goes
+on working tasks (the dashboard is a view of them); with webhooks, `BindError` (the CLI
+exits 2 naming `dashboard.bind`), since a missed delivery is missed work.
 """
 
 from __future__ import annotations
@@ -11,37 +14,66 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import uvicorn
+from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
 
 from coding_agent.config import AgentConfig
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
+from coding_agent.runtime.webhook_sink import DeliveryLog, RuntimeWebhookSink
 from coding_agent.web.api import api_routes
 from coding_agent.web.app import build_app
 from coding_agent.web.auth import TokenGuard, login_routes
 from coding_agent.web.dashboard import dashboard_routes
 from coding_agent.web.metrics import health_routes
+from coding_agent.web.webhooks import warm_up, webhook_routes
 
-__all__ = ["dashboard_app", "serving_dashboard"]
+__all__ = [
+    "BindError",
+    "bind_socket",
+    "dashboard_app",
+    "serving_dashboard",
+    "serving_http",
+    "webhooks_configured",
+]
 
 log = logging.getLogger(__name__)
 
 
-def dashboard_app(config: AgentConfig, store: StateStore):  # type: ignore[no-untyped-def]
-    """The dashboard's app: pages, API, health and metrics, behind the token guard."""
+class BindError(Exception):
+    """`dashboard.bind` cannot be listened on while webhooks need it."""
+
+
+def webhooks_configured(config: AgentConfig) -> bool:
+    hooks = config.webhooks
+    return any(secret is not None and secret.get_secret_value() for secret in (hooks.github_secret, hooks.gitlab_token))
+
+
+def _dashboard_routes(config: AgentConfig, store: StateStore) -> list[Sequence[BaseRoute]]:
     redactor = Redactor(config.secrets())
+    token = _token(config)
+    return [health_routes(store), api_routes(store, redactor), login_routes(token), dashboard_routes(store, redactor)]
+
+
+def _token(config: AgentConfig) -> str | None:
     settings = config.dashboard
-    token = None if settings.local_only or settings.token is None else settings.token.get_secret_value()
-    return build_app(
-        health_routes(store),
-        api_routes(store, redactor),
-        login_routes(token),
-        dashboard_routes(store, redactor),
-        middleware=[Middleware(TokenGuard, token=token)],  # type: ignore[arg-type]
-    )
+    return None if settings.local_only or settings.token is None else settings.token.get_secret_value()
+
+
+def _app(config: AgentConfig, route_lists: list[Sequence[BaseRoute]]) -> Starlette:
+    # The guard lets /webhooks/ through: a forge cannot send the dashboard's token,
+    # and every delivery is verified by its own signature.
+    return build_app(*route_lists, middleware=[Middleware(TokenGuard, token=_token(config))])  # type: ignore[arg-type]
+
+
+def dashboard_app(config: AgentConfig, store: StateStore) -> Starlette:
+    """The dashboard's app: pages, API, health and metrics, behind the token guard."""
+    return _app(config, _dashboard_routes(config, store))
 
 
 class _Server(uvicorn.Server):
@@ -56,39 +88,27 @@ class _Server(uvicorn.Server):
         return None
 
 
-def _bind(bind: str, host: str, port: int) -> socket.socket | None:
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port; OSError when the address is in use."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as error:
+    except OSError:
         sock.close()
-        log.warning("dashboard.bind %s: %s; working tasks without the dashboard", bind, error.strerror or error)
-        return None
+        raise
     sock.listen(128)
     sock.setblocking(False)
     return sock
 
 
 @contextlib.asynccontextmanager
-async def serving_dashboard(config: AgentConfig, store: StateStore) -> AsyncIterator[str | None]:
-    """Serve the dashboard while the block runs; yields its URL, or None when it is off
-    or its address is taken."""
-    settings = config.dashboard
-    if not settings.enabled:
-        yield None
-        return
-    host, port = settings.host_port
-    sock = _bind(settings.bind, host, port)
-    if sock is None:
-        yield None
-        return
-    server = _Server(uvicorn.Config(dashboard_app(config, store), log_level="warning", lifespan="off"))
+async def _serving(app: Starlette, sock: socket.socket) -> AsyncIterator[str]:
+    server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
     task = asyncio.create_task(server.serve(sockets=[sock]))
-    bound = sock.getsockname()
-    url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
-    log.info("dashboard at %s", url)
+    host, port = sock.getsockname()[:2]
+    url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
     try:
         yield url
     finally:
@@ -96,3 +116,57 @@ async def serving_dashboard(config: AgentConfig, store: StateStore) -> AsyncIter
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, 10)
         sock.close()
+
+
+@contextlib.asynccontextmanager
+async def serving_http(
+    config: AgentConfig, service: AgentService, sock: socket.socket | None = None
+) -> AsyncIterator[str | None]:
+    """Serve the dashboard and the webhooks of `service` while the block runs; yields the
+    URL, or None when neither is on (or, without webhooks, the address is taken).
+
+    `sock`: an already bound socket (tests bind port 0); by default `dashboard.bind`.
+    """
+    route_lists = _dashboard_routes(config, service.store) if config.dashboard.enabled else []
+    hooks = webhooks_configured(config)
+    if hooks:
+        if config.webhooks.github_secret is not None and config.webhooks.github_secret.get_secret_value():
+            await asyncio.to_thread(warm_up)
+        queue = await service.queue()
+        sink = RuntimeWebhookSink(DeliveryLog(service.store.engine), service.controls, service.producer, lambda: queue)
+        route_lists.append(webhook_routes(config, sink))
+    if not route_lists:
+        yield None
+        return
+    if sock is None:
+        host, port = config.dashboard.host_port
+        try:
+            sock = bind_socket(host, port)
+        except OSError as error:
+            if hooks:
+                raise BindError(f"dashboard.bind {config.dashboard.bind} cannot be used for the webhooks: {error.strerror}") from None
+            log.warning("dashboard.bind %s: %s; working tasks without the dashboard", config.dashboard.bind, error.strerror or error)
+            yield None
+            return
+    async with _serving(_app(config, route_lists), sock) as url:
+        log.info("serving %s at %s", "dashboard and webhooks" if hooks and config.dashboard.enabled else "webhooks" if hooks else "dashboard", url)
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serving_dashboard(config: AgentConfig, store: StateStore) -> AsyncIterator[str | None]:
+    """The dashboard alone (no webhooks): yields its URL, or None when it is off or its
+    address is taken."""
+    if not config.dashboard.enabled:
+        yield None
+        return
+    host, port = config.dashboard.host_port
+    try:
+        sock = bind_socket(host, port)
+    except OSError as error:
+        log.warning("dashboard.bind %s: %s; working tasks without the dashboard", config.dashboard.bind, error.strerror or error)
+        yield None
+        return
+    async with _serving(dashboard_app(config, store), sock) as url:
+        log.info("dashboard at %s", url)
+        yield url

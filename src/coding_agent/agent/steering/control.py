@@ -85,6 +85,7 @@ class RunControl:
             controls.shutdown,
             lambda: controls.store.control_request(scope.key),
         )
+        controls.active[scope.key] = self
         saver = RunSaver(scope, self._detector, self._stop)
         self._checkpointer = Checkpointer(scope, pause, self._stop, self._detector, saver)
         self._final = FinalComment(scope, self._detector)
@@ -129,6 +130,10 @@ class RunControl:
     @planning_state.setter
     def planning_state(self, value: Callable[[], dict[str, Any] | None]) -> None:
         self._scope.planning_state = value
+
+    def nudge(self) -> None:
+        """See `RunControls.nudge`: re-read the assignees at the next checkpoint."""
+        self._stop.nudge()
 
     # -- setting the run up --------------------------------------------------------
 
@@ -204,6 +209,10 @@ class RunControl:
     async def finished(self, status: str) -> None:
         """After the final comment and label: the progress comment's last state."""
         if self.progress is not None:
+            continuation = self._scope.continuation
+            if self.progress.comment_id is None and continuation is not None:
+                # A run continued only to publish its recorded outcome never ran `begin`.
+                self.progress.comment_id = continuation.marks.progress_comment_id
             await self.progress.finish(status)
 
     async def interrupted(self, error: RunInterrupted, llm: LLMClient | None) -> tuple[str, Path]:

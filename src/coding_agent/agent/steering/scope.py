@@ -10,6 +10,7 @@ than the others, so that none of them has to know how the rest is wired.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,17 @@ class RunControls:
         self.shutdown = shutdown or ShutdownSignal()
         self.signal_file = pause_signal_path(config)
         self.clock = clock
+        # The runs of this process by task key, for webhooks to steer (`nudge`).
+        self.active: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+    def nudge(self, task_key: str) -> bool:
+        """A webhook reported a comment or an (un)assignment on `task_key`: its run here,
+        if any, asks the forge at its next checkpoint. False when no run of it is here."""
+        control = self.active.get(task_key)
+        if control is None:
+            return False
+        control.nudge()
+        return True
 
 
 @dataclass

@@ -51,9 +51,19 @@ class StopChecker:
         self.armed = initially_assigned
         self.last_check: float | None = None
         self.reads = 0
+        self._nudged = False
+
+    def nudge(self) -> None:
+        """The forge told us (a webhook) that the assignees changed: check at the next
+        checkpoint, whatever `check_interval` and `min_check_interval_seconds` say."""
+        self._nudged = True
 
     def should_check_now(self, iteration: int) -> bool:
         """Whether the check runs at this point of `iteration` (1-based); records the time if so."""
+        if self.enabled and self._nudged:
+            self._nudged = False
+            self.last_check = self._clock()
+            return True
         if not self.enabled or iteration < 1 or (iteration - 1) % self._interval != 0:
             return False
         now = self._clock()

@@ -1,0 +1,120 @@
+"""The producer (SPEC 11.1): finds work and puts task keys on the queue, once each.
+
+Work is: runs to continue (paused runs whose pause is lifted, dead workers' runs; from
+the state store), tasks carrying the trigger label, and done tasks with a possible new
+@mention (from the forge). The producer claims nothing and runs nothing: a worker does,
+in a free slot, so a long task never holds up polling (no cycle barrier). Each key is
+enqueued at most once while it is queued or running (`QueueEntries`).
+
+The snapshots of discovered tasks are kept for workers of the same process, which then
+claim from them as before (the claim re-reads the task anyway) instead of fetching each
+task once more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from coding_agent.config import AgentConfig
+from coding_agent.domain.tasks import Task
+from coding_agent.errors import AgentError
+from coding_agent.redaction import Redactor
+from coding_agent.runtime.queue import QueuedTask, Reason, TaskQueue
+from coding_agent.runtime.queue_entries import QueueEntries
+from coding_agent.runtime.recovery import Recovery
+from coding_agent.sources.base import Source
+
+__all__ = ["Producer", "ProducerReport", "source_for"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProducerReport:
+    discovered: int
+    enqueued: tuple[QueuedTask, ...]
+    errors: tuple[str, ...]
+
+
+def source_for(sources: list[Source], key: str) -> Source | None:
+    return next((source for source in sources if key.startswith(f"{source.forge}:")), None)
+
+
+class Producer:
+    def __init__(
+        self,
+        config: AgentConfig,
+        sources: list[Source],
+        recovery: Recovery,
+        entries: QueueEntries,
+        redactor: Redactor,
+    ) -> None:
+        self._config = config
+        self._sources = sources
+        self._recovery = recovery
+        self._entries = entries
+        self._redactor = redactor
+        self.snapshots: dict[str, Task] = {}
+        self.cycles = 0  # finished looks for work (observed by tests and the dashboard)
+
+    async def cycle(self, queue: TaskQueue, only: set[str] | None = None, discover: bool = True) -> ProducerReport:
+        """One look for work. While the pause signal file exists, nothing is enqueued."""
+        if self._recovery.paused_by_signal():
+            log.info("poll: the pause signal is present; no task is started")
+            return ProducerReport(0, (), ())
+        enqueued: list[QueuedTask] = []
+        for key in await asyncio.to_thread(self._recovery.candidates, only):
+            await self._offer(queue, key, "continue", enqueued)
+        if not discover:
+            self.cycles += 1
+            return ProducerReport(0, tuple(enqueued), ())
+        errors: list[str] = []
+        found = await self._discover("discovery", lambda source: source.discover(), errors)
+        since = datetime.now(timezone.utc) - timedelta(days=self._config.comment_handling.followup_days)
+        pending = {str(task.key) for task in found}
+        candidates = await self._discover("follow-up discovery", lambda source: source.discover_followups(since), errors)
+        log.info("poll: %d pending task(s), %d run(s) to continue", len(found), len(enqueued))
+        for task in found:
+            await self._offer(queue, str(task.key), "new", enqueued, task)
+        for task in candidates:
+            if str(task.key) not in pending:
+                await self._offer(queue, str(task.key), "followup", enqueued, task)
+        self.cycles += 1
+        return ProducerReport(len(found), tuple(enqueued), tuple(errors))
+
+    async def offer(self, queue: TaskQueue, key: str, reason: Reason) -> bool:
+        """Enqueue one key (a webhook's hint), unless it is queued or running already."""
+        return await self._offer(queue, key, reason, [])
+
+    async def _offer(
+        self, queue: TaskQueue, key: str, reason: Reason, enqueued: list[QueuedTask], task: Task | None = None
+    ) -> bool:
+        if not await asyncio.to_thread(self._entries.try_enqueue, key):
+            log.debug("%s: already queued or running", key)
+            return False
+        if task is not None:
+            self.snapshots[key] = task
+        item = QueuedTask(key, reason)
+        try:
+            await queue.put(item)
+        except BaseException:
+            await asyncio.to_thread(self._entries.release, key)
+            raise
+        enqueued.append(item)
+        return True
+
+    async def _discover(self, what: str, find: Callable[[Source], Awaitable[list[Task]]], errors: list[str]) -> list[Task]:
+        """`find` on every source; a source that fails is an error of this cycle, not its end."""
+        found: list[Task] = []
+        for source in self._sources:
+            try:
+                found.extend(await find(source))
+            except AgentError as error:
+                message = f"{source.forge}: {what} failed: {self._redactor.text(str(error))}"
+                log.error(message)
+                errors.append(message)
+        return found

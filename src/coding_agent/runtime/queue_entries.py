@@ -1,0 +1,80 @@
+"""Which task keys are queued or running, so each is enqueued at most once (SPEC 11.1).
+
+Kept in the state store, beside the leases, so that two producers (or a producer and a
+webhook) on different machines agree. An entry stops counting when it can no longer be
+true: a `running` entry once the task has no live lease (its worker died), a `queued`
+entry of an in-process queue once another process looks (that queue died with its
+process, or is not one this process can see), and any `queued` entry after
+`stale_seconds` (a lost message must not block a task forever).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sqlalchemy import Float, String, delete, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from coding_agent.runtime.state_store import LEASES, TableStore
+
+__all__ = ["QueueEntries"]
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class _Entry(_Base):
+    __tablename__ = "queue_entries"
+    task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    state: Mapped[str] = mapped_column(String(10))
+    # Who can see the message: `rabbitmq:<queue>` (shared) or `memory:<process owner>`.
+    scope: Mapped[str] = mapped_column(String(250))
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class QueueEntries(TableStore):
+    def __init__(self, engine: Engine, scope: str, stale_seconds: float, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(engine, _Base.metadata, clock)
+        self._scope = scope
+        self._stale_seconds = stale_seconds
+
+    def try_enqueue(self, task_key: str) -> bool:
+        """Record `task_key` as queued; False when it is queued or running already."""
+        now = self._clock()
+        with self._session() as session:
+            entry = session.get(_Entry, task_key, with_for_update=True)
+            if entry is not None and self._counts(session, entry, now):
+                return False
+            if entry is None:
+                session.add(_Entry(task_key=task_key, state="queued", scope=self._scope, updated_at=now))
+            else:
+                entry.state, entry.scope, entry.updated_at = "queued", self._scope, now
+            return True
+
+    def _counts(self, session: Session, entry: _Entry, now: float) -> bool:
+        if entry.state == "running":
+            expires = session.scalar(select(LEASES.c.expires_at).where(LEASES.c.task_key == entry.task_key))
+            return expires is not None and expires >= now
+        if entry.scope != self._scope:
+            return False
+        return entry.updated_at >= now - self._stale_seconds
+
+    def mark_running(self, task_key: str) -> None:
+        with self._session() as session:
+            entry = session.get(_Entry, task_key)
+            if entry is None:
+                session.add(_Entry(task_key=task_key, state="running", scope=self._scope, updated_at=self._clock()))
+            else:
+                entry.state, entry.updated_at = "running", self._clock()
+
+    def release(self, task_key: str) -> None:
+        """The run ended (or the message was not ours to work): the key may be queued again."""
+        with self._session() as session:
+            session.execute(delete(_Entry).where(_Entry.task_key == task_key))
+
+    def states(self) -> dict[str, str]:
+        with self._session() as session:
+            return {row.task_key: row.state for row in session.scalars(select(_Entry))}

@@ -1,0 +1,168 @@
+"""The workers (SPEC 11.1): `workers` slots, each taking the next queued key as soon as it
+is free, claiming the task, running it under a lease heartbeat, and acknowledging the
+message only when the run reached done, failed, stopped or paused.
+
+A message is a hint, never a decision: the claim re-reads the task and checks its labels,
+its lease and who triggered it, so a duplicate, stale or forged key costs a look and
+nothing else. A redelivered message (its worker died mid-run) whose task is still leased
+by the dead worker waits for that lease to expire, then continues the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from coding_agent.agent.runner import RunResult, TaskRunner
+from coding_agent.agent.steering import ShutdownSignal
+from coding_agent.config import AgentConfig
+from coding_agent.domain.tasks import Task, TaskKey
+from coding_agent.errors import AgentError
+from coding_agent.redaction import Redactor
+from coding_agent.runtime.followups import FollowUpIntake
+from coding_agent.runtime.intake import Claim, Intake
+from coding_agent.runtime.lease import LeaseHeartbeat
+from coding_agent.runtime.producer import source_for
+from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
+from coding_agent.runtime.queue_entries import QueueEntries
+from coding_agent.runtime.recovery import Recovery, Takeover
+from coding_agent.runtime.state_store import StateStore
+from coding_agent.sources.base import Source
+
+__all__ = ["Workers", "Outcome"]
+
+log = logging.getLogger(__name__)
+
+Outcome = RunResult | str | None  # a run's result, an error message, or nothing to do
+
+
+class Workers:
+    def __init__(
+        self,
+        config: AgentConfig,
+        sources: list[Source],
+        store: StateStore,
+        owner: str,
+        runner: TaskRunner,
+        intake: Intake,
+        followups: FollowUpIntake,
+        recovery: Recovery,
+        entries: QueueEntries,
+        redactor: Redactor,
+        shutdown: ShutdownSignal,
+        snapshots: dict[str, Task],
+    ) -> None:
+        self._config = config
+        self._sources = sources
+        self._store = store
+        self._owner = owner
+        self._runner = runner
+        self._intake = intake
+        self._followups = followups
+        self._recovery = recovery
+        self._entries = entries
+        self._redactor = redactor
+        self._shutdown = shutdown
+        self._snapshots = snapshots
+        self.on_event: Callable[[str, str], None] = lambda event, key: None  # observers (tests, metrics)
+
+    async def run(self, queue: TaskQueue, stop: asyncio.Event | None = None, drain: bool = False) -> list[Outcome]:
+        """Work the queue with `workers` slots until `stop` (or, with `drain`, until empty)."""
+        outcomes: list[Outcome] = []
+        slots = [self._slot(queue, stop, drain, outcomes) for _ in range(self._config.workers)]
+        await asyncio.gather(*slots)
+        return outcomes
+
+    async def _slot(self, queue: TaskQueue, stop: asyncio.Event | None, drain: bool, outcomes: list[Outcome]) -> None:
+        while not self._shutdown.is_set() and not (stop is not None and stop.is_set()):
+            delivery = await _next(queue, stop, drain)
+            if delivery is None:
+                return
+            try:
+                outcomes.append(await self.handle(delivery.item, delivery.redelivered))
+            finally:
+                await delivery.ack()
+
+    async def handle(self, item: QueuedTask, redelivered: bool = False) -> Outcome:
+        """Claim and run one queued task; the queue entry is released whatever happens."""
+        key = item.key
+        source = source_for(self._sources, key)
+        try:
+            if source is None:
+                log.error("%s: no configured source for this task key; dropped", key)
+                return None
+            await asyncio.to_thread(self._entries.mark_running, key)
+            self.on_event("picked", key)
+            return await self._claim_and_run(source, item, redelivered)
+        finally:
+            self._snapshots.pop(key, None)
+            await asyncio.to_thread(self._entries.release, key)
+
+    async def _claim_and_run(self, source: Source, item: QueuedTask, redelivered: bool) -> Outcome:
+        key = item.key
+        if self._shutdown.is_set() or self._recovery.paused_by_signal():
+            return None  # released: the producer offers it again once the pause is lifted
+        try:
+            claimed = await self._claim(source, item)
+            if claimed is None and redelivered:
+                claimed = await self._after_dead_worker(source, key)
+        except AgentError as error:
+            message = f"{key}: claim failed: {self._redactor.text(str(error))}"
+            log.error(message)
+            return message
+        if claimed is None:
+            return None
+        continuation = claimed.continuation if isinstance(claimed, Takeover) else None
+        self.on_event("started", key)
+        try:
+            async with LeaseHeartbeat(self._store, key, self._owner, self._config.scheduling.lease_seconds) as lease:
+                return await self._runner.run(source, claimed.task, claimed.requester, continuation, lease)
+        except Exception:  # a bug in one run must not end `serve` or the other runs (SPEC 15)
+            log.exception("%s: the run ended with an internal error", key)
+            return f"{key}: the run ended with an internal error (see the agent's log)"
+        finally:
+            self.on_event("ended", key)
+
+    async def _claim(self, source: Source, item: QueuedTask) -> Claim | None:
+        if item.reason == "continue":
+            return await self._recovery.try_take(source, item.key)
+        task = self._snapshots.get(item.key) or await source.get_task(TaskKey.parse(item.key))
+        claim: Callable[[Source, Task], Awaitable[Claim | None]] = (
+            self._followups.try_claim if item.reason == "followup" else self._intake.try_claim
+        )
+        return await claim(source, task)
+
+    async def _after_dead_worker(self, source: Source, key: str) -> Claim | None:
+        """The message came back from a worker that died holding it: once the dead
+        worker's lease has run out, continue what it left."""
+        holder = await asyncio.to_thread(self._store.lease_owner, key)
+        if holder is None or holder == self._owner:
+            return await self._recovery.try_take(source, key)
+        lease = self._config.scheduling.lease_seconds
+        deadline = asyncio.get_running_loop().time() + 2 * lease
+        while holder is not None and asyncio.get_running_loop().time() < deadline and not self._shutdown.is_set():
+            await asyncio.sleep(lease / 3)
+            holder = await asyncio.to_thread(self._store.lease_owner, key)
+        if holder is not None:
+            return None  # its worker is alive after all (it kept renewing): not ours
+        log.info("%s: redelivered after its worker died; continuing it", key)
+        return await self._recovery.try_take(source, key)
+
+
+async def _next(queue: TaskQueue, stop: asyncio.Event | None, drain: bool) -> Delivery | None:
+    if drain:
+        return await queue.get(wait=False)
+    getting = asyncio.ensure_future(queue.get())
+    if stop is None:
+        return await getting
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if getting.done():
+        return getting.result()
+    getting.cancel()
+    try:
+        return await getting  # it may have completed just before the cancel
+    except asyncio.CancelledError:
+        return None

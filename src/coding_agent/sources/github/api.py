@@ -1,0 +1,395 @@
+"""The GitHub task source: the REST calls behind the `Source` protocol.
+
+The request path (retries, timeouts, the conditional-request cache, error translation)
+is `client.py`; what GitHub's answers mean in domain terms is `mapping.py`. This module
+says which endpoints answer each `Source` question. (Over 300 lines: one method per
+`Source` operation, each a few lines; splitting them would scatter the protocol.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from githubkit import Response
+
+from coding_agent.config import GitHubConfig, LabelConfig
+from coding_agent.domain.delivery import ChangeRequest, GitIdentity
+from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
+from coding_agent.errors import ForgeError
+from coding_agent.retry import RetryPolicy
+from coding_agent.sources.github.client import PER_PAGE, GitHubClient, GitHubNotFoundError, Sleep, has_next_page
+from coding_agent.sources.github.mapping import (
+    MAX_BODY_LENGTH,
+    MAX_TITLE_LENGTH,
+    build_search_query,
+    comment_id as parse_comment_id,
+    given,
+    logins,
+    permission_of,
+    project_of,
+    split_project,
+    to_change,
+    to_comment,
+    to_task,
+    trigger_actor,
+)
+from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
+
+__all__ = ["GitHubSource"]
+
+# GitHub serves at most 1000 search results (10 pages of 100).
+_MAX_SEARCH_PAGES = 10
+
+
+class GitHubSource:
+    """A `Source` over one GitHub scope (`owner`, optional `repos`, extra `query`).
+
+    `sleep` is what retries wait with (tests may record the waits); `timeout` bounds
+    every HTTP request.
+    """
+
+    forge: Forge = "github"
+
+    def __init__(
+        self,
+        config: GitHubConfig,
+        retry: RetryPolicy,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        timeout: float = 30.0,
+    ) -> None:
+        self._config = config
+        self.labels = LabelConfig.model_validate({name: getattr(config, name) for name in LabelConfig.model_fields})
+        self.bot_name = config.bot_name
+        token = config.token.get_secret_value() if config.token is not None else ""
+        self._http = GitHubClient(token, config.api_url, retry, sleep, timeout)
+        self._rest = self._http.rest
+        self._known_labels: dict[str, set[str]] = {}
+
+    # ------------------------------------------------------------ discovery and snapshots
+
+    async def discover(self) -> list[Task]:
+        return await self._search(*build_search_query(self._config))
+
+    async def discover_followups(self, since: datetime) -> list[Task]:
+        """One search: done items that @mention the bot, updated since `since`."""
+        if not self.bot_name:
+            return []
+        stamp = since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        query = f"{self._config.query} mentions:{self.bot_name} updated:>={stamp}".strip()
+        scope = self._config.model_copy(update={"bot_label": self._config.done_label, "query": query})
+        return await self._search(*build_search_query(scope))
+
+    async def _search(self, query: str, keep: frozenset[str] | None) -> list[Task]:
+        """Every page of one issue search (`keep`: the repositories to keep of a widened query)."""
+        search = self._rest.search.async_issues_and_pull_requests
+        tasks: list[Task] = []
+        for page in range(1, _MAX_SEARCH_PAGES + 1):
+            response = await self._http.call(
+                "GET", "/search/issues", lambda number=page: search(q=query, per_page=PER_PAGE, page=number)  # type: ignore[misc]
+            )
+            result = self._http.data(response, "GET", "/search/issues")
+            for item in result.items:
+                project = project_of(item.repository_url)
+                if keep is not None and project.lower() not in keep:
+                    continue
+                kind = TaskKind.CHANGE if given(item.pull_request) is not None else TaskKind.ISSUE
+                task = to_task(project, kind, item)
+                self._remember_labels(project, task.labels)
+                tasks.append(task)
+            if not has_next_page(response, len(result.items)) or page * PER_PAGE >= result.total_count:
+                break
+        return tasks
+
+    async def get_task(self, key: TaskKey) -> Task:
+        owner, repo = split_project(key.project)
+        if not key.is_change:
+            path = f"/repos/{key.project}/issues/{key.number}"
+            issue = await self._http.get(path, lambda: self._rest.issues.async_get(owner, repo, key.number))
+            task = to_task(key.project, key.kind, issue)
+        else:
+            path = f"/repos/{key.project}/pulls/{key.number}"
+            pull = await self._http.get(path, lambda: self._rest.pulls.async_get(owner, repo, key.number))
+            head_repo = given(pull.head.repo)
+            extra = {"head_sha": pull.head.sha, "draft": str(bool(given(pull.draft)))}
+            if head_repo is not None:
+                extra["head_repo"] = head_repo.full_name
+            task = to_task(key.project, key.kind, pull, head_branch=pull.head.ref, base_branch=pull.base.ref, extra=extra)
+        self._remember_labels(key.project, task.labels)
+        return task
+
+    async def get_assignees(self, key: TaskKey) -> list[str]:
+        owner, repo = split_project(key.project)
+        path = f"/repos/{key.project}/issues/{key.number}"
+        issue = await self._http.get(path, lambda: self._rest.issues.async_get(owner, repo, key.number))
+        return list(logins(issue.assignees))
+
+    async def get_authenticated_login(self) -> str:
+        """The login the token belongs to (for `doctor`, or to learn the bot name)."""
+        user = await self._http.get("/user", self._rest.users.async_get_authenticated)
+        return user.login
+
+    # ------------------------------------------------------------ comments and threads
+
+    async def _raw_comments(self, key: TaskKey) -> list[Any]:
+        owner, repo = split_project(key.project)
+        return await self._http.get_pages(
+            f"/repos/{key.project}/issues/{key.number}/comments",
+            lambda page: self._rest.issues.async_list_comments(owner, repo, key.number, per_page=PER_PAGE, page=page),
+        )
+
+    async def _raw_review_comments(self, key: TaskKey) -> list[Any]:
+        owner, repo = split_project(key.project)
+        return await self._http.get_pages(
+            f"/repos/{key.project}/pulls/{key.number}/comments",
+            lambda page: self._rest.pulls.async_list_review_comments(
+                owner, repo, key.number, per_page=PER_PAGE, page=page
+            ),
+        )
+
+    async def list_comments(self, key: TaskKey) -> list[Comment]:
+        result = [to_comment(c) for c in await self._raw_comments(key)]
+        return sorted(result, key=lambda c: (c.created_at, int(c.id)))
+
+    async def list_threads(self, key: TaskKey) -> list[Thread]:
+        if not key.is_change:
+            return []
+        review_comments = await self._raw_review_comments(key)
+        review_comments.sort(key=lambda c: (c.created_at, c.id))
+        present = {c.id for c in review_comments}
+        grouped: dict[int, list[Any]] = {}
+        for c in review_comments:
+            parent = given(c.in_reply_to_id)
+            root = parent if parent in present else c.id
+            grouped.setdefault(root, []).append(c)
+        threads = []
+        for root, members in grouped.items():
+            first = members[0]
+            comments = tuple(to_comment(c, str(root)) for c in members)
+            line = given(first.line) or given(first.original_line)
+            threads.append(Thread(id=str(root), comments=comments, path=first.path, line=line))
+        return threads
+
+    async def post_comment(self, key: TaskKey, body: str) -> Comment:
+        owner, repo = split_project(key.project)
+        path = f"/repos/{key.project}/issues/{key.number}/comments"
+        marker = new_marker()
+        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
+
+        async def find() -> Any | None:
+            return next((c for c in await self._raw_comments(key) if has_marker(given(c.body), marker)), None)
+
+        created = await self._http.create(
+            path, lambda: self._rest.issues.async_create_comment(owner, repo, key.number, body=text), find
+        )
+        return to_comment(created)
+
+    async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
+        owner, repo = split_project(key.project)
+        number = parse_comment_id(comment_id)
+        path = f"/repos/{key.project}/issues/comments/{number}"
+        text = cap_body(body, MAX_BODY_LENGTH)
+        await self._http.call("PATCH", path, lambda: self._rest.issues.async_update_comment(owner, repo, number, body=text))
+
+    async def reply_in_thread(self, key: TaskKey, thread_id: str, body: str) -> Comment:
+        """Answer in a PR review thread (SPEC 7: a run started in a thread replies there)."""
+        owner, repo = split_project(key.project)
+        root = parse_comment_id(thread_id)
+        path = f"/repos/{key.project}/pulls/{key.number}/comments/{root}/replies"
+        marker = new_marker()
+        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
+
+        async def find() -> Any | None:
+            return next((c for c in await self._raw_review_comments(key) if has_marker(c.body, marker)), None)
+
+        reply = await self._http.create(
+            path,
+            lambda: self._rest.pulls.async_create_reply_for_review_comment(owner, repo, key.number, root, body=text),
+            find,
+        )
+        return to_comment(reply, thread_id)
+
+    # ------------------------------------------------------------ delivery
+
+    async def _json_object(self, path: str, send: Any) -> dict[str, Any]:
+        data = await self._http.get_json(path, send)
+        if not isinstance(data, dict):
+            raise ForgeError(f"github GET {path}: unexpected response shape")
+        return data
+
+    async def clone_url(self, project: str) -> str:
+        owner, repo = split_project(project)
+        data = await self._json_object(f"/repos/{project}", lambda: self._rest.repos.async_get(owner, repo))
+        url = data.get("clone_url")
+        if not isinstance(url, str) or not url:
+            raise ForgeError(f"github GET /repos/{project}: the repository has no clone_url")
+        return url
+
+    # ------------------------------------------------------------ setup script (SPEC 7.1)
+
+    async def read_default_branch_file(self, project: str, path: str) -> bytes | None:
+        """`path` on the repository's default branch (never a PR head), or None when absent.
+
+        Read through the API, not the clone: the clone may be a PR head the task's author
+        controls, and the setup script must come from people with write access.
+        """
+        owner, repo = split_project(project)
+        info = await self._json_object(f"/repos/{project}", lambda: self._rest.repos.async_get(owner, repo))
+        branch = info.get("default_branch")
+        if not isinstance(branch, str) or not branch:
+            raise ForgeError(f"github GET /repos/{project}: the repository has no default_branch")
+        where = f"/repos/{project}/contents/{path}"
+        try:
+            data = await self._json_object(where, lambda: self._rest.repos.async_get_content(owner, repo, path, ref=branch))
+        except GitHubNotFoundError:
+            return None
+        if data.get("type") != "file" or data.get("encoding") != "base64" or not isinstance(data.get("content"), str):
+            raise ForgeError(f"github GET {where}: not a file")
+        return base64.b64decode(data["content"])
+
+    def git_http_auth(self) -> str | None:
+        """HTTP Basic with `x-access-token` as the user: what GitHub accepts from PATs and app tokens."""
+        if not self._http.token:
+            return None
+        credentials = base64.b64encode(f"x-access-token:{self._http.token}".encode()).decode()
+        return f"Authorization: Basic {credentials}"
+
+    async def git_identity(self, username: str | None) -> GitIdentity:
+        """Profile name and public email; else GitHub's no-reply address `<id>+<login>@users.noreply.<host>`."""
+        if username is None:
+            data = await self._json_object("/user", self._rest.users.async_get_authenticated)
+        else:
+            data = await self._json_object(f"/users/{username}", lambda: self._rest.users.async_get_by_username(username))
+        login = str(data.get("login") or username or "coding-agent")
+        host = urlsplit(self._config.api_url).hostname or "github.com"
+        host = "github.com" if host == "api.github.com" else host
+        email = data.get("email") or f"{data.get('id', 0)}+{login}@users.noreply.{host}"
+        return GitIdentity.from_profile(str(data.get("name") or login), str(email), login)
+
+    async def find_open_change(self, project: str, head_branch: str) -> ChangeRequest | None:
+        owner, repo = split_project(project)
+        pulls = await self._http.get(
+            f"/repos/{project}/pulls",
+            lambda: self._rest.pulls.async_list(owner, repo, state="open", head=f"{owner}:{head_branch}", per_page=PER_PAGE),
+        )
+        matching = [pull for pull in pulls if pull.head.ref == head_branch]
+        return to_change(matching[0]) if matching else None
+
+    async def open_change(self, project: str, head_branch: str, base_branch: str, title: str, body: str) -> ChangeRequest:
+        owner, repo = split_project(project)
+        text = cap_body(body, MAX_BODY_LENGTH)
+
+        async def send() -> Response[Any]:
+            return await self._rest.pulls.async_create(
+                owner, repo, title=title[:MAX_TITLE_LENGTH], head=head_branch, base=base_branch, body=text, draft=True
+            )
+
+        async def find() -> ChangeRequest | None:
+            return await self.find_open_change(project, head_branch)
+
+        created = await self._http.create(f"/repos/{project}/pulls", send, find)
+        return created if isinstance(created, ChangeRequest) else to_change(created)
+
+    async def update_change(self, project: str, number: int, body: str) -> ChangeRequest:
+        owner, repo = split_project(project)
+        path = f"/repos/{project}/pulls/{number}"
+        text = cap_body(body, MAX_BODY_LENGTH)
+        response = await self._http.call("PATCH", path, lambda: self._rest.pulls.async_update(owner, repo, number, body=text))
+        return to_change(self._http.data(response, "PATCH", path))
+
+    # ------------------------------------------------------------ labels
+
+    def _remember_labels(self, project: str, names: Iterable[str]) -> None:
+        """Labels seen on an item exist in its repository: no need to create them."""
+        self._known_labels.setdefault(project.lower(), set()).update(name.lower() for name in names)
+
+    def _label_color(self, label: str) -> str:
+        colors = {
+            self.labels.bot_label: "5319e7",
+            self.labels.processing_label: "fbca04",
+            self.labels.done_label: "0e8a16",
+            self.labels.paused_label: "c5def5",
+            self.labels.stopped_label: "bfd4f2",
+            self.labels.failed_label: "d93f0b",
+        }
+        return colors.get(label, "ededed")
+
+    async def _ensure_label(self, project: str, label: str) -> None:
+        owner, repo = split_project(project)
+        try:
+            await self._http.call(
+                "GET",
+                f"/repos/{project}/labels/{label}",
+                lambda: self._rest.issues.async_get_label(owner, repo, quote(label, safe="")),
+            )
+            return
+        except GitHubNotFoundError:
+            pass
+        try:
+            await self._http.call(
+                "POST",
+                f"/repos/{project}/labels",
+                lambda: self._rest.issues.async_create_label(
+                    owner, repo, name=label, color=self._label_color(label), description="Managed by coding-agent"
+                ),
+            )
+        except ForgeError as error:
+            if "HTTP 422" not in str(error):  # 422: created meanwhile by someone else
+                raise
+
+    async def add_label(self, key: TaskKey, label: str) -> None:
+        known = self._known_labels.setdefault(key.project.lower(), set())
+        if label.lower() not in known:
+            await self._ensure_label(key.project, label)
+            known.add(label.lower())
+        owner, repo = split_project(key.project)
+        await self._http.call(
+            "POST",
+            f"/repos/{key.project}/issues/{key.number}/labels",
+            lambda: self._rest.issues.async_add_labels(owner, repo, key.number, labels=[label]),
+        )
+
+    async def remove_label(self, key: TaskKey, label: str) -> None:
+        owner, repo = split_project(key.project)
+        try:
+            await self._http.call(
+                "DELETE",
+                f"/repos/{key.project}/issues/{key.number}/labels/{label}",
+                lambda: self._rest.issues.async_remove_label(owner, repo, key.number, quote(label, safe="")),
+            )
+        except GitHubNotFoundError:
+            pass  # not on the issue: already the state we want
+
+    # ------------------------------------------------------------ people
+
+    async def get_permission(self, key: TaskKey, username: str) -> Permission:
+        owner, repo = split_project(key.project)
+        try:
+            result = await self._http.get(
+                f"/repos/{key.project}/collaborators/{username}/permission",
+                lambda: self._rest.repos.async_get_collaborator_permission_level(owner, repo, username),
+            )
+        except GitHubNotFoundError:
+            return Permission.NONE
+        return permission_of(result)
+
+    async def find_trigger_user(self, key: TaskKey) -> str | None:
+        """The actor of the newest `labeled` (bot_label) or `assigned` (bot) event.
+
+        Events are read as plain JSON: GitHub has more event types than githubkit's
+        union of models, and one unknown type must not hide the trigger.
+        """
+        owner, repo = split_project(key.project)
+        events = await self._http.get_json_pages(
+            f"/repos/{key.project}/issues/{key.number}/events",
+            lambda page: self._rest.issues.async_list_events(owner, repo, key.number, per_page=PER_PAGE, page=page),
+        )
+        return trigger_actor(events, self.labels.bot_label, self.bot_name)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

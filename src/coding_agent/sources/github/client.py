@@ -1,0 +1,190 @@
+"""The GitHub request path: githubkit over the shared `CachingTransport`, under the retry policy.
+
+Every call goes through `call` (reads and idempotent writes: `retry_async`) or `create`
+(a POST that creates something: `write_once`, which checks before it retries). 5xx,
+429, a rate-limit 403, timeouts and dropped connections become `TransientError` (with
+the server's wait hint); anything else is a `ForgeError` naming the method, path and
+status, never the token.
+
+githubkit's own HTTP cache (hishel) is off: it dropped the request timeout. The shared
+`CachingTransport` does its job instead (sources/http.py): every GET revalidates with
+`If-None-Match`, GitHub answers 304 (free of rate limit) when nothing changed, and every
+request has a deadline. Each client has its own cache, never shared between tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+from githubkit import GitHub, Response
+from githubkit.exception import RequestError, RequestFailed, RequestTimeout
+from githubkit.versions import RestVersionSwitcher
+from pydantic import ValidationError
+
+from coding_agent.errors import AgentError, ForgeError, TransientError
+from coding_agent.redaction import Redactor
+from coding_agent.retry import RetryPolicy, retry_async
+from coding_agent.sources.http import CachingTransport, rate_limited, retry_after, transient_status
+from coding_agent.sources.writes import write_once
+
+__all__ = ["GitHubClient", "GitHubNotFoundError", "PER_PAGE", "Sleep", "has_next_page"]
+
+T = TypeVar("T")
+Sleep = Callable[[float], Awaitable[None]]
+
+PER_PAGE = 100
+_NEXT_LINK = re.compile(r'<[^>]*>\s*;\s*rel="next"')
+
+
+class GitHubNotFoundError(ForgeError):
+    """GitHub answered 404: the issue, label, comment or user does not exist (or is hidden)."""
+
+
+def _error_detail(response: httpx.Response) -> str:
+    """GitHub's own `message` (and first error), shortened: it helps and holds no secret."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    if not isinstance(body, dict):
+        return ""
+    detail = str(body.get("message") or "")
+    errors = body.get("errors")
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        first = errors[0].get("message") or errors[0].get("code")
+        if first:
+            detail = f"{detail} ({first})"
+    return detail[:200]
+
+
+def has_next_page(response: Response[Any], count: int) -> bool:
+    """A `rel="next"` link, or a full page (in case a cached page kept an old Link)."""
+    if count == 0:
+        return False
+    return bool(_NEXT_LINK.search(response.headers.get("link", ""))) or count >= PER_PAGE
+
+
+class GitHubClient:
+    """githubkit for one token and API URL; `rest` is githubkit's REST namespace."""
+
+    def __init__(self, token: str, api_url: str, retry: RetryPolicy, sleep: Sleep, timeout: float) -> None:
+        self.token = token
+        self._retry = retry
+        self._sleep = sleep
+        self._transport = CachingTransport(timeout)
+        self._github: GitHub[Any] = GitHub(
+            token or None,
+            base_url=api_url,
+            auto_retry=False,
+            timeout=timeout,
+            user_agent="coding-agent",
+            http_cache=False,
+            async_transport=self._transport,
+        )
+
+    @property
+    def rest(self) -> RestVersionSwitcher:
+        return self._github.rest
+
+    def redact(self, text: str) -> str:
+        return Redactor([self.token] if self.token else []).text(text)
+
+    def _failure(self, method: str, path: str, response: httpx.Response) -> AgentError:
+        status, headers = response.status_code, response.headers
+        what = f"github {method} {path}"
+        if transient_status(status, headers):
+            return TransientError(
+                f"{what} failed: HTTP {status}",
+                retry_after=retry_after(headers),
+                maybe_applied=not rate_limited(status, headers),
+            )
+        detail = _error_detail(response)
+        message = self.redact(f"{what} failed: HTTP {status}" + (f": {detail}" if detail else ""))
+        return GitHubNotFoundError(message) if status == 404 else ForgeError(message)
+
+    async def _attempt(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
+        """One REST request; githubkit's errors become ours."""
+        what = f"github {method} {path}"
+        try:
+            return await send()
+        except RequestFailed as error:
+            raise self._failure(method, path, error.response.raw_response) from None
+        except RequestTimeout:
+            raise TransientError(f"{what} timed out") from None
+        except RequestError as error:
+            cause = type(error.exc).__name__
+            if isinstance(error.exc, httpx.TransportError):
+                raise TransientError(f"{what} failed: connection error ({cause})") from None
+            raise ForgeError(f"{what} failed: {cause}") from None
+
+    async def call(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
+        """One REST call with the retry policy (for reads and idempotent writes)."""
+        return await retry_async(
+            lambda: self._attempt(method, path, send), self._retry, f"github {method} {path}", sleep=self._sleep
+        )
+
+    async def create(
+        self,
+        path: str,
+        send: Callable[[], Awaitable[Response[Any]]],
+        find: Callable[[], Awaitable[Any | None]],
+    ) -> Any:
+        """A POST that creates something: retried only after `find` says it did not happen."""
+
+        async def post() -> Any:
+            return self.data(await self._attempt("POST", path, send), "POST", path)
+
+        return await write_once(f"github POST {path}", post, find, self._retry, self._sleep)
+
+    @staticmethod
+    def data(response: Response[T], method: str, path: str) -> T:
+        try:
+            return response.parsed_data
+        except ValidationError:
+            raise ForgeError(f"github {method} {path}: unexpected response shape") from None
+
+    async def get(self, path: str, send: Callable[[], Awaitable[Response[T]]]) -> T:
+        return self.data(await self.call("GET", path, send), "GET", path)
+
+    async def get_pages(self, path: str, fetch: Callable[[int], Awaitable[Response[list[T]]]]) -> list[T]:
+        """Every page of a list endpoint, 100 at a time, each page retried on its own."""
+        items: list[T] = []
+        page = 1
+        while True:
+            response = await self.call("GET", path, lambda number=page: fetch(number))  # type: ignore[misc]
+            chunk = self.data(response, "GET", path)
+            items.extend(chunk)
+            if not has_next_page(response, len(chunk)):
+                return items
+            page += 1
+
+    async def get_json(self, path: str, send: Callable[[], Awaitable[Response[Any]]]) -> Any:
+        """A GET read as plain JSON: for answers githubkit's models do not cover whole."""
+        response = await self.call("GET", path, send)
+        try:
+            return response.json()
+        except ValueError:
+            raise ForgeError(f"github GET {path}: unexpected response shape") from None
+
+    async def get_json_pages(self, path: str, fetch: Callable[[int], Awaitable[Response[Any]]]) -> list[dict[str, Any]]:
+        """Every page of a list endpoint read as plain JSON objects."""
+        items: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            response = await self.call("GET", path, lambda number=page: fetch(number))  # type: ignore[misc]
+            try:
+                chunk = response.json()
+            except ValueError:
+                chunk = None
+            if not isinstance(chunk, list):
+                raise ForgeError(f"github GET {path}: unexpected response shape")
+            items.extend(item for item in chunk if isinstance(item, dict))
+            if not has_next_page(response, len(chunk)):
+                return items
+            page += 1
+
+    async def aclose(self) -> None:
+        await self._transport.close_pool()

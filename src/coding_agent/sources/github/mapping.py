@@ -1,0 +1,170 @@
+"""GitHub's REST shapes (githubkit models, event JSON) mapped to the domain's types.
+
+No I/O here: what a search item, issue, pull request, comment or permission answer
+means for a `Task`, a `Comment` or a `Permission`, and the one search query of a poll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from githubkit.utils import UNSET
+
+from coding_agent.config import GitHubConfig
+from coding_agent.domain.delivery import ChangeRequest
+from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, TaskKind
+from coding_agent.errors import ForgeError
+from coding_agent.sources.writes import strip_marker
+
+__all__ = [
+    "MAX_BODY_LENGTH",
+    "MAX_SEARCH_QUERY_LENGTH",
+    "MAX_TITLE_LENGTH",
+    "author",
+    "build_search_query",
+    "comment_id",
+    "given",
+    "label_names",
+    "logins",
+    "permission_of",
+    "project_of",
+    "split_project",
+    "to_change",
+    "to_comment",
+    "to_task",
+    "trigger_actor",
+]
+
+# GitHub refuses (422) a comment or PR body longer than this, and a title over 256.
+MAX_BODY_LENGTH = 65_536
+MAX_TITLE_LENGTH = 256
+# GitHub refuses a search `q` longer than this (422).
+MAX_SEARCH_QUERY_LENGTH = 256
+
+_ROLE_PERMISSIONS = {
+    "admin": Permission.ADMIN,
+    "maintain": Permission.WRITE,
+    "write": Permission.WRITE,
+    "triage": Permission.READ,
+    "read": Permission.READ,
+    "none": Permission.NONE,
+}
+
+
+def given(value: Any) -> Any:
+    """githubkit marks absent optional fields with UNSET; treat them as None."""
+    return None if value is UNSET else value
+
+
+def build_search_query(config: GitHubConfig) -> tuple[str, frozenset[str] | None]:
+    """The one search `q` of a poll, and the repositories to keep when it had to widen.
+
+    `repo:` qualifiers are OR-ed by GitHub, so one query covers every configured
+    repository. When they would make `q` longer than GitHub accepts, the query asks for
+    the owners' (`user:`) items instead and the returned set says which repositories to
+    keep: still one query per poll, whatever the number of repositories.
+    """
+    repos = [repo if "/" in repo else f"{config.owner}/{repo}" for repo in config.repos]
+    head = ["is:open", f'label:"{config.bot_label}"']
+    tail = [f"assignee:{config.assignee}"] if config.assignee else []
+    if config.query.strip():
+        tail.append(config.query.strip())
+    if not repos:
+        return " ".join([*head, f"user:{config.owner}", *tail]), None
+    query = " ".join([*head, *(f"repo:{repo}" for repo in repos), *tail])
+    if len(query) <= MAX_SEARCH_QUERY_LENGTH:
+        return query, None
+    owners = sorted({repo.split("/", 1)[0] for repo in repos})
+    return " ".join([*head, *(f"user:{owner}" for owner in owners), *tail]), frozenset(r.lower() for r in repos)
+
+
+def split_project(project: str) -> tuple[str, str]:
+    owner, _, repo = project.partition("/")
+    return owner, repo
+
+
+def project_of(repository_url: str) -> str:
+    """`.../repos/owner/name` (also under GitHub Enterprise's /api/v3) -> `owner/name`."""
+    return "/".join(repository_url.rstrip("/").split("/")[-2:])
+
+
+def label_names(labels: Iterable[Any]) -> tuple[str, ...]:
+    names = (label if isinstance(label, str) else given(getattr(label, "name", None)) for label in labels)
+    return tuple(name for name in names if name)
+
+
+def logins(users: Any) -> tuple[str, ...]:
+    return tuple(user.login for user in (given(users) or ()) if user is not None)
+
+
+def author(user: Any) -> str:
+    # GitHub shows a deleted account as "ghost".
+    return user.login if user is not None else "ghost"
+
+
+def to_comment(c: Any, thread_id: str | None = None) -> Comment:
+    """An issue or review comment as the domain sees it: without our hidden marker."""
+    return Comment(
+        id=str(c.id),
+        author=author(given(c.user)),
+        body=strip_marker(given(c.body) or ""),
+        created_at=c.created_at,
+        thread_id=thread_id,
+    )
+
+
+def comment_id(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ForgeError(f"not a GitHub comment id: {text!r}") from None
+
+
+def to_task(project: str, kind: TaskKind, item: Any, **extra: Any) -> Task:
+    """A search item, issue or pull request as a `Task`."""
+    return Task(
+        key=TaskKey("github", project, kind, item.number),
+        title=item.title,
+        body=given(item.body) or "",
+        author=author(given(item.user)),
+        labels=label_names(item.labels),
+        assignees=logins(item.assignees),
+        url=item.html_url,
+        created_at=item.created_at,
+        updated_at=item.updated_at,
+        state=str(item.state),
+        **extra,
+    )
+
+
+def to_change(pull: Any) -> ChangeRequest:
+    return ChangeRequest(
+        number=pull.number,
+        url=pull.html_url,
+        head_branch=pull.head.ref,
+        base_branch=pull.base.ref,
+        body=given(pull.body) or "",
+        draft=bool(given(pull.draft)),
+    )
+
+
+def permission_of(result: Any) -> Permission:
+    """role_name holds the fine level (maintain, triage); custom roles fall back to `permission`."""
+    return _ROLE_PERMISSIONS.get(result.role_name) or _ROLE_PERMISSIONS.get(result.permission, Permission.NONE)
+
+
+def trigger_actor(events: list[dict[str, Any]], bot_label: str, bot_name: str | None) -> str | None:
+    """The actor of the newest `labeled` (`bot_label`) or `assigned` (the bot) event."""
+    label = bot_label.lower()
+    bot = (bot_name or "").lower()
+    for event in reversed(events):
+        actor = (event.get("actor") or {}).get("login")
+        if not actor:
+            continue
+        if event.get("event") == "labeled" and str((event.get("label") or {}).get("name", "")).lower() == label:
+            return str(actor)
+        assignee = str((event.get("assignee") or {}).get("login", "")).lower()
+        if event.get("event") == "assigned" and bot and assignee == bot:
+            return str(actor)
+    return None

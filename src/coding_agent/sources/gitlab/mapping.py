@@ -1,0 +1,143 @@
+"""GitLab's JSON (issues, merge requests, notes, members) mapped to the domain's types.
+
+No I/O here: what an answer means for a `Task`, a `Comment`, a `ChangeRequest` or a
+`Permission`, and the API paths of an item.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+from coding_agent.domain.delivery import ChangeRequest
+from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, TaskKind
+from coding_agent.errors import ForgeError
+from coding_agent.sources.writes import strip_marker
+
+__all__ = [
+    "JSON",
+    "MAX_BODY_LENGTH",
+    "THREAD_NOTE_TYPES",
+    "assignees",
+    "chronological",
+    "instance_url",
+    "item_path",
+    "permission_for_access_level",
+    "project_ref",
+    "to_change",
+    "to_comment",
+    "to_task",
+]
+
+JSON = dict[str, Any]
+
+# GitLab refuses a note longer than this ("Note is too long (maximum is 1000000 characters)").
+MAX_BODY_LENGTH = 1_000_000
+THREAD_NOTE_TYPES = ("DiscussionNote", "DiffNote")
+_STATES = {"opened": "open"}
+
+
+def instance_url(api_url: str) -> str:
+    """`https://gitlab.example.com/api/v4/` -> `https://gitlab.example.com` (python-gitlab adds /api/v4)."""
+    url = api_url.strip().rstrip("/")
+    return url.removesuffix("/api/v4").rstrip("/")
+
+
+def permission_for_access_level(level: int | None) -> Permission:
+    """GitLab access levels: Maintainer (40) and Owner (50) admin, Developer (30) write, Guest/Reporter read."""
+    if level is None:
+        return Permission.NONE
+    if level >= 40:
+        return Permission.ADMIN
+    if level >= 30:
+        return Permission.WRITE
+    if level >= 10:
+        return Permission.READ
+    return Permission.NONE
+
+
+def _parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _route(kind: TaskKind) -> str:
+    return "issues" if kind is TaskKind.ISSUE else "merge_requests"
+
+
+def project_path(data: JSON) -> str:
+    """`group/project` of an issue/MR, from `references.full` (or `web_url`): listings lack the path."""
+    full = (data.get("references") or {}).get("full")
+    if full:
+        for sign in ("#", "!"):
+            if sign in full:
+                return full.rsplit(sign, 1)[0]
+    web_url = str(data.get("web_url", ""))
+    if "/-/" in web_url:
+        return web_url.split("/-/", 1)[0].split("://", 1)[-1].split("/", 1)[1]
+    raise ForgeError(f"gitlab item {data.get('id')} carries neither references.full nor web_url")
+
+
+def assignees(data: JSON) -> list[str]:
+    names = [user["username"] for user in data.get("assignees") or [] if user]
+    if not names and data.get("assignee"):
+        names = [data["assignee"]["username"]]
+    return names
+
+
+def to_comment(note: JSON, thread_id: str | None = None) -> Comment:
+    """A note as the domain sees it: without our hidden marker."""
+    return Comment(
+        id=str(note["id"]),
+        author=(note.get("author") or {}).get("username", ""),
+        body=strip_marker(note.get("body") or ""),
+        created_at=_parse_time(note["created_at"]),
+        thread_id=thread_id,
+    )
+
+
+def chronological(notes: list[JSON]) -> list[JSON]:
+    return sorted(notes, key=lambda note: (note["created_at"], note["id"]))
+
+
+def project_ref(project: str) -> str:
+    return quote(project, safe="")
+
+
+def item_path(key: TaskKey) -> str:
+    if key.forge != "gitlab":
+        raise ValueError(f"{key} is not a GitLab task")
+    return f"/projects/{project_ref(key.project)}/{_route(key.kind)}/{key.number}"
+
+
+def to_task(data: JSON, kind: TaskKind) -> Task:
+    """An issue or merge request as a `Task` (listings lack the project path: see `project_path`)."""
+    extra = {"id": str(data["id"]), "project_id": str(data.get("project_id", ""))}
+    if kind is TaskKind.CHANGE:
+        extra["draft"] = str(bool(data.get("draft"))).lower()
+    return Task(
+        key=TaskKey("gitlab", project_path(data), kind, int(data["iid"])),
+        title=data.get("title") or "",
+        body=data.get("description") or "",
+        author=(data.get("author") or {}).get("username", ""),
+        labels=tuple(data.get("labels") or ()),
+        assignees=tuple(assignees(data)),
+        url=data.get("web_url") or "",
+        created_at=_parse_time(data["created_at"]),
+        updated_at=_parse_time(data["updated_at"]),
+        state=_STATES.get(str(data.get("state")), str(data.get("state"))),
+        head_branch=data.get("source_branch"),
+        base_branch=data.get("target_branch"),
+        extra=extra,
+    )
+
+
+def to_change(data: JSON) -> ChangeRequest:
+    return ChangeRequest(
+        number=int(data["iid"]),
+        url=str(data.get("web_url") or ""),
+        head_branch=str(data.get("source_branch") or ""),
+        base_branch=str(data.get("target_branch") or ""),
+        body=str(data.get("description") or ""),
+        draft=bool(data.get("draft") or data.get("work_in_progress")),
+    )

@@ -1,0 +1,257 @@
+"""`POST /webhooks/github` and `POST /webhooks/gitlab` (SPEC 11.2).
+
+A delivery is verified first (GitHub: HMAC-SHA256 of the raw body in
+`X-Hub-Signature-256`, checked by githubkit's `verify`; GitLab: `X-Gitlab-Token`,
+compared in constant time) and only then read: 401 and nothing else without a valid
+signature, 413 over 1 MiB, a delivery id seen before is answered 200 and ignored.
+
+A valid event is a hint, never a decision: it enqueues the task key (the claim still
+checks the labels, the lease and who triggered it), or, for a comment or an unassign
+on a task this process is running, makes the run look at the forge at its next
+checkpoint. Events outside the configured scope, events we do not use and malformed
+bodies enqueue nothing.
+
+The few fields used (repository, number, action, label) are read from the JSON,
+defensively, rather than through githubkit's typed `parse`: measured here, its first
+parse of an event type costs 2-20 CPU-seconds (pydantic building the validators of the
+event's union of actions; `pull_request` is the worst), which alone breaks SPEC 11.2's
+"under 1 s to the first model request" and stalls the event loop's process.
+
+Served by Starlette + uvicorn (already dependencies, and the replay model and the
+sandbox forges use the same stack): small, async, and the dashboard adds its routes to
+the same app (`web/app.py`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig
+
+__all__ = ["Hint", "WebhookSink", "webhook_routes", "github_hints", "gitlab_hints", "MAX_BODY_BYTES", "warm_up"]
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1024 * 1024
+GITHUB_EVENTS = frozenset({"issues", "issue_comment", "pull_request", "pull_request_review_comment"})
+GITLAB_EVENTS = frozenset({"Issue Hook", "Merge Request Hook", "Note Hook"})
+
+# new: a task that may carry the trigger label; followup: a comment on a task that may be
+# done; steer: a comment or an (un)assignment that a running run should see now.
+HintKind = Literal["new", "followup", "steer"]
+
+
+@dataclass(frozen=True)
+class Hint:
+    key: str
+    kind: HintKind
+
+
+class WebhookSink(Protocol):
+    """What the webhooks need of the runtime (implemented by `runtime/webhook_sink.py`)."""
+
+    async def first_delivery(self, delivery_id: str) -> bool:
+        """Record the delivery id; False when it was seen before."""
+        ...
+
+    async def accept(self, key: str, kind: HintKind) -> None:
+        """`steer`: the running run of `key` looks at the forge at its next checkpoint;
+        `new` / `followup`: enqueue the key (deduplicated)."""
+        ...
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _body(request: Request) -> bytes:
+    """The raw body, refused beyond MAX_BODY_BYTES without reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _TooLarge
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _answer(status: int, message: str) -> Response:
+    return JSONResponse({"message": message}, status_code=status)
+
+
+# -- GitHub ----------------------------------------------------------------------------
+
+
+def _github_in_scope(config: GitHubConfig, full_name: str) -> bool:
+    owner = full_name.split("/", 1)[0]
+    if owner.casefold() != config.owner.casefold():
+        return False
+    if not config.repos:
+        return True
+    wanted = {(repo if "/" in repo else f"{config.owner}/{repo}").casefold() for repo in config.repos}
+    return full_name.casefold() in wanted
+
+
+def _field(data: Any, *path: str) -> Any:
+    for name in path:
+        data = data.get(name) if isinstance(data, dict) else None
+    return data
+
+
+def github_hints(config: GitHubConfig, event: str, payload: Any) -> list[Hint]:
+    """What a (verified) GitHub event means for the agent; [] for anything unexpected."""
+    full_name = _field(payload, "repository", "full_name")
+    if not isinstance(full_name, str) or "/" not in full_name or not _github_in_scope(config, full_name):
+        return []
+    action = _field(payload, "action")
+    if event in ("issues", "issue_comment"):
+        number = _field(payload, "issue", "number")
+        separator = "!" if _field(payload, "issue", "pull_request") else "#"
+    else:
+        number = _field(payload, "pull_request", "number")
+        separator = "!"
+    if not isinstance(number, int) or isinstance(number, bool):
+        return []
+    key = f"github:{full_name}{separator}{number}"
+    if event in ("issues", "pull_request"):
+        if action == "labeled" and _field(payload, "label", "name") == config.bot_label:
+            return [Hint(key, "new")]
+        if action == "assigned":
+            return [Hint(key, "new"), Hint(key, "steer")]
+        if action == "unassigned":
+            return [Hint(key, "steer")]
+        return []
+    if action == "created":  # issue_comment, pull_request_review_comment
+        return [Hint(key, "steer"), Hint(key, "followup")]
+    return []
+
+
+async def _github(request: Request, config: AgentConfig, sink: WebhookSink) -> Response:
+    secret = config.webhooks.github_secret.get_secret_value() if config.webhooks.github_secret else ""
+    if not secret or config.github is None:
+        return _answer(404, "GitHub webhooks are not configured (webhooks.github_secret)")
+    try:
+        body = await _body(request)
+    except _TooLarge:
+        return _answer(413, f"body over {MAX_BODY_BYTES} bytes")
+    from githubkit.webhooks import verify  # imported once the first delivery comes (or warm_up)
+
+    signature = request.headers.get("x-hub-signature-256", "")
+    if not signature.startswith("sha256=") or not verify(secret, body, signature):
+        return _answer(401, "missing or wrong X-Hub-Signature-256")
+    event = request.headers.get("x-github-event", "")
+    if event not in GITHUB_EVENTS:
+        return _answer(202, f"event {event[:40]!r} is not used")
+    delivery = request.headers.get("x-github-delivery", "")
+    if delivery and not await sink.first_delivery(f"github:{delivery[:150]}"):
+        return _answer(200, "duplicate delivery ignored")
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return _answer(400, "body is not JSON")
+    if not isinstance(payload, dict):
+        return _answer(400, f"not a {event} event")
+    return await _deliver(sink, github_hints(config.github, event, payload), "github", event)
+
+
+# -- GitLab ----------------------------------------------------------------------------
+
+
+def _gitlab_in_scope(config: GitLabConfig, project: dict[str, Any]) -> bool:
+    path = project.get("path_with_namespace")
+    if config.project_id is not None:
+        wanted = str(config.project_id)
+        return str(project.get("id")) == wanted or (isinstance(path, str) and path.casefold() == wanted.casefold())
+    return isinstance(path, str) and path.casefold().startswith(f"{(config.group or '').casefold()}/")
+
+
+def gitlab_hints(config: GitLabConfig, event: str, payload: Any) -> list[Hint]:
+    """What a (verified) GitLab event means for the agent; [] for anything unexpected."""
+    if not isinstance(payload, dict):
+        return []
+    project = payload.get("project")
+    attributes = payload.get("object_attributes")
+    if not isinstance(project, dict) or not isinstance(attributes, dict) or not _gitlab_in_scope(config, project):
+        return []
+    path = project["path_with_namespace"]
+    if event == "Note Hook":
+        noteable = attributes.get("noteable_type")
+        target = payload.get("issue") if noteable == "Issue" else payload.get("merge_request")
+        if noteable not in ("Issue", "MergeRequest") or not isinstance(target, dict) or not isinstance(target.get("iid"), int):
+            return []
+        key = f"gitlab:{path}{'#' if noteable == 'Issue' else '!'}{target['iid']}"
+        return [Hint(key, "steer"), Hint(key, "followup")]
+    iid = attributes.get("iid")
+    if not isinstance(iid, int):
+        return []
+    key = f"gitlab:{path}{'#' if event == 'Issue Hook' else '!'}{iid}"
+    changes = payload.get("changes") if isinstance(payload.get("changes"), dict) else {}
+    hints: list[Hint] = []
+    labels = payload.get("labels") if isinstance(payload.get("labels"), list) else []
+    if any(isinstance(label, dict) and label.get("title") == config.bot_label for label in labels):
+        hints.append(Hint(key, "new"))
+    if "assignees" in changes or "assignee_id" in changes:
+        hints.append(Hint(key, "steer"))
+    return hints
+
+
+async def _gitlab(request: Request, config: AgentConfig, sink: WebhookSink) -> Response:
+    token = config.webhooks.gitlab_token.get_secret_value() if config.webhooks.gitlab_token else ""
+    if not token or config.gitlab is None:
+        return _answer(404, "GitLab webhooks are not configured (webhooks.gitlab_token)")
+    given = request.headers.get("x-gitlab-token", "")
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        return _answer(401, "missing or wrong X-Gitlab-Token")
+    try:
+        body = await _body(request)
+    except _TooLarge:
+        return _answer(413, f"body over {MAX_BODY_BYTES} bytes")
+    event = request.headers.get("x-gitlab-event", "")
+    if event not in GITLAB_EVENTS:
+        return _answer(202, f"event {event[:40]!r} is not used")
+    delivery = request.headers.get("idempotency-key") or request.headers.get("x-gitlab-event-uuid") or ""
+    if delivery and not await sink.first_delivery(f"gitlab:{delivery[:150]}"):
+        return _answer(200, "duplicate delivery ignored")
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return _answer(400, "body is not JSON")
+    return await _deliver(sink, gitlab_hints(config.gitlab, event, payload), "gitlab", event)
+
+
+async def _deliver(sink: WebhookSink, hints: list[Hint], forge: str, event: str) -> Response:
+    for hint in hints:
+        await sink.accept(hint.key, hint.kind)
+    log.info("webhook %s %s: %s", forge, event, ", ".join(f"{h.kind} {h.key}" for h in hints) or "nothing to do")
+    return _answer(202 if hints else 200, "accepted" if hints else "nothing to do")
+
+
+def webhook_routes(config: AgentConfig, sink: WebhookSink) -> list[Route]:
+    def endpoint(handler: Callable[[Request, AgentConfig, WebhookSink], Awaitable[Response]]):  # type: ignore[no-untyped-def]
+        async def route(request: Request) -> Response:
+            return await handler(request, config, sink)
+
+        return route
+
+    return [
+        Route("/webhooks/github", endpoint(_github), methods=["POST"]),
+        Route("/webhooks/gitlab", endpoint(_gitlab), methods=["POST"]),
+    ]
+
+
+def warm_up() -> None:
+    """Import githubkit's webhook helpers ahead of the first delivery (about 1-4 s),
+    in a worker thread at server start."""
+    from githubkit.webhooks import verify  # noqa: F401

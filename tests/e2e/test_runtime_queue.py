@@ -1,0 +1,198 @@
+"""Producer, queue and workers (SPEC 11.1): no cycle barrier in `serve`, and the split
+roles on a real RabbitMQ and PostgreSQL: two `worker` processes share the work, a worker
+killed mid-run has its message redelivered and the task finished once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coding_agent.runtime.queue import QueuedTask
+from coding_agent.runtime.service import AgentService
+from coding_agent.runtime.state_store import StateStore
+from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.testing.services import amqp_url, fresh_postgres_database, postgres_admin_url, reachable
+from coding_agent.testing.waiting import wait_for
+
+from ._steering import spawn_cli, steering_config
+from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments
+
+
+def _finals(forge: GitHubForge, number: int) -> list[str]:
+    bodies = [body for author, body in forge.comments("issue", number) if author == BOT]
+    return [body for body in bodies if body not in progress_comments(bodies)]
+
+
+def test_a_task_labelled_while_a_long_one_runs_starts_before_it_ends(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """`serve` with two slots: the long task's model waits, inside its second reply, until
+    the quick task has started; with a cycle barrier it never would (the wait times out)."""
+    events: list[tuple[str, str]] = []
+    quick: list[int] = []
+
+    def label_quick(_: dict[str, Any]) -> None:
+        quick.append(github_forge.open_task("issue", "Quick task", "Please add hello.txt."))
+
+    def wait_for_quick(_: dict[str, Any]) -> None:
+        key = f"github:{REPO}#{quick[0]}"
+        wait_for(lambda: ("started", key) in events, 60, "the quick task to start while the long one runs")
+
+    long_replies = [
+        {**HELLO_SCRIPT["replies"][0], "before": {"label_quick": {}}},
+        {"tool": "workspace/view", "args": {"path": "hello.txt"}, "comment": "Checking.", "before": {"wait_for_quick": {}}},
+        {"done": "Long task done."},
+    ]
+    script = {"conversations": [{"match": "Long task", "replies": long_replies}], "replies": HELLO_SCRIPT["replies"]}
+    long_number = github_forge.open_task("issue", "Long task", "Please add hello.txt, slowly.")
+    actions = {"label_quick": label_quick, "wait_for_quick": wait_for_quick}
+    with ReplaySandbox(script, actions=actions) as model:
+        setup = steering_config(tmp_path, [github_forge], model, workers=2, scheduling={"interval_seconds": 0.2})
+
+        async def serve() -> None:
+            service = AgentService(load_for_service(setup))
+            service.workers.on_event = lambda event, key: events.append((event, key))
+            stop = asyncio.Event()
+            serving = asyncio.create_task(service.serve(stop))
+            try:
+                while sum(event == "ended" for event, _ in events) < 2 and not serving.done():
+                    await asyncio.sleep(0.05)
+            finally:
+                stop.set()
+                await serving
+                await service.aclose()
+
+        asyncio.run(asyncio.wait_for(serve(), 240))
+
+    long_key, quick_key = f"github:{REPO}#{long_number}", f"github:{REPO}#{quick[0]}"
+    assert events.index(("started", quick_key)) < events.index(("ended", long_key)), events
+    for number in (long_number, quick[0]):
+        assert [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")] == [
+            "coding agent done"
+        ]
+        assert len(_finals(github_forge, number)) == 1
+
+
+# -- RabbitMQ + PostgreSQL ------------------------------------------------------------------
+
+
+@pytest.fixture
+def distributed() -> Iterator[tuple[str, str]]:
+    """(database URL, queue name): a fresh PostgreSQL database and RabbitMQ queue name."""
+    if not reachable(postgres_admin_url()) or not reachable(amqp_url()):
+        pytest.skip("PostgreSQL and RabbitMQ are needed (127.0.0.1:5432, :5672)")
+    name = f"coding-agent.test.{uuid.uuid4().hex[:10]}"
+    with fresh_postgres_database() as url:
+        yield url, name
+    asyncio.run(_delete_queues(name))
+
+
+async def _delete_queues(name: str) -> None:
+    import aio_pika
+
+    connection = await aio_pika.connect_robust(amqp_url())
+    async with connection:
+        channel = await connection.channel()
+        for queue in (name, f"{name}.dead"):
+            await channel.queue_delete(queue)
+
+
+def _distributed_config(tmp_path: Path, forge: GitHubForge, model: ReplaySandbox, url: str, name: str, **extra: Any) -> Any:
+    return steering_config(
+        tmp_path,
+        [forge],
+        model,
+        database={"url": url},
+        queue={"backend": "rabbitmq", "url": amqp_url(), "name": name},
+        **extra,
+    )
+
+
+async def _produce_once(config: Any) -> list[QueuedTask]:
+    service = AgentService(config)
+    try:
+        return list((await service.producer.cycle(await service.queue())).enqueued)
+    finally:
+        await service.aclose()
+
+
+def _stop(process: subprocess.Popen[str]) -> str:
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    return err
+
+
+def test_two_worker_processes_share_32_tasks_each_done_once(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+) -> None:
+    url, name = distributed
+    numbers = [github_forge.open_task("issue", f"Task {n}", f"Please add hello.txt ({n}).") for n in range(32)]
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = _distributed_config(tmp_path, github_forge, model, url, name, workers=4)
+        config = load_for_service(setup)
+        assert len(asyncio.run(_produce_once(config))) == 32
+        workers = [spawn_cli(setup.config_path, "worker") for _ in range(2)]
+        store = StateStore(url)
+        try:
+            wait_for(
+                lambda: len([run for run in store.runs() if run.status == "done"]) >= 32
+                or any(worker.poll() is not None for worker in workers),
+                900,
+                "32 runs done",
+            )
+            runs = store.runs()
+        finally:
+            store.close()
+            errors = [_stop(worker) for worker in workers]
+
+    assert [worker.returncode for worker in workers] == [0, 0], errors
+    assert sorted(run.task_key for run in runs) == sorted(f"github:{REPO}#{n}" for n in numbers), "one run per task"
+    assert {run.status for run in runs} == {"done"}
+    owners = {run.owner.rsplit("-", 1)[0] for run in runs}  # host-pid of each worker process
+    assert len(owners) == 2, f"each worker did some: {owners}"
+    for number in numbers:
+        assert len(_finals(github_forge, number)) == 1, number
+
+
+def test_a_sigkilled_worker_s_task_is_redelivered_and_finished_once(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+) -> None:
+    url, name = distributed
+    number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt.")
+    killed: list[bool] = []
+    victims: list[subprocess.Popen[str]] = []
+
+    def kill_worker(_: dict[str, Any]) -> None:
+        if not killed:  # the first worker only; its successor gets the same reply again
+            killed.append(True)
+            os.kill(victims[0].pid, signal.SIGKILL)
+            victims[0].wait(30)
+
+    replies = [{**HELLO_SCRIPT["replies"][0], "before": {"kill_worker": {}}}, *HELLO_SCRIPT["replies"][1:]]
+    with ReplaySandbox({"replies": replies}, actions={"kill_worker": kill_worker}) as model:
+        setup = _distributed_config(tmp_path, github_forge, model, url, name, scheduling={"lease_seconds": 3.0})
+        assert len(asyncio.run(_produce_once(load_for_service(setup)))) == 1
+        victims.append(spawn_cli(setup.config_path, "worker"))
+        wait_for(lambda: killed, 120, "the first worker to reach its model call")
+        successor = spawn_cli(setup.config_path, "worker")
+        store = StateStore(url)
+        try:
+            wait_for(lambda: [run.status for run in store.runs()] == ["done"], 240, "the task to be finished")
+            runs = store.runs()
+        finally:
+            store.close()
+            error = _stop(successor)
+
+    assert victims[0].returncode == -signal.SIGKILL
+    assert successor.returncode == 0, error
+    assert [run.status for run in runs] == ["done"], "the killed run was continued, not started again"
+    assert len(_finals(github_forge, number)) == 1
+    assert [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")] == [
+        "coding agent done"
+    ]

@@ -1,0 +1,121 @@
+"""Webhooks end to end (SPEC 11.2): `serve` with a webhook secret, real HTTP to its
+uvicorn server. A labelled task reaches its first model request with no poll after the
+first; an unassign delivered by webhook stops a running task at its next checkpoint
+although `min_check_interval_seconds` would not have re-read the assignees for an hour."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from coding_agent.runtime.service import AgentService
+from coding_agent.testing.github.webhooks import GitHubWebhooks
+from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.testing.waiting import wait_for
+from coding_agent.web.server import bind_socket, serving_http
+
+from ._steering import steering_config
+from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, REPO, GitHubForge, load_for_service
+
+SECRET = "whsec-" + "e2e0123456789abcdef"
+
+
+def _deliver(url: str, forge: GitHubForge, event: str, payload: dict[str, Any]) -> None:
+    body = GitHubWebhooks.body(payload)
+    response = httpx.post(f"{url}/webhooks/github", content=body, headers=GitHubWebhooks.headers(event, body, SECRET))
+    assert response.status_code == 202, response.text
+
+
+async def _serve_with_webhooks(config: Any, until: Any, ready: Any = None) -> AgentService:
+    """Run `serve` plus its webhooks until `until(service)` is true; returns the service."""
+    service = AgentService(config)
+    stop = asyncio.Event()
+    try:
+        async with serving_http(config, service, bind_socket("127.0.0.1", 0)) as url:
+            assert url is not None
+            serving = asyncio.create_task(service.serve(stop))
+            try:
+                if ready is not None:
+                    await asyncio.to_thread(ready, service, url)
+                while not until(service) and not serving.done():
+                    await asyncio.sleep(0.05)
+            finally:
+                stop.set()
+                await serving
+    finally:
+        await service.aclose()
+    return service
+
+
+def test_a_webhook_starts_a_task_without_a_poll(github_forge: GitHubForge, tmp_path: Path) -> None:
+    hooks = GitHubWebhooks(github_forge.sandbox.state, github_forge.url)
+    numbers: list[int] = []
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = steering_config(
+            tmp_path, [github_forge], model, scheduling={"interval_seconds": 3600}, webhooks={"github_secret": SECRET}
+        )
+
+        def label_and_deliver(service: AgentService, url: str) -> None:
+            wait_for(lambda: service.producer.cycles >= 1, 60, "the first poll at start")
+            numbers.append(github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt."))
+            _deliver(url, github_forge, "issues", hooks.issues(REPO, numbers[0], "labeled", MAINTAINER, label="coding agent"))
+            wait_for(lambda: model.requests, 60, "the task's first model request")
+
+        service = asyncio.run(
+            asyncio.wait_for(
+                _serve_with_webhooks(
+                    load_for_service(setup),
+                    lambda s: bool(numbers) and "coding agent done" in github_forge.labels("issue", numbers[0]),
+                    label_and_deliver,
+                ),
+                240,
+            )
+        )
+
+    assert service.producer.cycles == 1, "no poll found it: the webhook did"
+    assert "coding agent done" in github_forge.labels("issue", numbers[0])
+
+
+def test_an_unassign_by_webhook_reaches_the_running_task_at_its_next_checkpoint(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    state = github_forge.sandbox.state
+    hooks = GitHubWebhooks(state, github_forge.url)
+    number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt.")
+    state.assign(REPO, number, BOT, actor=MAINTAINER)
+    urls: list[str] = []
+
+    def unassign(_: dict[str, Any]) -> None:
+        state.unassign(REPO, number, BOT, actor=MAINTAINER)
+        _deliver(urls[0], github_forge, "issues", hooks.issues(REPO, number, "unassigned", MAINTAINER))
+
+    replies = [{**HELLO_SCRIPT["replies"][0], "before": {"unassign": {}}}, *HELLO_SCRIPT["replies"][1:]]
+    with ReplaySandbox({"replies": replies}, actions={"unassign": unassign}) as model:
+        setup = steering_config(
+            tmp_path,
+            [github_forge],
+            model,
+            scheduling={"interval_seconds": 3600},
+            webhooks={"github_secret": SECRET},
+            task_stop={"enabled": True, "check_interval": 1, "min_check_interval_seconds": 3600},
+        )
+        asyncio.run(
+            asyncio.wait_for(
+                _serve_with_webhooks(
+                    load_for_service(setup),
+                    lambda s: "coding agent stopped" in github_forge.labels("issue", number)
+                    or "coding agent done" in github_forge.labels("issue", number),
+                    lambda service, url: urls.append(url),
+                ),
+                240,
+            )
+        )
+        requests = model.requests
+
+    lifecycle = [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")]
+    assert lifecycle == ["coding agent stopped"]
+    assert len(requests) == 1, "stopped right after the reply during which the unassign arrived"
+    assert not any((path / "hello.txt").exists() for path in (tmp_path / "workspaces").iterdir())

@@ -1,0 +1,75 @@
+"""The RabbitMQ queue against a real broker: persistent round trip, manual ack, and a
+malformed message dead-lettered instead of handed out forever."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import aio_pika
+import pytest
+
+from coding_agent.runtime.queue import QueuedTask
+from coding_agent.runtime.queue.rabbitmq import RabbitQueue
+from coding_agent.testing.services import amqp_url, reachable
+
+
+@pytest.fixture
+async def name() -> AsyncIterator[str]:
+    if not reachable(amqp_url()):
+        pytest.skip("RabbitMQ is not reachable at " + amqp_url())
+    queue_name = f"coding-agent.test.{uuid.uuid4().hex[:10]}"
+    yield queue_name
+    connection = await aio_pika.connect_robust(amqp_url())
+    async with connection:
+        channel = await connection.channel()
+        for each in (queue_name, f"{queue_name}.dead"):
+            await channel.queue_delete(each)
+
+
+async def _dead_letters(name: str) -> list[bytes]:
+    connection = await aio_pika.connect_robust(amqp_url())
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(f"{name}.dead", durable=True)
+        bodies = []
+        while (message := await queue.get(no_ack=True, fail=False)) is not None:
+            bodies.append(message.body)
+        return bodies
+
+
+async def test_a_message_is_redelivered_until_acked(name: str) -> None:
+    first = await RabbitQueue.open(amqp_url(), name, prefetch=1)
+    await first.put(QueuedTask("github:acme/widgets#7", "new"))
+    delivery = await first.get(wait=False)
+    assert delivery is not None and delivery.item == QueuedTask("github:acme/widgets#7", "new")
+    assert not delivery.redelivered
+    await first.aclose()  # lost before its ack: the broker hands it out again
+
+    second = await RabbitQueue.open(amqp_url(), name, prefetch=1)
+    try:
+        again = await second.get(wait=False)
+        assert again is not None and again.item.key == "github:acme/widgets#7" and again.redelivered
+        await again.ack()
+        assert await second.get(wait=False) is None
+    finally:
+        await second.aclose()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b"[1, 2]", b'{"key": "github:acme/widgets#7", "reason": "whatever"}', b'{"key": "rm -rf /", "reason": "new"}'],
+)
+async def test_a_malformed_message_is_dead_lettered_not_retried(name: str, body: bytes) -> None:
+    queue = await RabbitQueue.open(amqp_url(), name, prefetch=1)
+    try:
+        channel = await queue._connection.channel()  # a raw publisher, as a foreign producer would be
+        await channel.default_exchange.publish(aio_pika.Message(body), routing_key=name)
+        await queue.put(QueuedTask("gitlab:acme/widgets!3", "continue"))
+        delivery = await queue.get(wait=False)
+        assert delivery is not None and delivery.item == QueuedTask("gitlab:acme/widgets!3", "continue")
+        await delivery.ack()
+        assert await queue.get(wait=False) is None, "the malformed message is not handed out again"
+    finally:
+        await queue.aclose()
+    assert await _dead_letters(name) == [body]

@@ -1,0 +1,244 @@
+"""The webhook endpoints (SPEC 11.2): signatures, size, duplicates, scope, and what a
+valid GitHub or GitLab event asks of the runtime. Payloads are shaped like the forges'
+documented examples (GitHub's are built from the sandbox's records, complete enough for
+githubkit's typed webhook models to accept them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import create_engine
+
+from coding_agent.config import AgentConfig
+from coding_agent.runtime.webhook_sink import DeliveryLog
+from coding_agent.testing.github.state import GitHubState
+from coding_agent.testing.github.webhooks import GitHubWebhooks
+from coding_agent.web.app import build_app
+from coding_agent.web.webhooks import webhook_routes
+
+SECRET = "whsec-" + "0123456789abcdef"
+GITLAB_TOKEN = "gl-hook-" + "0123456789abcdef"
+REPO = "acme/widgets"
+
+
+class RecordingSink:
+    """The runtime side of the port, recording what it was asked (deliveries: the real log)."""
+
+    def __init__(self, deliveries: DeliveryLog) -> None:
+        self.deliveries = deliveries
+        self.accepted: list[tuple[str, str]] = []
+
+    async def first_delivery(self, delivery_id: str) -> bool:
+        return self.deliveries.first(delivery_id)
+
+    async def accept(self, key: str, kind: str) -> None:
+        self.accepted.append((kind, key))
+
+
+def _config(**hooks: Any) -> AgentConfig:
+    return AgentConfig.model_validate(
+        {
+            "task_source": ["github", "gitlab"],
+            "github": {"owner": "acme", "token": "t", "bot_name": "agent-bot"},
+            "gitlab": {"group": "acme", "token": "t", "bot_name": "agent-bot"},
+            "llm": {"provider": "openai", "openai": {"model": "m", "api_key": "k"}},
+            "webhooks": hooks or {"github_secret": SECRET, "gitlab_token": GITLAB_TOKEN},
+        }
+    )
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> RecordingSink:
+    return RecordingSink(DeliveryLog(create_engine(f"sqlite:///{tmp_path / 'state.db'}")))
+
+
+@pytest.fixture
+def github() -> tuple[GitHubState, GitHubWebhooks, int]:
+    state = GitHubState()
+    state.add_user("alice")
+    state.add_user("agent-bot", bot=True)
+    state.add_repo(REPO)
+    state.add_repo("elsewhere/tool")
+    number = state.create_issue(REPO, "Add a greeting", "Please add hello.txt.", author="alice")
+    state.add_label(REPO, number, "coding agent", actor="alice")
+    return state, GitHubWebhooks(state), number
+
+
+async def _post(config: AgentConfig, sink: RecordingSink, path: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    transport = httpx.ASGITransport(app=build_app(webhook_routes(config, sink)))
+    async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
+        return await client.post(path, content=body, headers=headers)
+
+
+async def test_a_signed_labeled_issue_is_enqueued(sink: RecordingSink, github: Any) -> None:
+    _, hooks, number = github
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    response = await _post(_config(), sink, "/webhooks/github", body, hooks.headers("issues", body, SECRET))
+    assert response.status_code == 202
+    assert sink.accepted == [("new", f"github:{REPO}#{number}")]
+
+
+@pytest.mark.parametrize("signature", [None, "sha256=" + "0" * 64, "sha1=abc"])
+async def test_a_missing_or_wrong_signature_is_401_and_nothing_else(
+    sink: RecordingSink, github: Any, signature: str | None
+) -> None:
+    _, hooks, number = github
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    headers = hooks.headers("issues", body, SECRET)
+    if signature is None:
+        del headers["X-Hub-Signature-256"]
+    else:
+        headers["X-Hub-Signature-256"] = signature
+    response = await _post(_config(), sink, "/webhooks/github", body, headers)
+    assert response.status_code == 401
+    assert sink.accepted == []
+    assert SECRET not in response.text
+
+
+async def test_a_body_signed_with_another_secret_is_401(sink: RecordingSink, github: Any) -> None:
+    _, hooks, number = github
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    response = await _post(_config(), sink, "/webhooks/github", body, hooks.headers("issues", body, "not-the-secret"))
+    assert response.status_code == 401 and sink.accepted == []
+
+
+async def test_a_body_over_one_mib_is_413(sink: RecordingSink, github: Any) -> None:
+    _, hooks, _ = github
+    body = b"{" + b" " * (1024 * 1024) + b"}"
+    response = await _post(_config(), sink, "/webhooks/github", body, hooks.headers("issues", body, SECRET))
+    assert response.status_code == 413 and sink.accepted == []
+
+
+async def test_a_delivery_seen_before_is_ignored(sink: RecordingSink, github: Any) -> None:
+    _, hooks, number = github
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    headers = hooks.headers("issues", body, SECRET, delivery="72d3162e-cc78-11e3-81ab-4c9367dc0958")
+    first = await _post(_config(), sink, "/webhooks/github", body, headers)
+    again = await _post(_config(), sink, "/webhooks/github", body, headers)
+    assert (first.status_code, again.status_code) == (202, 200)
+    assert sink.accepted == [("new", f"github:{REPO}#{number}")], "enqueued once"
+
+
+async def test_a_comment_steers_a_running_task_and_may_be_a_follow_up(sink: RecordingSink, github: Any) -> None:
+    state, hooks, number = github
+    comment = state.add_comment(REPO, number, "alice", "@agent-bot please also add a README")
+    body = hooks.body(hooks.issue_comment(REPO, number, comment, "alice"))
+    response = await _post(_config(), sink, "/webhooks/github", body, hooks.headers("issue_comment", body, SECRET))
+    assert response.status_code == 202
+    assert sink.accepted == [("steer", f"github:{REPO}#{number}"), ("followup", f"github:{REPO}#{number}")]
+
+
+async def test_an_unassign_steers_the_running_task(sink: RecordingSink, github: Any) -> None:
+    state, hooks, number = github
+    state.assign(REPO, number, "agent-bot", actor="alice")
+    state.unassign(REPO, number, "agent-bot", actor="alice")
+    body = hooks.body(hooks.issues(REPO, number, "unassigned", "alice"))
+    response = await _post(_config(), sink, "/webhooks/github", body, hooks.headers("issues", body, SECRET))
+    assert response.status_code == 202 and sink.accepted == [("steer", f"github:{REPO}#{number}")]
+
+
+async def test_out_of_scope_unknown_and_malformed_events_enqueue_nothing(sink: RecordingSink, github: Any) -> None:
+    state, hooks, _ = github
+    other = state.create_issue("elsewhere/tool", "x", "y", author="alice")
+    state.add_label("elsewhere/tool", other, "coding agent", actor="alice")
+    outside = hooks.body(hooks.issues("elsewhere/tool", other, "labeled", "alice", label="coding agent"))
+    ping = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode()
+    broken = b'{"action": "labeled", "issue": 7}'
+    answers = [
+        await _post(_config(), sink, "/webhooks/github", outside, hooks.headers("issues", outside, SECRET)),
+        await _post(_config(), sink, "/webhooks/github", ping, hooks.headers("ping", ping, SECRET)),
+        await _post(_config(), sink, "/webhooks/github", broken, hooks.headers("issues", broken, SECRET)),
+        await _post(_config(), sink, "/webhooks/github", b"not json", hooks.headers("issues", b"not json", SECRET)),
+    ]
+    assert [answer.status_code for answer in answers] == [200, 202, 200, 400]
+    assert sink.accepted == []
+
+
+async def test_an_endpoint_without_its_secret_is_off(sink: RecordingSink, github: Any) -> None:
+    _, hooks, number = github
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    config = _config(gitlab_token=GITLAB_TOKEN)
+    response = await _post(config, sink, "/webhooks/github", body, hooks.headers("issues", body, SECRET))
+    assert response.status_code == 404 and sink.accepted == []
+
+
+# -- GitLab (payloads as in GitLab's webhook events documentation) --------------------------
+
+_PROJECT = {"id": 15, "name": "widgets", "path_with_namespace": "acme/widgets", "web_url": "http://gitlab.example/acme/widgets"}
+
+
+def _gitlab_issue_hook(labels: list[str], changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "object_kind": "issue",
+        "event_type": "issue",
+        "user": {"id": 1, "name": "Alice", "username": "alice"},
+        "project": _PROJECT,
+        "object_attributes": {"id": 301, "iid": 23, "title": "Add a greeting", "action": "update", "state": "opened"},
+        "labels": [{"id": n, "title": title, "color": "#ededed", "project_id": 15} for n, title in enumerate(labels)],
+        "changes": changes or {},
+    }
+
+
+def _gitlab_note_hook() -> dict[str, Any]:
+    return {
+        "object_kind": "note",
+        "event_type": "note",
+        "user": {"id": 1, "name": "Alice", "username": "alice"},
+        "project": _PROJECT,
+        "object_attributes": {"id": 1244, "note": "@agent-bot add a README too", "noteable_type": "MergeRequest"},
+        "merge_request": {"id": 7, "iid": 4, "title": "Add a greeting", "state": "opened"},
+    }
+
+
+def _gitlab_headers(event: str, token: str = GITLAB_TOKEN, uuid: str | None = None) -> dict[str, str]:
+    headers = {"X-Gitlab-Event": event, "X-Gitlab-Token": token, "Content-Type": "application/json"}
+    if uuid:
+        headers["X-Gitlab-Event-UUID"] = uuid
+    return headers
+
+
+async def test_gitlab_issue_hook_with_the_label_is_enqueued(sink: RecordingSink) -> None:
+    body = json.dumps(_gitlab_issue_hook(["coding agent"])).encode()
+    response = await _post(_config(), sink, "/webhooks/gitlab", body, _gitlab_headers("Issue Hook"))
+    assert response.status_code == 202 and sink.accepted == [("new", "gitlab:acme/widgets#23")]
+
+
+async def test_gitlab_wrong_token_is_401(sink: RecordingSink) -> None:
+    body = json.dumps(_gitlab_issue_hook(["coding agent"])).encode()
+    wrong = await _post(_config(), sink, "/webhooks/gitlab", body, _gitlab_headers("Issue Hook", token="guess"))
+    headers = _gitlab_headers("Issue Hook")
+    del headers["X-Gitlab-Token"]
+    missing = await _post(_config(), sink, "/webhooks/gitlab", body, headers)
+    assert (wrong.status_code, missing.status_code) == (401, 401) and sink.accepted == []
+
+
+async def test_gitlab_note_and_unassign_steer_and_duplicates_are_ignored(sink: RecordingSink) -> None:
+    note = json.dumps(_gitlab_note_hook()).encode()
+    unassign = json.dumps(
+        _gitlab_issue_hook([], {"assignees": {"previous": [{"username": "agent-bot"}], "current": []}})
+    ).encode()
+    first = await _post(_config(), sink, "/webhooks/gitlab", note, _gitlab_headers("Note Hook", uuid="u-1"))
+    again = await _post(_config(), sink, "/webhooks/gitlab", note, _gitlab_headers("Note Hook", uuid="u-1"))
+    steer = await _post(_config(), sink, "/webhooks/gitlab", unassign, _gitlab_headers("Issue Hook", uuid="u-2"))
+    assert [r.status_code for r in (first, again, steer)] == [202, 200, 202]
+    assert sink.accepted == [
+        ("steer", "gitlab:acme/widgets!4"),
+        ("followup", "gitlab:acme/widgets!4"),
+        ("steer", "gitlab:acme/widgets#23"),
+    ]
+
+
+async def test_gitlab_out_of_scope_and_not_json_enqueue_nothing(sink: RecordingSink) -> None:
+    outside = _gitlab_issue_hook(["coding agent"])
+    outside["project"] = {**_PROJECT, "id": 99, "path_with_namespace": "other/widgets"}
+    answers = [
+        await _post(_config(), sink, "/webhooks/gitlab", json.dumps(outside).encode(), _gitlab_headers("Issue Hook")),
+        await _post(_config(), sink, "/webhooks/gitlab", b"\xff\xfe", _gitlab_headers("Issue Hook")),
+        await _post(_config(), sink, "/webhooks/gitlab", b"[]", _gitlab_headers("Issue Hook")),
+    ]
+    assert [answer.status_code for answer in answers] == [200, 400, 200]
+    assert sink.accepted == []
