@@ -201,3 +201,86 @@ def test_serve_with_the_llm_down_waits_logs_and_claims_nothing(github_forge: Git
     assert "preflight: llm openai http://127.0.0.1:9/v1" in log_file.read_text()
     assert github_forge.labels("issue", number) == ["coding agent"]
     assert github_forge.comments("issue", number) == []
+
+
+def test_worker_with_the_llm_down_waits_logs_and_takes_nothing_from_the_queue(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """`worker` runs the same preflight as `serve`: a queued task stays queued (the
+    message is not consumed), no label changes, no comment, until the LLM answers."""
+    import asyncio
+    import signal
+    import uuid
+
+    import pytest
+
+    from coding_agent.config import load_config
+    from coding_agent.runtime.service import AgentService
+    from coding_agent.testing.services import amqp_url, reachable
+    from coding_agent.testing.waiting import wait_for
+
+    from .conftest import secret_env
+
+    if not reachable(amqp_url()):
+        pytest.skip("RabbitMQ is needed (127.0.0.1:5672)")
+    name = f"coding-agent.test.{uuid.uuid4().hex[:10]}"
+    number = github_forge.open_task("issue", "Greet people", "Please add hello.txt.")
+    llm = {"provider": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}
+    setup = write_config(tmp_path, [github_forge], llm, queue={"backend": "rabbitmq", "url": amqp_url(), "name": name})
+
+    async def produce_once() -> int:
+        service = AgentService(load_config(setup.config_path, env={**os.environ, **secret_env()}))
+        try:
+            return len((await service.producer.cycle(await service.queue())).enqueued)
+        finally:
+            await service.aclose()
+
+    async def queued() -> int:
+        import aio_pika
+
+        connection = await aio_pika.connect_robust(amqp_url())
+        async with connection:
+            channel = await connection.channel()
+            queue = await channel.declare_queue(name, passive=True)
+            count = queue.declaration_result.message_count or 0
+            return count
+
+    async def delete_queues() -> None:
+        import aio_pika
+
+        connection = await aio_pika.connect_robust(amqp_url())
+        async with connection:
+            channel = await connection.channel()
+            for queue in (name, f"{name}.dead"):
+                await channel.queue_delete(queue)
+
+    try:
+        assert asyncio.run(produce_once()) == 1
+        labels_before = github_forge.labels("issue", number)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "coding_agent.cli", "worker", "--config", str(setup.config_path)],
+            cwd=tmp_path,
+            env={**os.environ, **secret_env()},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        log_file = setup.logs / "coding-agent.log"
+        try:
+            wait_for(
+                lambda: log_file.exists() and "nothing is claimed until this passes" in log_file.read_text(),
+                60,
+                "worker to log the failed preflight",
+            )
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == 0, err
+        assert "preflight: llm openai http://127.0.0.1:9/v1" in log_file.read_text()
+        assert asyncio.run(queued()) == 1, "the queued task is still waiting for a worker"
+        assert github_forge.labels("issue", number) == labels_before
+        assert github_forge.comments("issue", number) == []
+    finally:
+        asyncio.run(delete_queues())
