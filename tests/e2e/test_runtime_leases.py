@@ -18,6 +18,7 @@ from coding_agent.config import AgentConfig
 from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.testing.waiting import wait_until
 
 from ._steering import steering_config
 from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments
@@ -40,8 +41,7 @@ async def _two_workers(config: AgentConfig, model: ReplaySandbox) -> tuple[Cycle
     first, second = AgentService(config), AgentService(config)
     try:
         working = asyncio.create_task(first.run_cycle())
-        while not model.requests and not working.done():
-            await asyncio.sleep(0.02)
+        await wait_until(lambda: model.requests or working.done(), 120, "worker A's first model request")
         others: list[CycleReport] = []
         while not working.done():
             others.append(await second.run_cycle())

@@ -20,7 +20,7 @@ from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.testing.services import amqp_url, fresh_postgres_database, postgres_admin_url, reachable
-from coding_agent.testing.waiting import wait_for
+from coding_agent.testing.waiting import wait_for, wait_until
 
 from ._steering import spawn_cli, steering_config
 from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments
@@ -61,8 +61,9 @@ def test_a_task_labelled_while_a_long_one_runs_starts_before_it_ends(github_forg
             stop = asyncio.Event()
             serving = asyncio.create_task(service.serve(stop))
             try:
-                while sum(event == "ended" for event, _ in events) < 2 and not serving.done():
-                    await asyncio.sleep(0.05)
+                await wait_until(
+                    lambda: sum(event == "ended" for event, _ in events) >= 2 or serving.done(), 180, "both tasks to end"
+                )
             finally:
                 stop.set()
                 await serving

@@ -14,7 +14,7 @@ import httpx
 from coding_agent.runtime.service import AgentService
 from coding_agent.testing.github.webhooks import GitHubWebhooks
 from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.waiting import wait_for
+from coding_agent.testing.waiting import wait_for, wait_until
 from coding_agent.web.server import bind_socket, serving_http
 
 from ._steering import steering_config
@@ -40,8 +40,7 @@ async def _serve_with_webhooks(config: Any, until: Any, ready: Any = None) -> Ag
             try:
                 if ready is not None:
                     await asyncio.to_thread(ready, service, url)
-                while not until(service) and not serving.done():
-                    await asyncio.sleep(0.05)
+                await wait_until(lambda: until(service) or serving.done(), 180, "the awaited outcome of serve")
             finally:
                 stop.set()
                 await serving

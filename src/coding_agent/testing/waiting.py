@@ -6,11 +6,12 @@ fail, naming what they waited for, when the deadline passes.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["wait_for"]
+__all__ = ["wait_for", "wait_until"]
 
 T = TypeVar("T")
 
@@ -30,3 +31,15 @@ def wait_for(condition: Callable[[], T], timeout: float, what: str) -> T:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(POLL_SECONDS)
+
+
+async def wait_until(condition: Callable[[], T], timeout: float, what: str) -> T:
+    """`wait_for` for async tests: polls without blocking the event loop the awaited work runs on."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(POLL_SECONDS)
