@@ -34,7 +34,9 @@ def test_surrogate_pairs_join_and_lone_ones_are_replaced() -> None:
 
 @given(st.recursive(ANY_TEXT | st.integers() | st.none(), lambda inner: st.lists(inner) | st.dictionaries(ANY_TEXT, inner)))
 def test_clean_value_makes_any_json_value_storable(value: object) -> None:
-    json.dumps(clean_value(value), ensure_ascii=False).encode("utf-8")
+    cleaned = clean_value(value)
+    stored = json.dumps(cleaned, ensure_ascii=False).encode("utf-8")  # raises on a lone surrogate
+    assert json.loads(stored) == cleaned
 
 
 def test_content_that_is_not_text_is_a_problem_for_both_protocols() -> None:
