@@ -7,29 +7,16 @@ explanation, while a maintainer's own trigger afterwards still starts the agent.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime, timezone
 from pathlib import Path
 
-from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.testing.waiting import wait_for
 
-from ._steering import post_comment
+from ._steering import post_comment, run_cycle
 from .conftest import BOT, MAINTAINER, READER, ForgeUnderTest, llm_section, load_for_service, write_config
 
 DONE_ONLY = {"replies": [{"done": "Done as the maintainer asked."}]}
-
-
-def _run_cycle(config: object) -> CycleReport:
-    async def once() -> CycleReport:
-        service = AgentService(config)  # type: ignore[arg-type]
-        try:
-            return await service.run_cycle()
-        finally:
-            await service.aclose()
-
-    return asyncio.run(once())
 
 
 def _relabel(forge: ForgeUnderTest, number: int, actor: str) -> None:
@@ -42,12 +29,12 @@ def test_refusal_is_commented_once_whatever_happens_later(forge: ForgeUnderTest,
     number = forge.open_task("issue", "Drive-by", "Do something.", labelled_by=READER)
     with ReplaySandbox(DONE_ONLY) as model:
         setup = write_config(tmp_path, [forge], llm_section(model))
-        _run_cycle(load_for_service(setup))
+        run_cycle(load_for_service(setup))
         post_comment(forge, "issue", number, READER, "Please? It is important.")
-        _run_cycle(load_for_service(setup))
+        run_cycle(load_for_service(setup))
         _relabel(forge, number, READER)  # the reader tries again
         post_comment(forge, "issue", number, READER, "Hello?")
-        _run_cycle(load_for_service(setup))
+        run_cycle(load_for_service(setup))
         refusals = [body for author, body in forge.comments("issue", number) if author == BOT]
         assert len(refusals) == 1, refusals
         assert f"@{READER}" in refusals[0] and "write access" in refusals[0]
@@ -58,7 +45,7 @@ def test_refusal_is_commented_once_whatever_happens_later(forge: ForgeUnderTest,
         last_look = datetime.now(timezone.utc).replace(microsecond=0)
         wait_for(lambda: datetime.now(timezone.utc).replace(microsecond=0) > last_look, 5, "the next second")
         _relabel(forge, number, MAINTAINER)  # a maintainer takes it up
-        report = _run_cycle(load_for_service(setup))
+        report = run_cycle(load_for_service(setup))
 
     assert [r.status for r in report.results] == ["done"]
     bot_comments = [body for author, body in forge.comments("issue", number) if author == BOT]

@@ -7,14 +7,13 @@ an over-long body with 422; it answers 503 for a while; it forbids a label write
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.faults import Fault
 from coding_agent.testing.replay_model import ReplaySandbox
 
+from ._steering import run_cycle
 from .conftest import (
     BOT,
     REPO,
@@ -30,17 +29,6 @@ from .conftest import (
 DONE_ONLY = {"replies": [{"done": "Looked at it; nothing to change."}]}
 
 
-def _run_cycle(config: object) -> CycleReport:
-    async def once() -> CycleReport:
-        service = AgentService(config)  # type: ignore[arg-type]
-        try:
-            return await service.run_cycle()
-        finally:
-            await service.aclose()
-
-    return asyncio.run(once())
-
-
 def _comment_post_pattern(forge: ForgeUnderTest) -> str:
     if forge.name == "github":
         return r"^POST /repos/acme/widgets/issues/\d+/comments$"
@@ -54,7 +42,7 @@ def test_comment_applied_then_answered_502_is_not_posted_twice(forge: ForgeUnder
     forge.sandbox.faults.add(Fault(pattern=_comment_post_pattern(forge), count=2, status=502, applied=True))  # type: ignore[attr-defined]
     with ReplaySandbox(DONE_ONLY) as model:
         setup = write_config(tmp_path, [forge], llm_section(model))
-        report = _run_cycle(load_for_service(setup))
+        report = run_cycle(load_for_service(setup))
 
     assert [r.status for r in report.results] == ["done"]
     assert forge.sandbox.faults.injected == 2  # type: ignore[attr-defined]
@@ -85,7 +73,7 @@ def test_an_over_long_answer_is_capped_at_the_forge_limit_with_a_note(github_for
     huge = "word " * 30_000
     with ReplaySandbox({"replies": [{"done": huge}]}) as model:
         setup = write_config(tmp_path, [github_forge], llm_section(model))
-        report = _run_cycle(load_for_service(setup))
+        report = run_cycle(load_for_service(setup))
 
     assert [r.status for r in report.results] == ["done"]
     [final] = [body for author, body in github_forge.comments("issue", number) if author == BOT and "word word" in body]
@@ -98,7 +86,7 @@ def test_final_comment_answered_422_ends_the_task_failed_with_a_comment(github_f
     github_forge.sandbox.faults.add(Fault(pattern=_final_comment_pattern(github_forge), count=1, status=422))
     with ReplaySandbox(DONE_ONLY) as model:
         setup = write_config(tmp_path, [github_forge], llm_section(model), progress_comment={"enabled": False})
-        report = _run_cycle(load_for_service(setup))
+        report = run_cycle(load_for_service(setup))
 
     assert [r.status for r in report.results] == ["failed"]
     assert github_forge.sandbox.faults.injected == 1
@@ -120,7 +108,7 @@ def test_final_comment_503_streak_is_completed_by_the_next_cycle(forge: ForgeUnd
     forge.sandbox.faults.add(Fault(pattern=_final_comment_pattern(forge), count=4, status=503))  # type: ignore[attr-defined]
     with ReplaySandbox(DONE_ONLY) as model:
         setup = write_config(tmp_path, [forge], llm_section(model), progress_comment={"enabled": False})
-        _run_cycle(load_for_service(setup))
+        run_cycle(load_for_service(setup))
         key = _task_key(forge, number)
         store = _store(setup)
         try:
@@ -131,7 +119,7 @@ def test_final_comment_503_streak_is_completed_by_the_next_cycle(forge: ForgeUnd
             store.close()
         assert "coding agent processing" in forge.labels("issue", number)
 
-        second = _run_cycle(load_for_service(setup))  # the next cycle, by a new worker
+        second = run_cycle(load_for_service(setup))  # the next cycle, by a new worker
 
     assert [r.status for r in second.results] == ["done"]
     finals = [body for author, body in forge.comments("issue", number) if author == BOT]
@@ -153,10 +141,10 @@ def test_label_write_answered_403_is_completed_by_the_next_cycle(github_forge: G
     )
     with ReplaySandbox(DONE_ONLY) as model:
         setup = write_config(tmp_path, [github_forge], llm_section(model))
-        _run_cycle(load_for_service(setup))
+        run_cycle(load_for_service(setup))
         assert github_forge.sandbox.faults.injected == 1
         assert "coding agent processing" in github_forge.labels("issue", number)
-        second = _run_cycle(load_for_service(setup))
+        second = run_cycle(load_for_service(setup))
 
     assert [r.status for r in second.results] == ["done"]
     bodies = [body for author, body in github_forge.comments("issue", number) if author == BOT]
@@ -181,7 +169,7 @@ def test_a_run_that_can_never_publish_ends_failed_and_lets_go(github_forge: GitH
     with ReplaySandbox(DONE_ONLY) as model:
         setup = write_config(tmp_path, [github_forge], llm_section(model))
         for _ in range(4):
-            _run_cycle(load_for_service(setup))
+            run_cycle(load_for_service(setup))
 
     store = _store(setup)
     try:

@@ -9,16 +9,15 @@ the forge the sandbox GitHub, the agent the CLI (`run --once`) or the service.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.testing.replay_model import ReplaySandbox
 
+from ._steering import run_cycle
 from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, load_for_service, run_cli, write_config
 
 HOSTILE_TITLE = "Hostile reply"
@@ -73,17 +72,6 @@ OLLAMA_HOSTILE = {
 }
 
 
-def _run_cycle(config: object) -> CycleReport:
-    async def once() -> CycleReport:
-        service = AgentService(config)  # type: ignore[arg-type]
-        try:
-            return await service.run_cycle()
-        finally:
-            await service.aclose()
-
-    return asyncio.run(once())
-
-
 def _script(hostile: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "conversations": [
@@ -117,7 +105,7 @@ def test_hostile_reply_ends_cleanly_and_spares_the_other_task(
         setup = write_config(
             tmp_path, [github_forge], llm_section(model, "openai", function_calling), memory={"enabled": False}
         )
-        report = _run_cycle(load_for_service(setup))
+        report = run_cycle(load_for_service(setup))
 
     by_key = {result.task_key.rsplit("#", 1)[-1]: result.status for result in report.results}
     assert by_key == {str(hostile): expected, str(normal): "done"}, report
@@ -155,7 +143,7 @@ def test_hostile_ollama_body_fails_the_run_cleanly(github_forge: GitHubForge, ca
     normal = github_forge.open_task("issue", NORMAL_TITLE, "Please add hello.txt.")
     with ReplaySandbox(_script([{"raw": OLLAMA_HOSTILE[case]}])) as model:
         setup = write_config(tmp_path, [github_forge], llm_section(model, "ollama"), memory={"enabled": False})
-        report = _run_cycle(load_for_service(setup))
+        report = run_cycle(load_for_service(setup))
 
     by_key = {result.task_key.rsplit("#", 1)[-1]: result.status for result in report.results}
     assert by_key == {str(hostile): "failed", str(normal): "done"}, report
