@@ -202,7 +202,10 @@ async def test_task_page_shows_the_runs_tool_calls_and_comments(tmp_path: Path, 
         detail = (await client.get(f"/api/tasks/{quote(key, safe='')}")).json()
         page = (await client.get(f"/tasks/{quote(key, safe='')}")).text
         events = await _first_event(client, key)
+        metrics = (await client.get("/metrics")).text
     store.close()
+    # The run's forge requests, counted in sources/http.py, in the dashboard's /metrics.
+    assert _sample(metrics, 'coding_agent_forge_requests_total{forge="github",outcome="2xx"}') >= 5
 
     calls = detail["tool_calls"]
     assert [(call["tool"], call["status"]) for call in calls] == [("workspace/create", "ok"), ("workspace/view", "ok")]
@@ -240,3 +243,35 @@ def test_a_secret_cut_by_shortening_is_still_redacted(tmp_path: Path) -> None:
     (run / "tools.jsonl").write_text(json.dumps(record) + "\n")
     calls = RunActivity(tmp_path / "contexts", Redactor([secret]), 10).tool_calls(run)
     assert secret[:9] not in calls[0]["result"] and calls[0]["result"].endswith("***")
+
+
+def _sample(metrics: str, name: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} is not in /metrics")
+
+
+async def test_forge_requests_are_counted_by_outcome(served: tuple[str, StateStore, list[str]]) -> None:
+    """An answered request counts under its status class; one with no answer under error."""
+    from coding_agent.sources.http import CachingTransport
+
+    url, _, _ = served
+    async with httpx.AsyncClient(base_url=url) as client:
+        before = (await client.get("/metrics")).text
+        transport = CachingTransport(5, forge="github")
+        async with httpx.AsyncClient(transport=transport) as forge:
+            await forge.get(url + "/api/nothing-here")
+            with pytest.raises(httpx.ConnectError):
+                await forge.get("http://127.0.0.1:9/")
+        await transport.close_pool()
+        after = (await client.get("/metrics")).text
+
+    def count(outcome: str, text: str) -> float:
+        try:
+            return _sample(text, f'coding_agent_forge_requests_total{{forge="github",outcome="{outcome}"}}')
+        except AssertionError:
+            return 0.0
+
+    assert count("4xx", after) == count("4xx", before) + 1
+    assert count("error", after) == count("error", before) + 1
