@@ -180,6 +180,20 @@ async def test_sandboxed_command_reaches_only_listed_hosts(index: PackageIndex, 
 
 
 @needs_bwrap
+async def test_forwarder_is_ready_at_once_and_keeps_serving(index: PackageIndex, tmp_path: Path) -> None:
+    """The command starts only once socat listens (its first request works), and socat
+    keeps forwarding after the pipe its readiness notice came through is closed."""
+    listed = f"127.0.0.1:{index.port}"
+    async with EgressProxy([], [listed]) as proxy:
+        proxy.phase = "run"
+        egress = EgressSandbox(proxy.socket_path, no_proxy_value([listed]))
+        command = f"for i in 1 2 3 4; do curl -sS {index.url}/hello; done"
+        result = await run_command(command, tmp_path, 60, "bwrap", egress=egress)
+    assert result.exit_code == 0, result.output
+    assert result.output == "hello through the proxy\n" * 4
+
+
+@needs_bwrap
 async def test_sandbox_without_egress_has_no_proxy(tmp_path: Path) -> None:
     result = await run_command("echo ${HTTP_PROXY:-none}", tmp_path, 30, "bwrap")
     assert result.output.strip() == "none"

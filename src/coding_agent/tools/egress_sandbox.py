@@ -95,17 +95,26 @@ class EgressSandbox:
     def wrap_command(self, command: str) -> str:
         """A shell script (for the sandbox's `sh -c`) that starts the forwarder, then `command`.
 
-        POSIX sh only. The readiness probe is socat itself (the proxy ignores an empty
-        connection); after about two seconds without a listener the command runs anyway
-        and its requests fail, which it reports itself. `command` runs in a shell of its
-        own (`exec`), so its syntax and exit code are what they would be unwrapped.
+        Under bash (the sandbox's shell when /bin/bash exists) the script waits for
+        socat's own "listening on" notice through a pipe: a blocking read, ready the
+        moment socat listens (mostly socat's own start, ~10 ms), with no probe processes
+        or sleeps. SIGPIPE is ignored in socat, so its later notices, written to the
+        closed pipe, cost nothing. If socat cannot listen, the read ends at its exit and
+        the command's requests fail, which it reports itself. POSIX sh polls with socat
+        (at most ~2 s). `command` runs in a shell of its own (`exec`), so its syntax and
+        exit code are what they would be unwrapped.
         """
         socat = shlex.quote(socat_path() or "socat")
-        listen = f"TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr"
-        shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+        addresses = f"TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{SANDBOX_SOCKET}"
+        if os.path.exists("/bin/bash"):
+            return (
+                f"exec 3< <(trap '' PIPE; exec {socat} -b 262144 -d -d {addresses} 2>&1 >/dev/null </dev/null)\n"
+                "while IFS= read -r _l <&3; do case $_l in *' listening on '*) break;; esac; done\n"
+                f"exec 3<&-\nexec /bin/bash -c {shlex.quote(command)}\n"
+            )
         return (
-            f"{socat} -b 262144 {listen} UNIX-CONNECT:{SANDBOX_SOCKET} </dev/null >/dev/null 2>&1 &\n"
+            f"{socat} -b 262144 {addresses} </dev/null >/dev/null 2>&1 &\n"
             f"_i=0; until {socat} -u OPEN:/dev/null TCP:127.0.0.1:{PROXY_PORT} 2>/dev/null || [ $_i -ge 200 ]; "
             "do _i=$((_i+1)); sleep 0.01; done\n"
-            f"exec {shell} -c {shlex.quote(command)}\n"
+            f"exec /bin/sh -c {shlex.quote(command)}\n"
         )
