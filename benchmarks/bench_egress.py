@@ -6,8 +6,8 @@
    Target: the warm start adds under 1 s to the time to the first model request (what
    `run_setup` takes, proxy start included).
 2. Proxy: `curl` downloads 10 MB from a server on 127.0.0.1, directly and through the
-   proxy with the same socat forwarder the sandbox uses, alternating. Target: through the
-   proxy < 1.2x direct (medians).
+   proxy with the same socat forwarder the sandbox uses (`forwarder_argv`), alternating,
+   after one warm-up of each. Target: through the proxy < 1.2x direct (medians).
 
 Run: `python benchmarks/bench_egress.py [--downloads 15] [--setups 5]`
 """
@@ -30,7 +30,7 @@ from coding_agent.config import parse_config
 from coding_agent.testing.package_index import PackageIndex
 from coding_agent.testing.waiting import wait_for
 from coding_agent.tools.egress_proxy import EgressProxy
-from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value
+from coding_agent.tools.egress_sandbox import EgressSandbox, forwarder_argv, no_proxy_value
 from coding_agent.workspace.env_setup import plan_setup, run_setup
 from coding_agent.tools.host_git import git_dir_for
 from coding_agent.workspace.git import Git
@@ -88,9 +88,7 @@ async def _bench_proxy(origin_port: int, downloads: int) -> dict[str, object]:
     async with EgressProxy([], [listed]) as proxy:
         proxy.phase = "run"
         port = _free_port()
-        forwarder = subprocess.Popen(
-            ["socat", "-b", "262144", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{proxy.socket_path}"]
-        )
+        forwarder = subprocess.Popen(forwarder_argv(port, str(proxy.socket_path)))
         try:
             wait_for(lambda: _listening(port), 10, "the socat forwarder")
             direct, proxied = [], []
