@@ -7,6 +7,8 @@ the setup, then again a few times a second while it runs. Past the limit the wat
 the event on which `run_command` kills the setup's whole process tree (like at the time
 limit). A writer faster than the checks overshoots by what it writes between two of
 them; the setup's private /tmp is a tmpfs capped at the same size (`tmp_size_bytes`).
+On a large tree (node_modules) a walk takes a while: the pause between walks is at
+least twice the last walk, so the watch never takes more than a third of a core.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import stat
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -66,6 +69,7 @@ class DiskWatch:
         self._task: asyncio.Task[None] | None = None
         self.stop = asyncio.Event()
         self.exceeded = False
+        self.checks = 0  # walks done so far (for the log and the tests)
 
     async def __aenter__(self) -> DiskWatch:
         self._baseline = await asyncio.to_thread(tree_bytes, self._root)
@@ -81,9 +85,13 @@ class DiskWatch:
                 await self._task
 
     async def _watch(self) -> None:
+        pause = self._interval
         while True:
-            await asyncio.sleep(self._interval)  # a poll period, not a wait for an event
+            await asyncio.sleep(pause)  # a poll period, not a wait for an event
+            started = time.monotonic()
             grown = await asyncio.to_thread(tree_bytes, self._root) - self._baseline
+            pause = max(self._interval, 2 * (time.monotonic() - started))
+            self.checks += 1
             if grown > self._limit:
                 self.exceeded = True
                 self.stop.set()
