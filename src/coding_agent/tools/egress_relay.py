@@ -184,6 +184,9 @@ class ClientSide(_Side):
         client, origin = self.transport.get_extra_info("socket"), upstream.transport.get_extra_info("socket")
         if not splice_available() or client is None or origin is None or self.transport.get_write_buffer_size():
             return
+        try:
+            splice = DownloadSplice(origin.fileno(), client.fileno(), upstream.spliced_eof, self.close)
+        except OSError:  # no descriptor left for the pipe: the protocols relay it instead
+            return
         upstream.transport.pause_reading()
-        splice = DownloadSplice(origin.fileno(), client.fileno(), upstream.spliced_eof, self.close)
         self.splice = upstream.splice = splice

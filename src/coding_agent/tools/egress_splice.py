@@ -43,9 +43,17 @@ class DownloadSplice:
 
     def __init__(self, source: int, target: int, on_eof: Callable[[], None], on_error: Callable[[], None]) -> None:
         self._loop = asyncio.get_running_loop()
-        self._source, self._target = os.dup(source), os.dup(target)
         self._on_eof, self._on_error = on_eof, on_error
-        self._read_end, self._write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        opened: list[int] = []
+        try:  # four descriptors, or none (the caller falls back to the protocol relay)
+            opened += os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            opened.append(os.dup(source))
+            opened.append(os.dup(target))
+        except OSError:
+            for descriptor in opened:
+                os.close(descriptor)
+            raise
+        self._read_end, self._write_end, self._source, self._target = opened
         with contextlib.suppress(OSError):  # a bigger pipe: fewer wake-ups; the default (64 KiB) works
             fcntl.fcntl(self._write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_SIZE)
         self._pending = 0
