@@ -29,7 +29,7 @@ from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
 from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.storage import ContextStorage, RunContextFiles
 from coding_agent.domain.lease import LeaseWatch
-from coding_agent.domain.ports import RunStore
+from coding_agent.domain.ports import RunStore, Workspaces
 from coding_agent.domain.runs import RunRecord
 from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread
 from coding_agent.errors import AgentError, ForgeError
@@ -45,7 +45,6 @@ from coding_agent.sources.base import Source
 from coding_agent.sources.factory import retry_policy
 from coding_agent.sources.lifecycle import transition
 from coding_agent.tools.hub import ToolHub
-from coding_agent.workspace.session import RunWorkspace
 
 __all__ = ["TaskRunner", "RunResult", "IssueReporter"]
 
@@ -142,9 +141,12 @@ class TaskRunner:
         llm_factory: Callable[[], LLMClient] | None = None,
         controls: RunControls | None = None,
         memories: MemoryKeeper | None = None,
+        *,
+        workspaces: Workspaces,
     ) -> None:
         """`memories`: the worker's memory keeper (None: memories are off); the worker owns
-        the database, the runner only reads and writes through the keeper."""
+        the database, the runner only reads and writes through the keeper. `workspaces`:
+        where the runs' clones live (the worker's); the runner opens each run's through it."""
         self._config = config
         self._store = store
         self._redactor = redactor
@@ -157,6 +159,7 @@ class TaskRunner:
         self._step_writes: dict[str, asyncio.Future[bool]] = {}
         self._lost: set[str] = set()
         self._memories = memories
+        self._workspaces = workspaces
 
     async def run(
         self,
@@ -181,8 +184,7 @@ class TaskRunner:
         else:
             continuation = None
             run_uuid = str(uuid.uuid4())
-            workspace = Path(config.workspace.base_dir).resolve() / run_uuid
-            workspace.mkdir(parents=True, exist_ok=True)
+            workspace = self._workspaces.directory(run_uuid)
             files = self._storage.start_run(
                 run_uuid,
                 task_key=key,
@@ -267,9 +269,7 @@ class TaskRunner:
         authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
         await trust.load(source, task.key, authors)
         reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
-        clone = RunWorkspace(
-            source, task, workspace, config.workspace, retry_policy(config), self._redactor, files.directory / "checkout.json"
-        )
+        clone = self._workspaces.open(source, task, workspace, files.directory / "checkout.json")
         await clone.prepare()
         # Rule files are rules only when the trigger controls them: not on a PR head
         # written by someone without write access (SPEC 15); then they are untrusted context.
