@@ -28,6 +28,7 @@ from pathlib import Path
 from _common import emit, summary_ms
 
 from coding_agent.config import parse_config
+from coding_agent.testing.git_repos import checkout_like
 from coding_agent.testing.package_index import PackageIndex
 from coding_agent.testing.waiting import wait_for
 from coding_agent.tools.egress_proxy import EgressProxy
@@ -126,16 +127,7 @@ async def _bench_proxy(origin_port: int, downloads: int) -> dict[str, object]:
 
 def _workspace(base: Path, name: str) -> Path:
     path = base / name
-    path.mkdir(parents=True)
-    git_dir_for(path).parent.mkdir(parents=True, exist_ok=True)
-    (path / "requirements.txt").write_text("tinypkg==1.0\n")
-    # As the agent's checkout is: the git directory outside the workspace (`git_dir_for`).
-    init = ["init", "-q", "--separate-git-dir", str(git_dir_for(path))]
-    commit = ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init"]
-    for args in (init, ["add", "."], commit):
-        subprocess.run(["git", *args], cwd=path, check=True)
-    (path / ".git").unlink()
-    return path
+    return checkout_like(path, git_dir_for(path), {"requirements.txt": "tinypkg==1.0\n"})
 
 
 async def bench_setup(index: PackageIndex, setups: int) -> dict[str, object]:

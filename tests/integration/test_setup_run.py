@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from coding_agent.agent.environment import describe_egress
 from coding_agent.cli import app
 from coding_agent.config import AgentConfig, SetupConfig, parse_config
+from coding_agent.testing.git_repos import checkout_like
 from coding_agent.tools.egress_proxy import EgressProxy
 from coding_agent.tools.egress_sandbox import EgressSandbox
 from coding_agent.tools.sandbox import bwrap_usable
@@ -37,16 +38,7 @@ def _config(tmp_path: Path, **setup: object) -> AgentConfig:
 
 
 def _repository(path: Path) -> Path:
-    path.mkdir(parents=True)
-    git_dir_for(path).parent.mkdir(parents=True, exist_ok=True)
-    (path / "requirements.txt").write_text("tinypkg==1.0\n")
-    # As the agent's checkout is: the git directory outside the workspace (`git_dir_for`).
-    init = ["init", "-q", "--separate-git-dir", str(git_dir_for(path))]
-    commit = ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]
-    for args in (init, ["add", "."], commit):
-        subprocess.run(["git", *args], cwd=path, check=True)
-    (path / ".git").unlink()
-    return path
+    return checkout_like(path, git_dir_for(path), {"requirements.txt": "tinypkg==1.0\n"})
 
 
 def _sleepers(tag: str) -> list[int]:
