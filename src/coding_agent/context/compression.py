@@ -22,7 +22,7 @@ from coding_agent.context.storage import RunContextFiles
 from coding_agent.context.windows import compression_cut
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
-from coding_agent.llm.protocols import strip_think
+from coding_agent.llm.reply_text import strip_think
 from coding_agent.llm.types import Message, TokenUsage, ToolSpec
 from coding_agent.prompts.context_prompts import SUMMARY_HEADING, SUMMARY_SYSTEM_PROMPT, render_summary_request
 
