@@ -6,11 +6,18 @@ the maintained clients the agent itself uses (githubkit, python-gitlab, openai, 
 the MCP client), but only through read-only calls: the bot user, a repository
 permission, the model list — never a chat request, never a write. Every detail passes
 through the redactor, so a token that a server echoes back is never printed.
+
+The checks run concurrently. What used to come first, one after the other, was importing
+every client library (openai alone takes seconds on a loaded machine), whether the config
+uses it or not. Now only the libraries the config uses are imported (`_load_clients`), in
+a worker thread while the MCP servers, separate processes, are already starting; and
+outside any check's deadline, so a slow import never reads as a dead service.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -18,11 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gitlab
-import ollama
-import openai
-from githubkit import GitHub
-from githubkit.exception import RequestFailed
 from sqlalchemy.engine import make_url
 
 from coding_agent.agent.environment import describe_egress
@@ -71,7 +73,29 @@ async def _guarded(
 # ------------------------------------------------------------------------------ forge
 
 
+def _client_modules(config: AgentConfig) -> list[str]:
+    """The client libraries the forge and LLM checks of `config` need."""
+    names = [name for name in ("github", "gitlab") if name in config.sources]
+    modules = ["githubkit" if name == "github" else "gitlab" for name in names]
+    return [*modules, "ollama" if config.llm.provider == "ollama" else "openai"]
+
+
+def _import(names: list[str]) -> None:
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # the check that needs it imports it again and reports the failure
+
+
+async def _load_clients(config: AgentConfig) -> None:
+    await asyncio.to_thread(_import, _client_modules(config))
+
+
 async def _github(config: GitHubConfig) -> Check:
+    from githubkit import GitHub
+    from githubkit.exception import RequestFailed
+
     name = f"forge github {config.api_url}"
     if config.token is None or not config.token.get_secret_value():
         return Check(name, False, "no token (github.token or GITHUB_TOKEN)")
@@ -103,6 +127,8 @@ async def _github(config: GitHubConfig) -> Check:
 
 
 def _gitlab_sync(config: GitLabConfig) -> Check:
+    import gitlab
+
     name = f"forge gitlab {config.api_url}"
     if config.token is None or not config.token.get_secret_value():
         return Check(name, False, "no token (gitlab.token or GITLAB_TOKEN)")
@@ -166,6 +192,8 @@ async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
     model = section.model or ""
     name = llm_name(config)
     if llm.provider == "ollama":
+        import ollama
+
         endpoint = getattr(section, "endpoint")
         client = ollama.AsyncClient(host=endpoint, timeout=8)
         listed = await client.list()
@@ -181,6 +209,8 @@ async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
             if num_ctx < wanted:
                 return Check(name, False, detail + f" (lower llm.ollama.context_length to {num_ctx})")
         return Check(name, True, detail)
+    import openai
+
     base_url = getattr(section, "base_url")
     api_key = getattr(section, "api_key", None)
     client = openai.AsyncOpenAI(
@@ -292,11 +322,17 @@ async def run_doctor(config: AgentConfig, config_source: str) -> list[Check]:
     # An MCP server gets its configured start-up time (capped): starting a process is
     # slower than an HTTP answer, and a loaded machine must not read as a broken server.
     startup = min(config.tools.startup_timeout_seconds, 30.0)
-    results = await asyncio.gather(
-        *(_guarded(name, check, redactor, startup if name.startswith("mcp server") else _CHECK_TIMEOUT_SECONDS)
-          for name, check in named)
-    )  # fmt: skip
-    return [first, *results]
+    # The MCP servers start first (their processes load on another core), the client
+    # libraries load meanwhile, then every other check starts.
+    tasks = {
+        name: asyncio.create_task(_guarded(name, check, redactor, startup))
+        for name, check in named
+        if name.startswith("mcp server")
+    }
+    await _load_clients(config)
+    for name, check in named:
+        tasks.setdefault(name, asyncio.create_task(_guarded(name, check, redactor)))
+    return [first, *[await tasks[name] for name, _ in named]]
 
 
 async def preflight(config: AgentConfig) -> list[Check]:
@@ -304,5 +340,6 @@ async def preflight(config: AgentConfig) -> list[Check]:
     returns the failed ones (empty: go ahead)."""
     redactor = Redactor(config.secrets())
     named = [*forge_checks(config), (llm_name(config), lambda: llm_check(config, require_model=False))]
+    await _load_clients(config)
     results = await asyncio.gather(*(_guarded(name, check, redactor) for name, check in named))
     return [result for result in results if not result.ok]
