@@ -24,7 +24,6 @@ from pathlib import Path
 
 from coding_agent.agent.environment import RunEnvironment
 from coding_agent.agent.loop import Checkpoint, Decision, LoopLimits, LoopOutcome, Steering, run_loop
-from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
 from coding_agent.agent.planning import render_instructions
 from coding_agent.agent.publishing import give_up, publish_outcome
@@ -268,7 +267,6 @@ class TaskRunner:
             await control.begin(comments, threads, trust)
             if (setup_note := environment.progress_note()) is not None:
                 await control.reporter().step_comment(setup_note)
-            guard = config.loop_guard
             limits = LoopLimits(
                 max_steps=config.max_llm_process_num,
                 max_tokens=config.budget.max_tokens,
@@ -290,7 +288,7 @@ class TaskRunner:
                 compressor=self._compressor(str(task.key), files.run_uuid),
                 start_steps=control.steps,
                 pending_reply=control.pending_reply(llm),
-                guard=LoopGuard(guard.enabled, guard.warn_after, guard.fail_after, config.language),
+                guard=control.loop_guard,
                 policy=policy,
             )
             if planner is not None:
