@@ -188,6 +188,8 @@ class TaskRunner:
                 await llm.aclose()
         if interruption is not None:
             status, context_dir = await control.interrupted(interruption, llm)
+            if status == "stopped":
+                await self._discard_clone(workspace)
             return RunResult(run_uuid, key, status, control.steps, context_dir)
         # Redacted before anything stores it: the state store keeps the outcome to publish
         # (run_marks.final_body) and a failed run's reason (runs.error).
@@ -208,7 +210,13 @@ class TaskRunner:
         await asyncio.to_thread(self._store.finish_run, run_uuid, status, outcome.steps, error)
         await asyncio.to_thread(self._store.release_lease, key, self._owner)
         log.info("%s: run %s ended %s after %d steps", key, run_uuid, status, outcome.steps)
+        await self._discard_clone(workspace)
         return RunResult(run_uuid, key, status, outcome.steps, context_dir)
+
+    async def _discard_clone(self, workspace: Path) -> None:
+        """Delete an ended run's clone (the port honours `workspace.keep_finished`). A
+        paused run's is kept, and so is an abandoned one's: another worker may be continuing it."""
+        await asyncio.to_thread(self._workspaces.discard, workspace)
 
     async def _work(
         self,
