@@ -242,6 +242,9 @@ class WorkspaceConfig(_Strict):
     rules_max_bytes: int = Field(default=16384, ge=0)
     # Upper bound of one git command (clone, push ...) run by the agent itself.
     git_timeout_seconds: float = Field(default=300, gt=0)
+    # A run's clone (and its git directory) is deleted when the run ends done, failed or
+    # stopped; a paused run's is kept. True keeps finished runs' clones too (debugging).
+    keep_finished: bool = False
 
 
 class SchedulingConfig(_Strict):

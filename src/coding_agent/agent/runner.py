@@ -24,7 +24,6 @@ from pathlib import Path
 
 from coding_agent.agent.environment import RunEnvironment
 from coding_agent.agent.loop import Checkpoint, Decision, LoopLimits, LoopOutcome, Steering, run_loop
-from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
 from coding_agent.agent.planning import render_instructions
 from coding_agent.agent.publishing import give_up, publish_outcome
@@ -189,6 +188,8 @@ class TaskRunner:
                 await llm.aclose()
         if interruption is not None:
             status, context_dir = await control.interrupted(interruption, llm)
+            if status == "stopped":
+                await self._discard_clone(workspace)
             return RunResult(run_uuid, key, status, control.steps, context_dir)
         # Redacted before anything stores it: the state store keeps the outcome to publish
         # (run_marks.final_body) and a failed run's reason (runs.error).
@@ -209,7 +210,13 @@ class TaskRunner:
         await asyncio.to_thread(self._store.finish_run, run_uuid, status, outcome.steps, error)
         await asyncio.to_thread(self._store.release_lease, key, self._owner)
         log.info("%s: run %s ended %s after %d steps", key, run_uuid, status, outcome.steps)
+        await self._discard_clone(workspace)
         return RunResult(run_uuid, key, status, outcome.steps, context_dir)
+
+    async def _discard_clone(self, workspace: Path) -> None:
+        """Delete an ended run's clone (the port honours `workspace.keep_finished`). A
+        paused run's is kept, and so is an abandoned one's: another worker may be continuing it."""
+        await asyncio.to_thread(self._workspaces.discard, workspace)
 
     async def _work(
         self,
@@ -268,7 +275,6 @@ class TaskRunner:
             await control.begin(comments, threads, trust)
             if (setup_note := environment.progress_note()) is not None:
                 await control.reporter().step_comment(setup_note)
-            guard = config.loop_guard
             limits = LoopLimits(
                 max_steps=config.max_llm_process_num,
                 max_tokens=config.budget.max_tokens,
@@ -290,7 +296,7 @@ class TaskRunner:
                 compressor=self._compressor(str(task.key), files.run_uuid),
                 start_steps=control.steps,
                 pending_reply=control.pending_reply(llm),
-                guard=LoopGuard(guard.enabled, guard.warn_after, guard.fail_after, config.language),
+                guard=control.loop_guard,
                 policy=policy,
             )
             if planner is not None:

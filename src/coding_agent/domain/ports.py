@@ -104,3 +104,7 @@ class Workspaces(Protocol):
         typed loosely here because sources stand above domain); `record` is where a
         continued run finds the clone again."""
         ...
+
+    def discard(self, path: Path) -> None:
+        """Delete an ended run's clone at `path` (unless the operator keeps finished ones)."""
+        ...

@@ -16,7 +16,7 @@ from coding_agent.prompts.notices import Language
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.base import Source
-from coding_agent.workspace.checkout import Checkout, prepare_workspace, reopen_workspace
+from coding_agent.workspace.checkout import Checkout, discard_clone, prepare_workspace, reopen_workspace
 from coding_agent.workspace.delivery import Delivery, deliver, delivery_note
 from coding_agent.workspace.git import Git
 from coding_agent.workspace.rules import read_repository_rules
@@ -112,3 +112,7 @@ class RunWorkspaces:
 
     def open(self, source: Source, task: Task, path: Path, record: Path) -> RunWorkspace:
         return RunWorkspace(source, task, path, self._settings, self._retry, self._redactor, record)
+
+    def discard(self, path: Path) -> None:
+        if not self._settings.keep_finished:
+            discard_clone(path)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import DeclarativeBase, Session
 
 from coding_agent.runtime.schema import migrate
 
-__all__ = ["TableStore", "open_engine"]
+__all__ = ["TableStore", "StateTables", "open_engine"]
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
@@ -41,6 +41,10 @@ def open_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+class StateTables(DeclarativeBase):
+    """The ORM base of the state store's table families (one metadata for all of them)."""
 
 
 class TableStore:

@@ -13,18 +13,14 @@ import uuid as uuid_module
 
 from sqlalchemy import Float, String, insert, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.runtime.tables.base import TableStore
+from coding_agent.runtime.tables.base import StateTables, TableStore
 
 __all__ = ["Leases", "LEASES", "new_owner_id"]
 
 
-class _Base(DeclarativeBase):
-    pass
-
-
-class _Lease(_Base):
+class _Lease(StateTables):
     __tablename__ = "leases"
     task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
     owner: Mapped[str] = mapped_column(String(100))

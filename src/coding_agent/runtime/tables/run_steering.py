@@ -7,20 +7,16 @@ whether its final comment is out). Pausing, holding and resuming join the runs."
 from __future__ import annotations
 
 from sqlalchemy import Boolean, Float, String, Text, select, update
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunMarks, RunRecord
-from coding_agent.runtime.tables.base import TableStore
+from coding_agent.runtime.tables.base import StateTables, TableStore
 from coding_agent.runtime.tables.runs import RunRow, record_of
 
 __all__ = ["RunSteering"]
 
 
-class _Base(DeclarativeBase):
-    pass
-
-
-class _RunRequest(_Base):
+class _RunRequest(StateTables):
     """An operator's request to the run working a task (`coding-agent pause|stop TASK`).
 
     The worker sees it at its next steering checkpoint, whatever machine it runs on, and
@@ -33,7 +29,7 @@ class _RunRequest(_Base):
     requested_at: Mapped[float] = mapped_column(Float)
 
 
-class _RunMark(_Base):
+class _RunMark(StateTables):
     """What a run must never do twice, kept where a worker taking over can read it.
 
     The progress comment to keep editing, whether a pause waits for an explicit

@@ -7,20 +7,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import Float, Integer, String, Text, func, select, update
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunRecord
-from coding_agent.runtime.tables.base import TableStore
+from coding_agent.runtime.tables.base import StateTables, TableStore
 from coding_agent.runtime.tables.leases import LEASES
 
 __all__ = ["Runs", "RunRow", "record_of"]
 
 
-class _Base(DeclarativeBase):
-    pass
-
-
-class RunRow(_Base):
+class RunRow(StateTables):
     """A run as stored (the steering marks join it; everyone else sees a `RunRecord`)."""
 
     __tablename__ = "runs"
@@ -37,7 +33,7 @@ class RunRow(_Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
-class _TokenUsage(_Base):
+class _TokenUsage(StateTables):
     __tablename__ = "token_usage"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_uuid: Mapped[str] = mapped_column(String(36), index=True)

@@ -4,18 +4,14 @@ access), at the `updated_at` seen then, so the refusal is explained once."""
 from __future__ import annotations
 
 from sqlalchemy import String
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.runtime.tables.base import TableStore
+from coding_agent.runtime.tables.base import StateTables, TableStore
 
 __all__ = ["TriggerRejections"]
 
 
-class _Base(DeclarativeBase):
-    pass
-
-
-class _TriggerRejection(_Base):
+class _TriggerRejection(StateTables):
     """A task whose trigger was refused, at the `updated_at` seen then (so we comment once)."""
 
     __tablename__ = "trigger_rejections"
