@@ -182,7 +182,7 @@ def _real_run(tmp_path: Path, function_calling: bool) -> tuple[AgentConfig, str,
             ]
         }
         with ReplaySandbox(script) as model:
-            setup = steering_config(tmp_path, [forge], model, function_calling=function_calling)
+            setup = steering_config(tmp_path, [forge], model, function_calling=function_calling, dashboard={"bind": "127.0.0.1:0"})
             config = load_for_service(setup)
             report = run_cycle(config)
     assert [result.status for result in report.results] == ["done"]

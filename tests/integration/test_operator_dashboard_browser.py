@@ -104,7 +104,7 @@ async def test_a_planned_run_shows_its_checklist_tool_calls_and_comments_live(tm
         forge = GitHubForge(sandbox)
         number = forge.open_task("issue", "Three files", "Please write a, b and c.")
         post_comment(forge, "issue", number, "rita", f"{HOSTILE} {GITHUB_BOT_TOKEN}")
-        config = load_for_service(planning_config(tmp_path, [forge], model, reflection={"trigger_interval": 2}))
+        config = load_for_service(planning_config(tmp_path, [forge], model, extra={"dashboard": {"bind": "127.0.0.1:0"}}, reflection={"trigger_interval": 2}))
         store = StateStore(config.database.url)
         key = f"github:acme/widgets#{number}"
         run = asyncio.create_task(asyncio.to_thread(run_cycle, config))
