@@ -8,8 +8,10 @@ straight to the session (requests are multiplexed by id), so a call costs what a
 client's call costs plus a cancel scope.
 
 The transport is the official SDK's stdio client, wrapped per server by
-`tools/mcp_connection.py` (process group, stderr, pid); this module holds the servers,
-their one restart, the tool index and the call results.
+`tools/mcp_connection.py` (process group, stderr, pid); this installation's built-in
+workspace server instead runs in this process on memory streams
+(`tools/workspace_inprocess.py`: no interpreter start per run). This module holds the
+servers, their one restart, the tool index and the call results.
 
 A server that dies (or whose session breaks) is restarted once and the call retried; if
 it dies again it is reported down, and the other servers keep working.
@@ -37,8 +39,10 @@ from coding_agent.errors import ToolError
 from coding_agent.llm.types import ToolSpec
 from coding_agent.redaction import Redactor
 from coding_agent.tools.mcp_connection import Broken, Connection, Launch
+from coding_agent.tools.mcp_session import SessionHolder
 from coding_agent.tools.sandbox import contains_secret, scrubbed_environment
 from coding_agent.tools.types import ToolResult
+from coding_agent.tools.workspace_inprocess import InProcessConnection, in_process_arguments
 
 __all__ = ["ToolHub", "cap_output", "render_content"]
 
@@ -106,6 +110,14 @@ def render_content(result: mcp_types.CallToolResult) -> str:
     return "\n".join(parts)
 
 
+def _connect(launch: Launch, secrets: Sequence[str]) -> SessionHolder:
+    """The built-in workspace server of this installation in this process; any other in a process."""
+    arguments = in_process_arguments(launch.argv)
+    if arguments is not None:
+        return InProcessConnection(launch, arguments, secrets)
+    return Connection(launch, secrets)
+
+
 class _Server:
     """One configured server across restarts: its tools, its live connection, its one restart."""
 
@@ -115,12 +127,12 @@ class _Server:
         self._secrets = secrets
         self._restarts_left = max_restarts
         self._lock = asyncio.Lock()
-        self.connection: Connection | None = None  # only ever a connection that finished its handshake
-        self._starting: Connection | None = None
+        self.connection: SessionHolder | None = None  # only ever a connection that finished its handshake
+        self._starting: SessionHolder | None = None
         self.down = False
 
-    async def start(self, timeout: float) -> Connection:
-        connection = Connection(self.launch, self._secrets)
+    async def start(self, timeout: float) -> SessionHolder:
+        connection = _connect(self.launch, self._secrets)
         self._starting = connection
         connection.start()
         try:
@@ -142,7 +154,7 @@ class _Server:
         self.connection = connection
         return connection
 
-    def _connections(self) -> list[Connection]:
+    def _connections(self) -> list[SessionHolder]:
         return [c for c in (self.connection, self._starting) if c is not None]
 
     def request_stop(self) -> None:
@@ -306,7 +318,8 @@ class ToolHub:
         return {server.config.mcp_server_name: server.config.system_prompt for server in self._servers}
 
     def server_pids(self) -> dict[str, int]:
-        """The process id of each live server (for diagnostics and tests)."""
+        """The process id of each live server process (for diagnostics and tests; a server
+        in this process has none)."""
         pids: dict[str, int] = {}
         for server in self._servers:
             connection = server.connection
