@@ -8,9 +8,9 @@ forge request is made per page view, so the dashboard works without forge tokens
 - tool calls: `tools.jsonl` (name, arguments, error or not, a short result, time);
 - comments seen: the conversation in the run's first user turn and the new-comment
   messages (`new_comments.j2`'s wording) in `messages.jsonl`; comments posted: the step
-  notes of the progress comment (`task_state.json`'s `progress`) and the final comment
+  notes of the progress comment (the saved state's `progress`, `task_state.json` or its journal's last line) and the final comment
   the state store keeps to publish (`run_marks.final_body`);
-- the plan: `task_state.json`'s `planning`, read with `load_planning_state` and rendered
+- the plan: the saved state's `planning`, read with `load_planning_state` and rendered
   by the progress comment's own `checklist_lines` / `headline`.
 
 The files are already redacted when written; every text is redacted again here (with the
@@ -29,6 +29,7 @@ from typing import Any
 
 from coding_agent.agent.planning import PlanningStateError, load_planning_state
 from coding_agent.agent.planning.checklist import checklist_lines, headline
+from coding_agent.agent.steering.state import JOURNAL_FILE, STATE_FILE, load_state_document
 from coding_agent.redaction import Redactor
 
 __all__ = ["RunActivity", "shorten"]
@@ -176,16 +177,12 @@ class RunActivity:
         }
 
     def _state(self, directory: Path) -> dict[str, Any]:
-        def parse(path: Path | None) -> dict[str, Any]:
-            # The document only: its history (messages.jsonl has it) is not needed here,
-            # and `steering.state.load_state` would read it whole at every refresh.
-            try:
-                data = json.loads(path.read_text(encoding="utf-8")) if path else {}
-            except (OSError, ValueError):
-                return {}
-            return data if isinstance(data, dict) else {}
-
-        return self._cached(directory / "task_state.json", "state", parse)
+        # The document only (`load_state_document`): its history (messages.jsonl has it)
+        # is not needed here. The newest checkpoint is the journal's last line when there
+        # is a journal, so the cache follows whichever file changes at each step.
+        journal = directory / JOURNAL_FILE
+        watched = journal if journal.exists() else directory / STATE_FILE
+        return self._cached(watched, "state", lambda path: (load_state_document(directory) or {}) if path else {})
 
     def comments(self, directory: Path, final_body: str | None) -> list[dict[str, Any]]:
         seen = self._cached(directory / "messages.jsonl", "comments", lambda p: comments_seen(_jsonl(p)) if p else [])

@@ -35,7 +35,7 @@ from coding_agent.llm.types import Message
 from coding_agent.redaction import Redactor
 from coding_agent.tools.host_git import git_dir_for
 
-__all__ = ["RunState", "StateWriter", "load_state", "workspace_branch", "STATE_FILE", "HISTORY_FILE", "JOURNAL_FILE"]
+__all__ = ["RunState", "StateWriter", "load_state", "workspace_branch", "STATE_FILE", "HISTORY_FILE", "JOURNAL_FILE", "load_state_document"]
 
 log = logging.getLogger(__name__)
 
@@ -178,15 +178,34 @@ def _last_record(journal: Path) -> dict[str, Any]:
     raise ValueError(f"{journal.name} holds no whole record")
 
 
+def _read_document(directory: Path) -> dict[str, Any]:
+    """The newest saved document: `task_state.json`, or the journal's last whole record
+    when `task_state.json` points to a journal. Raises when it cannot be read."""
+    data = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
+    if isinstance(data, dict) and data.get("journal"):
+        data = _last_record(directory / str(data["journal"]))
+    if not isinstance(data, dict):
+        raise ValueError(f"{STATE_FILE} does not hold an object")
+    return data
+
+
+def load_state_document(directory: Path) -> dict[str, Any] | None:
+    """The newest saved state without its history (steps, progress, planning, ...), or
+    None: for readers that only show where a run stands (the dashboard's task page), which
+    must not parse the whole history at every refresh."""
+    try:
+        return _read_document(directory)
+    except (OSError, ValueError):
+        return None
+
+
 def load_state(directory: Path) -> RunState | None:
     """The state saved in `directory`, or None when there is none or it cannot be read."""
     path = directory / STATE_FILE
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("journal"):
-            data = _last_record(directory / str(data["journal"]))
+        data = _read_document(directory)
         messages = data["messages"]
         if messages is None:
             messages = _history(directory, int(data["message_count"]))
