@@ -9,6 +9,9 @@ while they run, and how soon a task labelled while another runs is picked up.
 3. Pickup while busy: `serve` with two slots and a poll interval; a long task runs, a
    second is labelled; the time from the label to the second task's first model
    request. Target: under one poll interval + 1 s.
+4. CPU-seconds per task until every task's first model request (this process, its
+   live descendants and its reaped children; less sensitive to other load than wall
+   time): what a task pays before it starts working. Budget: about 0.1 CPU-s.
 
 Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0]`
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -78,7 +82,38 @@ async def _lag_sampler(samples: list[float], stop: asyncio.Event) -> None:
         samples.append(loop.time() - before - 0.01)
 
 
-async def _once(tasks: int, latency: float) -> tuple[float, list[float]]:
+def _tree_cpu_seconds() -> float:
+    """CPU time of this process, its live descendants and the children it reaped."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, list[str]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as handle:
+                    stats[int(entry.name)] = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    me = os.getpid()
+    tree, changed = {me}, True
+    while changed:
+        found = {pid for pid, fields in stats.items() if int(fields[1]) in tree} - tree
+        tree |= found
+        changed = bool(found)
+    total = 0
+    for pid in tree & set(stats):
+        fields = stats[pid]  # utime, stime, cutime, cstime are fields 14-17
+        total += sum(int(value) for value in fields[11:15]) if pid == me else int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+async def _first_requests_cpu(model: ReplaySandbox, tasks: int, started_cpu: float) -> float:
+    """CPU-seconds per task spent until every task has sent its first model request."""
+    while len({r.conversation for r in model.requests}) < tasks:
+        await asyncio.sleep(0.01)
+    return (_tree_cpu_seconds() - started_cpu) / tasks
+
+
+async def _once(tasks: int, latency: float) -> tuple[float, list[float], float]:
     with tempfile.TemporaryDirectory() as scratch:
         sandbox = _sandbox()
         try:
@@ -90,6 +125,7 @@ async def _once(tasks: int, latency: float) -> tuple[float, list[float]]:
                 samples: list[float] = []
                 stop = asyncio.Event()
                 sampler = asyncio.create_task(_lag_sampler(samples, stop))
+                first = asyncio.create_task(_first_requests_cpu(model, tasks, _tree_cpu_seconds()))
                 started = time.perf_counter()
                 report = await service.run_cycle()
                 elapsed = time.perf_counter() - started
@@ -97,7 +133,7 @@ async def _once(tasks: int, latency: float) -> tuple[float, list[float]]:
                 await sampler
                 await service.aclose()
             assert [r.status for r in report.results] == ["done"] * tasks, report
-            return elapsed, samples
+            return elapsed, samples, await first
         finally:
             sandbox.stop()
 
@@ -131,8 +167,8 @@ async def _pickup(latency: float, interval: float) -> float:
 
 
 async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
-    one, _ = await _once(1, latency)
-    many, lag = await _once(tasks, latency)
+    one, _, one_cpu = await _once(1, latency)
+    many, lag, many_cpu = await _once(tasks, latency)
     pickup = await _pickup(latency * 4, interval)
     return {
         "benchmark": "runtime",
@@ -149,6 +185,7 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
         },
         "pickup_while_busy_s": round(pickup, 3),
         "pickup_target_s": interval + 1,
+        "cpu_s_per_task_before_first_request": {"one_task": round(one_cpu, 3), f"{tasks}_tasks": round(many_cpu, 3)},
     }
 
 

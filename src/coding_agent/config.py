@@ -16,8 +16,6 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from coding_agent.domain.egress_policy import EgressPolicyError, parse_entry
 from coding_agent.errors import ConfigError
@@ -308,6 +306,11 @@ class DatabaseConfig(_Strict):
     def _usable_url(cls, value: str) -> str:
         """Checked at start, not at the first query; the URL itself is never echoed (it may
         hold a password)."""
+        # Imported here: sqlalchemy costs a quarter of a CPU-second, and importing the
+        # config (every CLI command, the standalone workspace server) should not pay it.
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
         try:
             url = make_url(value)
             backend = url.get_backend_name()

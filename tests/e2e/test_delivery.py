@@ -221,23 +221,27 @@ def test_gitlab_discussion_request_is_answered_in_the_discussion(
     assert bodies[0] == "Please add hello.txt here." and bodies[-1].startswith(SUMMARY)
 
 
-def _mcp_server_pids(workspace: Path) -> list[int]:
-    """Processes of the built-in MCP server serving `workspace` (what ToolHub.server_pids() names)."""
+def _tool_process_pids(marker: bytes) -> list[int]:
+    """Processes of the model's `run` command (bwrap and the shell in it), by a word of the command.
+
+    (The built-in MCP server runs inside the agent process, which holds the token by
+    design; the processes the model's commands run in must not.)
+    """
     pids = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"coding_agent.tools.workspace_server" in cmdline and str(workspace).encode() in cmdline:
+        if marker in cmdline:
             pids.append(int(entry.name))
     return pids
 
 
 def test_the_token_reaches_no_tool_process_config_or_file(github_forge: GitHubForge, tmp_path: Path) -> None:
-    """The forge token: in none of .git/config, the MCP servers' environment, `env`, the logs."""
+    """The forge token: in none of .git/config, the tool processes' environment, `env`, the logs."""
     gate = "touch .gate-waiting; while [ ! -f .gate-open ]; do sleep 0.02; done; rm -f .gate-waiting .gate-open; env > env.txt"
     script = {
         "replies": [
@@ -254,7 +258,7 @@ def test_the_token_reaches_no_tool_process_config_or_file(github_forge: GitHubFo
         try:
             waiting = wait_for(lambda: list(setup.workspaces.glob("*/.gate-waiting")), 60, "the model's command to start")
             workspace = waiting[0].parent
-            pids = wait_for(lambda: _mcp_server_pids(workspace), 60, "the MCP server process")
+            pids = wait_for(lambda: _tool_process_pids(b".gate-open"), 60, "the model's command's processes")
             environments = {pid: Path(f"/proc/{pid}/environ").read_bytes() for pid in pids}
             git_config = (git_dir_for(workspace) / "config").read_text()
             (workspace / ".gate-open").touch()
@@ -271,7 +275,7 @@ def test_the_token_reaches_no_tool_process_config_or_file(github_forge: GitHubFo
     logs = "\n".join(path.read_text(errors="replace") for path in setup.logs.rglob("*") if path.is_file())
     assert "pushed" in logs, "the log covers the delivery"
     places = {"git config": git_config, "env output": env_output, "logs": logs, "cli output": out + err}
-    places.update({f"MCP server {pid} environ": data.decode(errors="replace") for pid, data in environments.items()})
+    places.update({f"tool process {pid} environ": data.decode(errors="replace") for pid, data in environments.items()})
     for secret in forbidden:
         for where, text in places.items():
             assert secret not in text, f"the token leaked into {where}"

@@ -188,10 +188,11 @@ async def test_server_environment_holds_no_secret(workspace: Path, monkeypatch: 
     monkeypatch.setenv("GITHUB_TOKEN", secret)
     monkeypatch.setenv("SOME_OTHER_TOKEN", "unrelated-but-not-allow-listed")
     env = {"LEAKY_HEADER": f"Bearer {secret}", "ROOT_DIR": "{workspace}"}
-    servers = [workspace_server(env=env), filesystem_server(env=env)]
+    # (The built-in workspace server runs in this process: test_workspace_inprocess.py.)
+    servers = [scripted_server(env=env), filesystem_server(env=env)]
     async with ToolHub(servers, ToolsConfig(), workspace, secrets=[secret]) as hub:
         pids = hub.server_pids()
-        assert set(pids) == {"workspace", "filesystem"}
+        assert set(pids) == {"testing", "filesystem"}
         for pid in pids.values():
             raw = Path(f"/proc/{pid}/environ").read_bytes()
             environ = _environ(pid)

@@ -1,12 +1,14 @@
-"""Build the LLM client the configuration asks for (SPEC 5)."""
+"""Build the LLM client the configuration asks for (SPEC 5).
+
+Each provider's client is imported when it is chosen: the `openai` and `ollama` SDKs
+cost a large share of the agent's start-up, and a process only ever talks to one.
+"""
 
 from __future__ import annotations
 
 from coding_agent.config import LLMConfig, OllamaConfig, OpenAICompatibleConfig
 from coding_agent.errors import ConfigError
 from coding_agent.llm.base import LLMClient
-from coding_agent.llm.ollama_client import OllamaClient
-from coding_agent.llm.openai_client import OpenAICompatibleClient
 from coding_agent.retry import RetryPolicy
 
 __all__ = ["create_llm_client"]
@@ -19,6 +21,8 @@ def create_llm_client(config: LLMConfig, retry: RetryPolicy) -> LLMClient:
     section = config.active
     model = section.model or ""
     if isinstance(section, OllamaConfig):
+        from coding_agent.llm.ollama_client import OllamaClient
+
         return OllamaClient(
             model=model,
             endpoint=section.endpoint,
@@ -32,6 +36,8 @@ def create_llm_client(config: LLMConfig, retry: RetryPolicy) -> LLMClient:
     api_key = section.api_key.get_secret_value() if section.api_key is not None else None
     if not api_key and config.provider == "openai" and _OPENAI_HOST in section.base_url:
         raise ConfigError("llm.openai.api_key is not set: set OPENAI_API_KEY or llm.openai.api_key: ${VAR}")
+    from coding_agent.llm.openai_client import OpenAICompatibleClient
+
     return OpenAICompatibleClient(
         model=model,
         base_url=section.base_url,

@@ -16,6 +16,7 @@ import pydantic
 
 from coding_agent.errors import LLMError, TransientError
 from coding_agent.llm.base import LLMClient
+from coding_agent.llm.tls import shared_tls_context
 from coding_agent.llm.tool_names import ToolNameCodec, answer_unanswered_tool_calls, parse_tool_arguments
 from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolCallRequest, ToolSpec
 from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
@@ -49,7 +50,10 @@ class OllamaClient(LLMClient):
         self._options = {"num_ctx": context_length, "num_predict": max_tokens, "temperature": temperature}
         self._last_retry_after: str | None = None
         self._client = ollama.AsyncClient(
-            host=self._endpoint, timeout=timeout_seconds, event_hooks={"response": [self._remember_response]}
+            host=self._endpoint,
+            timeout=timeout_seconds,
+            event_hooks={"response": [self._remember_response]},
+            verify=shared_tls_context("httpx"),
         )
 
     async def _remember_response(self, response: httpx.Response) -> None:

@@ -15,6 +15,7 @@ import openai
 
 from coding_agent.errors import LLMError, TransientError
 from coding_agent.llm.base import LLMClient
+from coding_agent.llm.tls import shared_tls_context
 from coding_agent.llm.tool_names import (
     RAW_ARGUMENTS_KEY,
     ToolNameCodec,
@@ -30,6 +31,11 @@ __all__ = ["OpenAICompatibleClient", "LMSTUDIO_DEFAULT_API_KEY"]
 LMSTUDIO_DEFAULT_API_KEY = "lm-studio"
 _NO_API_KEY = "no-api-key"  # local OpenAI-compatible servers ignore the key, the SDK insists on one
 _MAX_SERVER_MESSAGE = 500
+
+
+def _http_library() -> str:
+    """The HTTP library this openai SDK is built on (`httpx`, or `httpx2` in later versions)."""
+    return openai.DefaultAsyncHttpxClient.__mro__[1].__module__.partition(".")[0]
 
 
 def _server_message(body: object, fallback: str) -> str:
@@ -68,7 +74,11 @@ class OpenAICompatibleClient(LLMClient):
         self._base_url = base_url.rstrip("/")
         self._api_key = api_key or (LMSTUDIO_DEFAULT_API_KEY if provider == "lmstudio" else _NO_API_KEY)
         self._client = openai.AsyncOpenAI(
-            base_url=self._base_url, api_key=self._api_key, timeout=timeout_seconds, max_retries=0
+            base_url=self._base_url,
+            api_key=self._api_key,
+            timeout=timeout_seconds,
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=shared_tls_context(_http_library())),
         )
 
     async def _complete(self, messages: list[Message], tools: list[ToolSpec]) -> LLMReply:

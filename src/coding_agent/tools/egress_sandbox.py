@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,12 +80,14 @@ class EgressSandbox:
     no_proxy: str = "localhost,127.0.0.1,::1"
 
     @classmethod
-    def from_environment(cls) -> EgressSandbox | None:
-        """The binding the host passed to this (workspace server) process, if any."""
-        path = os.environ.get(EGRESS_SOCKET_ENV, "")
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> EgressSandbox | None:
+        """The binding the host passed to the workspace server, if any: in this process's
+        environment (the stdio server), or in `environ` (the in-process server's)."""
+        environ = os.environ if environ is None else environ
+        path = environ.get(EGRESS_SOCKET_ENV, "")
         if not path:
             return None
-        return cls(Path(path), os.environ.get(EGRESS_NO_PROXY_ENV, "localhost,127.0.0.1,::1"))
+        return cls(Path(path), environ.get(EGRESS_NO_PROXY_ENV, "localhost,127.0.0.1,::1"))
 
     def server_env(self) -> dict[str, str]:
         """The variables that pass this binding to the workspace server."""

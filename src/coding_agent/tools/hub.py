@@ -8,9 +8,11 @@ straight to the session (requests are multiplexed by id), so a call costs what a
 client's call costs plus a cancel scope.
 
 The transport is the official SDK's stdio client, wrapped per server by
-`tools/mcp_connection.py` (process group, stderr, pid); `tools/mcp_server.py` keeps each
-server across its one restart; this module holds the servers, the tool index and the
-call results.
+`tools/mcp_connection.py` (process group, stderr, pid); this installation's built-in
+workspace server instead runs in this process on memory streams
+(`tools/workspace_inprocess.py`: no interpreter start per run). `tools/mcp_server.py`
+keeps each server across its one restart; this module holds the servers, the tool
+index and the call results.
 
 A server that dies (or whose session breaks) is restarted once and the call retried; if
 it dies again it is reported down, and the other servers keep working.
@@ -218,7 +220,8 @@ class ToolHub:
         return {server.config.mcp_server_name: server.config.system_prompt for server in self._servers}
 
     def server_pids(self) -> dict[str, int]:
-        """The process id of each live server (for diagnostics and tests)."""
+        """The process id of each live server process (for diagnostics and tests; a server
+        in this process has none)."""
         pids: dict[str, int] = {}
         for server in self._servers:
             connection = server.connection

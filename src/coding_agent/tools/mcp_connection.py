@@ -8,15 +8,12 @@ added here around it, because the hub needs it (SPEC 6, 15):
   its EOF (the process and its children are gone) ends the session at once;
 - the process id, which the SDK hides, is found through that pipe: it is needed to kill
   the server's whole process group at the end (no child outlives the run), and for
-  diagnostics and tests;
-- anyio cancel scopes must be entered and left in one task, so one runner task owns the
-  transport and the session; other tasks only call `call_tool` (requests are
-  multiplexed by id).
+  diagnostics and tests.
+The session itself (one runner task, calls from any task) is `mcp_session.SessionHolder`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import contextlib
 import logging
@@ -26,33 +23,20 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import anyio
 from mcp import ClientSession, StdioServerParameters
-from mcp import types as mcp_types
 from mcp.client.stdio import stdio_client
-from mcp.shared.exceptions import McpError
 
 from coding_agent.errors import ToolError
-from coding_agent.redaction import Redactor
+from coding_agent.tools.mcp_session import Broken, SessionHolder, first_error
 
-__all__ = ["Connection", "Launch", "Broken"]
+__all__ = ["Broken", "Connection", "Launch"]
 
 logger = logging.getLogger("coding_agent.tools.hub")
 
 _STDERR_TAIL_LINES = 20
-
-
-class Broken(Exception):
-    """The session can no longer carry requests: the process died or the pipes closed."""
-
-
-def _first_error(error: BaseException) -> BaseException:
-    """The first real error, looking inside exception groups (task groups wrap them)."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
-    return error
 
 
 @dataclass(frozen=True)
@@ -69,51 +53,19 @@ class Launch:
         return self.argv[0]
 
 
-class Connection:
-    """One server process and its session, owned by the task running `run()`.
-
-    Other tasks only call `call_tool`; `stop` asks the runner to leave its contexts.
-    """
+class Connection(SessionHolder):
+    """One server process and its session, on the SDK's stdio transport."""
 
     def __init__(self, launch: Launch, secrets: Sequence[str]) -> None:
-        self._redactor = Redactor(secrets)
+        super().__init__(launch.name, secrets)
         self._launch = launch
         self._secrets = secrets
         self.pid: int | None = None
-        self.tools: list[mcp_types.Tool] = []
-        self.startup_error: ToolError | None = None
-        self.ready = asyncio.Event()  # set when usable, or when startup failed
-        self._wake = asyncio.Event()  # stop requested or the process exited
-        self._finished = asyncio.Event()
-        self._session: ClientSession | None = None
-        self._closed = False
-        self._inflight: set[anyio.CancelScope] = set()
         self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
-        self._task: asyncio.Task[None] | None = None
-        self._scope = anyio.CancelScope()
 
-    # -- lifecycle -------------------------------------------------------------------
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"mcp-server:{self._launch.name}")
-
-    def request_stop(self) -> None:
-        """Ask the runner to leave (without waiting): safe to call from any task, even a cancelled one."""
-        self._wake.set()
-        if not self.ready.is_set():
-            # Still in the handshake: nothing graceful to wait for. The process goes first,
-            # so that the SDK's shutdown (stdin EOF, wait) finds it gone at once.
-            self._kill_group(signal.SIGKILL)
-            self._scope.cancel()
-
-    async def stop(self) -> None:
-        """Leave the session and end the process (stdin closed, then SIGTERM, then SIGKILL)."""
-        self.request_stop()
-        if self._task is not None:
-            await self._finished.wait()
-
-    @property
-    def alive(self) -> bool:
-        return self._session is not None and not self._closed
+    def _abort_startup(self) -> None:
+        # The process goes first, so that the SDK's shutdown (stdin EOF, wait) finds it gone at once.
+        self._kill_group(signal.SIGKILL)
 
     def _kill_group(self, sig: int) -> None:
         if self.pid is not None:
@@ -145,7 +97,7 @@ class Connection:
                     finally:
                         group.cancel_scope.cancel()
         except Exception as error:  # the runner reports, it never raises
-            cause = _first_error(error)
+            cause = first_error(error)
             if isinstance(cause, OSError) and self.pid is None:  # the spawn itself failed
                 reasons = {FileNotFoundError: "command not found", PermissionError: "permission denied"}
                 self._fail(reasons.get(type(cause)) or cause.strerror or cause.__class__.__name__)
@@ -162,14 +114,6 @@ class Connection:
             self._kill_group(signal.SIGKILL)
             self._end()
 
-    def _end(self) -> None:
-        self._closed = True
-        self._session = None
-        for scope in list(self._inflight):
-            scope.cancel()
-        self.ready.set()
-        self._finished.set()
-
     async def _serve(self, errlog: TextIO) -> None:
         """The SDK's stdio transport and session, held until a stop is asked or the server ends."""
         launch = self._launch
@@ -179,21 +123,7 @@ class Connection:
             errlog.close()  # the child holds its own copy: EOF on the pipe now means it is gone
             self.pid = _child_with_stderr(pipe)
             async with ClientSession(read_stream, write_stream) as session:
-                try:
-                    await session.initialize()
-                    self.tools = await self._list_tools(session)
-                except Exception as error:  # reported through startup_error
-                    await self._startup_failed(error)
-                    return
-                self._session = session
-                self.ready.set()
-                try:
-                    await self._wake.wait()
-                finally:
-                    self._closed = True
-                    self._session = None
-                    for scope in list(self._inflight):
-                        scope.cancel()
+                await self._hold(session)
 
     async def _startup_failed(self, error: Exception) -> None:
         # A closed connection usually means the process died; give it a moment to be reaped
@@ -203,23 +133,9 @@ class Connection:
             code = await _exit_code(self.pid)
         if code is not None:  # the code is known while the process is unreaped, not after
             self._fail("it exited during startup" + (f" (exit code {code})" if code >= 0 else ""))
-        elif isinstance(error, McpError):
-            self._fail(f"the MCP handshake failed: {self._redactor.text(error.error.message)}")
         else:
-            self._fail(f"the MCP handshake failed ({error.__class__.__name__})")
+            await super()._startup_failed(error)
         self._kill_group(signal.SIGKILL)
-
-    @staticmethod
-    async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
-        tools: list[mcp_types.Tool] = []
-        cursor: str | None = None
-        while True:
-            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await session.list_tools(params=params)
-            tools.extend(page.tools)
-            cursor = page.nextCursor
-            if not cursor:
-                return tools
 
     async def _drain_stderr(self, fd: int) -> None:
         """Read the server's stderr so that a chatty server never blocks on a full pipe; its
@@ -244,29 +160,6 @@ class Connection:
             logger.warning("MCP server %s exited", self._launch.name)
         self._closed = True
         self._wake.set()
-
-    # -- calls -----------------------------------------------------------------------
-    async def call_tool(self, tool: str, arguments: dict[str, Any], timeout: float) -> mcp_types.CallToolResult | None:
-        """The server's result, or None on timeout. Raises `Broken` when the session is gone."""
-        session = self._session
-        if session is None or self._closed:
-            raise Broken
-        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
-        self._inflight.add(scope)
-        try:
-            with scope:
-                return await session.call_tool(tool, arguments)
-        except McpError as error:
-            if error.error.code == mcp_types.CONNECTION_CLOSED:
-                raise Broken from None
-            raise
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-            raise Broken from None
-        finally:
-            self._inflight.discard(scope)
-        if self._closed:
-            raise Broken  # the runner cancelled us because the session ended
-        return None
 
 
 def _child_with_stderr(pipe_inode: int) -> int | None:

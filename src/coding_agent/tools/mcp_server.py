@@ -2,7 +2,8 @@
 ever one that finished its handshake), starting it within the startup timeout, and the
 one restart when a call finds it broken, after which it is down for the run.
 
-The hub (`tools/hub.py`) holds one per server; the transport is `mcp_connection.py`.
+The hub (`tools/hub.py`) holds one per server; the transport is `mcp_connection.py` (a
+process on stdio), or `workspace_inprocess.py` for this installation's built-in server.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from mcp import types as mcp_types
 from coding_agent.config import MCPServerConfig
 from coding_agent.errors import ToolError
 from coding_agent.tools.mcp_connection import Broken, Connection, Launch
+from coding_agent.tools.mcp_session import SessionHolder
+from coding_agent.tools.workspace_inprocess import InProcessConnection, in_process_arguments
 
-__all__ = ["ManagedServer", "ServerDown"]
+__all__ = ["ManagedServer", "ServerDown", "connect"]
 
 # The hub's logger: its restart warnings read as the hub's, as before this module was split off.
 logger = logging.getLogger("coding_agent.tools.hub")
@@ -26,6 +29,14 @@ logger = logging.getLogger("coding_agent.tools.hub")
 
 class ServerDown(Exception):
     """The server died again after its one restart."""
+
+
+def connect(launch: Launch, secrets: Sequence[str]) -> SessionHolder:
+    """The built-in workspace server of this installation in this process; any other in a process."""
+    arguments = in_process_arguments(launch.argv)
+    if arguments is not None:
+        return InProcessConnection(launch, arguments, secrets)
+    return Connection(launch, secrets)
 
 
 class ManagedServer:
@@ -37,12 +48,12 @@ class ManagedServer:
         self._secrets = secrets
         self._restarts_left = max_restarts
         self._lock = asyncio.Lock()
-        self.connection: Connection | None = None  # only ever a connection that finished its handshake
-        self._starting: Connection | None = None
+        self.connection: SessionHolder | None = None  # only ever a connection that finished its handshake
+        self._starting: SessionHolder | None = None
         self.down = False
 
-    async def start(self, timeout: float) -> Connection:
-        connection = Connection(self.launch, self._secrets)
+    async def start(self, timeout: float) -> SessionHolder:
+        connection = connect(self.launch, self._secrets)
         self._starting = connection
         connection.start()
         try:
@@ -64,7 +75,7 @@ class ManagedServer:
         self.connection = connection
         return connection
 
-    def _connections(self) -> list[Connection]:
+    def _connections(self) -> list[SessionHolder]:
         return [c for c in (self.connection, self._starting) if c is not None]
 
     def request_stop(self) -> None:

@@ -121,8 +121,12 @@ def sandbox_argv(
     extra_binds: Sequence[Bind] = (),
     extra_env: Mapping[str, str] | None = None,
     tmp_size_bytes: int | None = None,
+    source_env: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """The bwrap command line that runs `command` through the shell with `root` writable."""
+    """The bwrap command line that runs `command` through the shell with `root` writable.
+
+    `source_env` (default `os.environ`): where LANG comes from.
+    """
     shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
     return bwrap_argv(
         [shell, "-c", command],
@@ -130,7 +134,7 @@ def sandbox_argv(
         bwrap=shutil.which("bwrap") or "bwrap",
         extra_binds=extra_binds,
         extra_env=extra_env,
-        lang=os.environ.get("LANG"),
+        lang=scrubbed_environment(source=source_env).get("LANG"),
         tmp_size_bytes=tmp_size_bytes,
     )
 
@@ -310,7 +314,7 @@ async def run_command(
             command = egress.wrap_command(command)
             extra_binds = [*extra_binds, *(Bind(source, dest) for source, dest in egress.binds())]
             extra_env = {**(extra_env or {}), **egress.env()}
-        argv = sandbox_argv(command, root, extra_binds, extra_env, tmp_size_bytes)
+        argv = sandbox_argv(command, root, extra_binds, extra_env, tmp_size_bytes, source_env)
     else:
         argv = [_shell(), "-c", command]
     env = command_environment(sandboxed, source_env)

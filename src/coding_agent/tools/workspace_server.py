@@ -26,9 +26,9 @@ import asyncio
 import functools
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import ParamSpec
+from typing import Any, NoReturn, ParamSpec
 
 import anyio.to_thread
 from mcp.server.fastmcp import FastMCP
@@ -40,7 +40,15 @@ from coding_agent.tools.paths import escape_text
 from coding_agent.tools.sandbox import CommandResult, SandboxMode, SandboxUnavailable, run_command, scrubbed_environment
 from coding_agent.tools.workspace_files import Workspace, WorkspaceError
 
-__all__ = ["WORKSPACE_SYSTEM_PROMPT", "Workspace", "WorkspaceError", "create_server", "main"]
+__all__ = [
+    "WORKSPACE_SYSTEM_PROMPT",
+    "ArgumentsRefused",
+    "Workspace",
+    "WorkspaceError",
+    "create_server",
+    "main",
+    "parse_arguments",
+]
 
 RUN_MAX_TIMEOUT_SECONDS = 3600
 GIT_TIMEOUT_SECONDS = 60
@@ -57,10 +65,10 @@ def _format_command(command: str, result: CommandResult) -> str:
 class _Git:
     """Read-only git queries on the host side, with the git directory outside the workspace."""
 
-    def __init__(self, root: Path, git_dir: Path | None = None) -> None:
+    def __init__(self, root: Path, git_dir: Path | None = None, source_env: Mapping[str, str] | None = None) -> None:
         self._root = root
         self._git_dir = git_dir or git_dir_for(root)
-        env = hardened_git_environment(scrubbed_environment(), work_tree=root)
+        env = hardened_git_environment(scrubbed_environment(source=source_env), work_tree=root)
         env["GIT_DIR"] = str(self._git_dir)
         self._env = {**env, "LC_ALL": "C", "LANGUAGE": ""}
 
@@ -150,14 +158,22 @@ def _escaped(tool: Callable[_P, Awaitable[str]]) -> Callable[_P, Awaitable[str]]
 
 
 def create_server(
-    root: Path, sandbox: SandboxMode = "bwrap", git_dir: Path | None = None, egress: EgressSandbox | None = None
+    root: Path,
+    sandbox: SandboxMode = "bwrap",
+    git_dir: Path | None = None,
+    egress: EgressSandbox | None = None,
+    source_env: Mapping[str, str] | None = None,
 ) -> FastMCP:
     """Build the FastMCP server for `root`. Separate from `main` so that it can be embedded.
 
     `egress`: `run` commands reach the host's egress proxy (SPEC 7.1); git never does.
+    `source_env`: where the allow-listed variables of `run` and git come from; default
+    this process's environment (right for the stdio server, whose environment the hub
+    scrubbed). The in-process server passes the hub's scrubbed environment instead,
+    because this process is the agent's and holds its tokens.
     """
     workspace = Workspace(root)
-    git = _Git(workspace.root, git_dir)
+    git = _Git(workspace.root, git_dir, source_env)
     server = FastMCP("workspace", instructions=WORKSPACE_SYSTEM_PROMPT, log_level="WARNING")
 
     @server.tool(structured_output=False)
@@ -225,7 +241,9 @@ def create_server(
             raise WorkspaceError("command is empty")
         if not 0 < timeout_seconds <= RUN_MAX_TIMEOUT_SECONDS:
             raise WorkspaceError(f"timeout_seconds must be between 0 and {RUN_MAX_TIMEOUT_SECONDS}")
-        result = await run_command(command, workspace.root, timeout_seconds, sandbox, egress=egress)
+        result = await run_command(
+            command, workspace.root, timeout_seconds, sandbox, source_env=source_env, egress=egress
+        )
         if result.timed_out:
             output = result.output.rstrip() or "(no output)"
             raise WorkspaceError(
@@ -252,10 +270,35 @@ def create_server(
     return server
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Serve the workspace over stdio until the client closes stdin."""
-    parser = argparse.ArgumentParser(
-        prog="coding-agent mcp-workspace", description="The built-in workspace MCP server (stdio)."
+class ArgumentsRefused(ValueError):
+    """The server's command line is wrong (raised by `parse_arguments` instead of exiting)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *, raise_errors: bool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._raise_errors = raise_errors
+
+    def error(self, message: str) -> NoReturn:
+        if self._raise_errors:
+            raise ArgumentsRefused(message)
+        super().error(message)
+
+
+def parse_arguments(
+    argv: Sequence[str] | None = None, *, raise_errors: bool = False, cwd: Path | None = None
+) -> argparse.Namespace:
+    """The server's options: `root`, `sandbox`, `git_dir`. One parser for both transports.
+
+    `raise_errors`: raise `ArgumentsRefused` instead of printing usage and exiting (the
+    in-process server reports it as a startup error, as a failed process would be).
+    `cwd`: what relative paths are relative to (the process's own directory by default;
+    the in-process server passes the directory a process would have been started in).
+    """
+    parser = _Parser(
+        raise_errors=raise_errors,
+        prog="coding-agent mcp-workspace",
+        description="The built-in workspace MCP server (stdio).",
     )
     parser.add_argument("--root", required=True, help="the workspace directory every path is confined to")
     parser.add_argument(
@@ -266,11 +309,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--git-dir", help="the repository's git directory (default: <parent>.git-dirs/<name>)")
     options = parser.parse_args(argv)
-    root = Path(options.root)
-    if not root.is_dir():
+    base = cwd or Path()
+    if not (base / options.root).is_dir():
         parser.error(f"--root {options.root!r} is not a directory")
-    git_dir = Path(options.git_dir) if options.git_dir else None
-    create_server(root, options.sandbox, git_dir, EgressSandbox.from_environment()).run("stdio")
+    options.root = base / options.root
+    options.git_dir = base / options.git_dir if options.git_dir else None
+    return options
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the workspace over stdio until the client closes stdin."""
+    options = parse_arguments(argv)
+    create_server(options.root, options.sandbox, options.git_dir, EgressSandbox.from_environment()).run("stdio")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,34 @@
+"""Start-up cost (issue 13 item 4): what importing the config and the CLI must not pull in.
+
+Every CLI command and every agent process imports the config; the heavy libraries
+(sqlalchemy, the LLM SDKs, the MCP SDK) are imported where they are used, so that
+`coding-agent --help` or a config check does not pay for them. Checked in a fresh
+interpreter, where `sys.modules` shows exactly what an import brought in.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("sqlalchemy", "alembic", "openai", "ollama", "mcp", "githubkit", "gitlab")
+
+
+def _loaded_after(statement: str) -> set[str]:
+    probe = f"import sys\n{statement}\nprint(' '.join(sorted({{name.split('.')[0] for name in sys.modules}})))"
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return set(completed.stdout.split())
+
+
+@pytest.mark.parametrize("module", ["coding_agent.config", "coding_agent.cli"])
+def test_importing_leaves_the_heavy_libraries_out(module: str) -> None:
+    loaded = _loaded_after(f"import {module}")
+    assert "coding_agent" in loaded  # the probe really imported it
+    assert sorted(loaded & set(HEAVY)) == []
+
+
+def test_a_run_imports_only_the_configured_models_sdk() -> None:
+    loaded = _loaded_after("import coding_agent.llm.factory")
+    assert "openai" not in loaded and "ollama" not in loaded
