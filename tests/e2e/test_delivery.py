@@ -37,7 +37,6 @@ from .conftest import (
     GitLabForge,
     llm_section,
     load_for_service,
-    run_cli,
     secret_env,
     write_config,
 )
@@ -90,9 +89,9 @@ def test_github_issue_ends_with_a_draft_pull_request(
     number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt with a greeting.")
     setup = write_config(tmp_path, [github_forge], llm_section(replay))
 
-    result = run_cli(setup, "run", "--once")
+    report = _run_once(setup)
 
-    assert result.returncode == 0, result.stderr
+    assert report.errors == () and [r.status for r in report.results] == ["done"], report
     [pull] = state.pulls(REPO)
     assert pull.draft and pull.head.startswith(f"coding-agent/{number}-add-a-greeting") and pull.base == "main"
     assert pull.body.startswith(f"Closes #{number}") and SUMMARY in pull.body

@@ -1,5 +1,7 @@
-"""Memories across runs (SPEC 9.2), through the CLI: written after a run, read by the next
-run on the same repository only, expired ones left out, listed and cleared by the CLI."""
+"""Memories across runs (SPEC 9.2): written after a run, read by the next run on the same
+repository only, expired ones left out, listed and cleared by the CLI. The runs are the
+service's cycle in-process (what `run --once` runs; its CLI is tested in test_run_once.py):
+a `coding-agent` process start costs seconds of CPU and tells nothing about memories."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from coding_agent.runtime.memory_store import MemoryStore
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import RecordedRequest, ReplaySandbox
 
-from .conftest import BOT, MAINTAINER, REPO, GitHubForge, llm_section, run_cli, write_config
+from ._steering import run_cycle
+from .conftest import BOT, MAINTAINER, REPO, GitHubForge, llm_section, load_for_service, run_cli, write_config
 
 OTHER_REPO = "acme/gadgets"
 DAY = 86400.0
@@ -74,11 +77,10 @@ def test_memory_of_run_one_reaches_run_two_on_the_same_repository_only(github_fo
     with ReplaySandbox(SCRIPT) as model:
         setup = write_config(tmp_path, [github_forge], llm_section(model))
         _open(github_forge, REPO, "First task")
-        assert run_cli(setup, "run", "--once").returncode == 0
+        assert run_cycle(load_for_service(setup)).errors == ()
         _open(github_forge, REPO, "Second task")
         _open(github_forge, OTHER_REPO, "Third task")
-        result = run_cli(setup, "run", "--once")
-        assert result.returncode == 0, result.stderr
+        assert run_cycle(load_for_service(setup)).errors == ()
         second, third = first_prompt(model, "Second task"), first_prompt(model, "Third task")
         first_memory_request = [r for r in model.requests if "update your notes" in str(r.body["messages"][-1]["content"])]
 
@@ -116,7 +118,7 @@ def test_expired_thread_memory_and_inactive_repositories_are_left_out(github_for
         finally:
             state.close()
         _open(github_forge, REPO, "Fourth task")
-        assert run_cli(setup, "run", "--once").returncode == 0
+        assert run_cycle(load_for_service(setup)).errors == ()
         prompt = first_prompt(model, "Fourth task")
 
     assert "FRESH-THREAD-MEMORY" in prompt
@@ -128,10 +130,10 @@ def test_memory_disabled_costs_no_request_and_shows_nothing(github_forge: GitHub
     with ReplaySandbox(SCRIPT) as model:
         setup = write_config(tmp_path, [github_forge], llm_section(model), memory={"enabled": False})
         _open(github_forge, REPO, "First task")
-        assert run_cli(setup, "run", "--once").returncode == 0
+        assert run_cycle(load_for_service(setup)).errors == ()
         requests = len(model.requests)
         _open(github_forge, REPO, "Second task")
-        assert run_cli(setup, "run", "--once").returncode == 0
+        assert run_cycle(load_for_service(setup)).errors == ()
         second = first_prompt(model, "Second task")
     assert requests == 2, "two turns and no memory request"
     assert "MEM-" not in second and "What you remember" not in second

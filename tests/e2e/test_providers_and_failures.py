@@ -24,7 +24,6 @@ from .conftest import (
     llm_section,
     load_for_service,
     progress_comments,
-    run_cli,
     write_config,
 )
 
@@ -121,10 +120,10 @@ def test_label_from_reader_is_refused_once_without_a_model_call(
     number = github_forge.open_task("issue", "Drive-by request", "Do something.", labelled_by=READER)
     setup = write_config(tmp_path, [github_forge], llm_section(replay))
 
-    first = run_cli(setup, "run", "--once")
-    second = run_cli(setup, "run", "--once")
+    first = _run_cycle(load_for_service(setup))
+    second = _run_cycle(load_for_service(setup))
 
-    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.errors == () and second.errors == (), (first, second)
     assert replay.requests == [], "no model call for an untrusted trigger"
     comments = github_forge.comments("issue", number)
     assert len(comments) == 1, "exactly one explanatory comment, even after a second poll"

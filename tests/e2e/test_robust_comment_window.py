@@ -1,8 +1,8 @@
 """`comment_handling.max_comment_count` keeps the newest N comments (SPEC 9.1; issue 11
 item 11): with fewer comments than the limit, every comment reaches the model.
 
-The agent runs as a user runs it (`run --once`) against the sandbox GitHub; the check
-reads the first request the replay model received.
+The service's cycle runs in-process (what `run --once` runs) against the sandbox GitHub;
+the check reads the first request the replay model received.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 
 from coding_agent.testing.replay_model import ReplaySandbox
 
-from .conftest import MAINTAINER, REPO, GitHubForge, llm_section, run_cli, write_config
+from ._steering import run_cycle
+from .conftest import MAINTAINER, REPO, GitHubForge, llm_section, load_for_service, write_config
 
 
 @pytest.mark.parametrize("count", [6, 9, 10, 13])
@@ -27,9 +28,9 @@ def test_the_newest_comments_up_to_the_limit_reach_the_model(
     state.add_label(REPO, number, "coding agent", actor=MAINTAINER)
     setup = write_config(tmp_path, [github_forge], llm_section(replay), comment_handling={"max_comment_count": 10})
 
-    result = run_cli(setup, "run", "--once")
+    report = run_cycle(load_for_service(setup))
 
-    assert result.returncode == 0, result.stderr
+    assert report.errors == () and [r.status for r in report.results] == ["done"], report
     first_turn = replay.requests[0].body["messages"][1]["content"]
     shown = [n for n in range(1, count + 1) if f"Instruction number {n:02d}." in first_turn]
     assert shown == list(range(max(count - 10, 0) + 1, count + 1)), shown
