@@ -54,7 +54,8 @@ class Endings:
         scope = self._scope
         language = scope.config.language
         at = _now_iso()
-        self._saver.save_paused(llm, {"reason": error.reason, "hold": error.hold, "at": at})
+        work = await scope.save_work()  # the WIP commit on the task's branch, for any machine
+        self._saver.save_paused(llm, {"reason": error.reason, "hold": error.hold, "at": at}, work)
         scope.store.pause_run(scope.run_uuid, scope.steps, error.hold)
         if error.reason == "operator":
             scope.store.clear_control_request(scope.key)
