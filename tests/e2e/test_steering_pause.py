@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from coding_agent.agent.steering.pause import REQUEST_READ_SECONDS
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import RecordedRequest, ReplaySandbox
@@ -115,6 +117,7 @@ def test_signal_file_pauses_and_resume_continues_from_the_next_step(
     assert not any(setup.workspaces.iterdir()), "deleted once the resumed run is done"
 
 
+@pytest.mark.long
 def test_cli_pause_holds_until_cli_resume(github_forge: ForgeUnderTest, tmp_path: Path) -> None:
     number = github_forge.open_task("issue", "Three files", "Please write a, b and c.")
     key = KEY.format(number=number)

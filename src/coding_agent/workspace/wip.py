@@ -22,9 +22,10 @@ over: the setup runs again before the resumed run's first request (SPEC 7.1).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
+from coding_agent.domain.runs import PausedWork
 from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError
 from coding_agent.retry import RetryPolicy, retry_async
@@ -44,15 +45,6 @@ from coding_agent.workspace.git import Git
 __all__ = ["PausedWork", "save_paused_work", "restore_paused_work", "wip_message"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PausedWork:
-    """Where a paused run's files are: `commit` on `branch` (None: an empty repository)."""
-
-    branch: str
-    commit: str | None
-    pushed: bool = False
 
 
 def wip_message(task: Task, run_uuid: str, steps: int) -> str:

@@ -15,10 +15,9 @@ from coding_agent.agent.loop import LoopOutcome
 from coding_agent.agent.steering.signals import RunStopped
 from coding_agent.agent.steering.state import RunState
 from coding_agent.context.storage import ContextStorage, RunContextFiles
-from coding_agent.domain.runs import RunMarks, RunRecord
+from coding_agent.domain.runs import PausedWork, RunMarks, RunRecord
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.types import LLMReply, TokenUsage, ToolCallRequest
-from coding_agent.workspace.session import PausedWork
 
 __all__ = ["Continuation", "pending_reply"]
 

@@ -22,10 +22,10 @@ from coding_agent.agent.steering.pause import ShutdownSignal, pause_signal_path
 from coding_agent.config import AgentConfig
 from coding_agent.context.storage import RunContextFiles
 from coding_agent.domain.ports import RunStore
+from coding_agent.domain.runs import PausedWork
 from coding_agent.domain.tasks import Task
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
-from coding_agent.workspace.session import PausedWork
 
 __all__ = ["RunControls", "RunScope"]
 
