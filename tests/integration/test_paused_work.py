@@ -17,6 +17,7 @@ from pydantic import SecretStr
 from coding_agent.config import GitHubConfig
 from coding_agent.domain.runs import PausedWork
 from coding_agent.domain.tasks import Task, TaskKey
+from coding_agent.errors import AgentError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.github import GitHubSource
 from coding_agent.testing.git_http import git_client
@@ -105,3 +106,21 @@ async def test_a_stale_clone_is_replaced_and_a_moved_branch_still_finds_the_comm
     sandbox.state.git.commit_files(REPO, second.branch, {"human.txt": "later\n"}, "A person's commit")
     await restore_paused_work(source, on_c, record, git, second, depth=1, retry=FAST)
     assert _head(on_c) == second.commit and not (on_c / "human.txt").exists()
+
+
+async def test_a_refused_push_keeps_the_work_on_this_machine_only(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    git, record, path = Git(timeout=60), tmp_path / "checkout.json", tmp_path / "a" / "run"
+    checkout = await prepare_workspace(source, TASK, path, git, depth=1, retry=FAST, record=record)
+    (path / "notes.txt").write_text("from A\n")
+    sandbox.state.set_permission(REPO, "agent-bot", "read")  # the push is refused (403)
+
+    work = await save_paused_work(source, TASK, checkout, git, run_uuid="run-1", steps=1, retry=FAST)
+
+    assert not work.pushed and work.commit is not None and work.commit != checkout.start_sha
+    assert set(sandbox.state.branches(REPO)) == {"main"}
+    again = await restore_paused_work(source, path, record, git, work, depth=1, retry=FAST)
+    assert again.branch == checkout.branch and (path / "notes.txt").read_text() == "from A\n", "this machine resumes"
+    with pytest.raises(AgentError, match="is not on the forge"):
+        await restore_paused_work(source, tmp_path / "b" / "run", record, git, work, depth=1, retry=FAST)

@@ -101,7 +101,7 @@ class RunWorkspace:
             return await save_paused_work(
                 self._source, self._task, self._checkout, self._git, run_uuid=run_uuid, steps=steps, retry=self._retry
             )
-        except AgentError as error:
+        except (AgentError, OSError) as error:  # the pause itself must still be published
             log.error("%s: the paused work could not be committed: %s", self._task.key, self._redactor.text(str(error)))
             return None
 
