@@ -77,6 +77,7 @@ def test_a_run_paused_on_one_machine_resumes_on_another(forge: ForgeUnderTest, t
         gate.join(timeout=10)
         assert [result.status for result in first.results] == ["paused"]
         assert "coding agent paused" in forge.labels("issue", number)
+        pause_notice = forge.comments("issue", number)[-1][1]
 
         # The pause pushed a WIP commit to the task's branch, and opened no PR/MR.
         branch = task_branch(forge, number)
@@ -88,6 +89,7 @@ def test_a_run_paused_on_one_machine_resumes_on_another(forge: ForgeUnderTest, t
         assert state["messages"][-1]["role"] == "tool", "paused after the tool result, before it was sent"
         assert state["branch"] == branch and state["commit"] == forge.sandbox.state.branches("acme/widgets")[branch]  # type: ignore[attr-defined]
         assert "workspace" not in state
+        assert f"pushed to `{branch}` (commit `{state['commit'][:12]}`)" in pause_notice
 
         # Machine A goes away; nothing saved names its workspace root.
         [clone_a] = list(machine_a.iterdir())

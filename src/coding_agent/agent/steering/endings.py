@@ -68,6 +68,8 @@ class Endings:
             turns=scope.steps,
             resume=resume,
         )
+        if work is not None and work.pushed and work.commit:
+            text += "\n\n" + notice("paused_work", language, branch=work.branch, commit=work.commit[:12])
         labels = scope.source.labels
         try:
             if scope.progress is not None:
