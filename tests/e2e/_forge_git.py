@@ -11,7 +11,7 @@ from typing import Any
 
 from .conftest import REPO, ForgeUnderTest
 
-__all__ = ["task_branch", "branch_file", "branch_log"]
+__all__ = ["task_branch", "branch_file", "branch_log", "change_heads"]
 
 
 def _bare(forge: ForgeUnderTest) -> str:
@@ -43,3 +43,11 @@ def branch_log(forge: ForgeUnderTest, ref: str, count: int = 10) -> list[str]:
         check=True,
     )
     return log.stdout.splitlines()
+
+
+def change_heads(forge: ForgeUnderTest) -> list[str]:
+    """The head branches of the forge's pull requests (GitHub) or merge requests (GitLab)."""
+    state: Any = forge.sandbox.state  # type: ignore[attr-defined]
+    if forge.name == "github":
+        return [pull.head for pull in state.pulls(REPO)]
+    return [mr.source_branch for mr in state.require_project(REPO).merge_requests.values()]

@@ -19,7 +19,7 @@ def _state(messages: list[dict], **changes: object) -> RunState:  # type: ignore
         run_uuid="u-1",
         task_key="github:a/b#1",
         requester="alice",
-        workspace="/w/u-1",
+        commit="0" * 40,
         branch="coding-agent/1-x",
         steps=len([m for m in messages if m["role"] == "assistant"]),
         messages=messages,

@@ -150,7 +150,6 @@ class TaskRunner:
                 provider=config.llm.provider,
                 model=config.llm.active.model,
                 protocol="tool_calls" if config.llm.function_calling else "json_text",
-                workspace=str(workspace),
             )
             await asyncio.to_thread(self._store.start_run, run_uuid, key, self._owner, requester)
         reporter = IssueReporter(source, task.key, self._redactor)
@@ -237,8 +236,10 @@ class TaskRunner:
         authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
         await trust.load(source, task.key, authors)
         reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
-        clone = self._workspaces.open(source, task, workspace, files.directory / "checkout.json")
+        record = files.directory / "checkout.json"
+        clone = self._workspaces.open(source, task, workspace, record, control.paused_work())
         await clone.prepare()
+        control.save_work = lambda: clone.pause(files.run_uuid, control.steps)  # SPEC 8.3: a WIP commit
         # Rule files are rules only when the trigger controls them: not on a PR head
         # written by someone without write access (SPEC 15); then they are untrusted context.
         rules = clone.rules()

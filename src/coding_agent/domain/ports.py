@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from coding_agent.domain.memories import ChannelRecord, ThreadRecord
-from coding_agent.domain.runs import RunMarks, RunRecord
+from coding_agent.domain.runs import PausedWork, RunMarks, RunRecord
 from coding_agent.domain.tasks import Task, TaskKey
 
 __all__ = ["RunStore", "MemoryRepository", "RunCheckout", "Workspaces"]
@@ -90,6 +90,11 @@ class RunCheckout(Protocol):
         where the change went. (`language`: a `prompts.notices.Language`.)"""
         ...
 
+    async def pause(self, run_uuid: str, steps: int) -> PausedWork | None:
+        """At a pause: the WIP commit pushed to the task's branch (SPEC 8.3); None when
+        there is no clone yet or it could not be committed."""
+        ...
+
 
 class Workspaces(Protocol):
     """Where runs' clones live and how one is opened: the runtime's, handed to the
@@ -99,7 +104,9 @@ class Workspaces(Protocol):
         """A new run's workspace directory, created empty."""
         ...
 
-    def open(self, source: Any, task: Task, path: Path, record: Path) -> RunCheckout:
+    def open(
+        self, source: Any, task: Task, path: Path, record: Path, paused: PausedWork | None = None
+    ) -> RunCheckout:
         """The clone of `task` at `path` through `source` (the task's `sources.base.Source`,
         typed loosely here because sources stand above domain); `record` is where a
         continued run finds the clone again."""

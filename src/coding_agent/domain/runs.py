@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RunRecord", "RunMarks"]
+__all__ = ["RunRecord", "RunMarks", "PausedWork"]
+
+
+@dataclass(frozen=True)
+class PausedWork:
+    """Where a paused run's files are (SPEC 8.3): `commit` on the task's `branch`, the WIP
+    commit its pause pushed (None: an empty repository). No path of any machine: a
+    worker anywhere recreates the clone from it. `pushed`: the push reached the forge
+    (else the commit is only in the clone of the machine that paused)."""
+
+    branch: str
+    commit: str | None
+    pushed: bool = False
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,9 @@ class Recovery:
         if not task.has_label(labels.processing_label) or task.has_label(labels.paused_label):
             await transition(source, task.key, labels.processing_label, [labels.paused_label])
         if directory is not None and (state is not None or marks.final_status is not None):
-            workspace = Path(state.workspace) if state is not None else self._default_workspace(run.uuid)
+            # This machine's place for the run's clone: the state names none (a pause's
+            # work is a commit on the task's branch, restored from there if needed).
+            workspace = self._default_workspace(run.uuid)
             return Takeover(task, run.requester, Continuation(run, state, marks, workspace))
         log.warning("%s: run %s left no state to continue from; restarting the task", run.task_key, run.uuid)
         await self._abandon(source, task, run, marks)

@@ -39,8 +39,11 @@ __all__ = [
     "Checkout",
     "BRANCH_PREFIX",
     "branch_name",
+    "clone_into",
     "discard_clone",
     "prepare_workspace",
+    "read_record",
+    "remote_refs",
     "reopen_workspace",
     "verify_git_dir",
 ]
@@ -97,7 +100,7 @@ class _Remote:
     branches: dict[str, str]
 
 
-async def _remote(git: Git, url: str, auth: GitAuth | None, patterns: list[str]) -> _Remote:
+async def remote_refs(git: Git, url: str, auth: GitAuth | None, patterns: list[str]) -> _Remote:
     result = await git.run(None, "ls-remote", "--symref", url, "HEAD", *patterns, auth=auth)
     default: str | None = None
     branches: dict[str, str] = {}
@@ -122,12 +125,12 @@ async def _target(
         if not task.head_branch:
             raise AgentError(f"{key} has no head branch to work on")
         head = f"refs/heads/{task.head_branch}"
-        remote = await retry_async(lambda: _remote(git, url, auth, [head]), retry, "git ls-remote")
+        remote = await retry_async(lambda: remote_refs(git, url, auth, [head]), retry, "git ls-remote")
         if task.head_branch not in remote.branches:
             raise AgentError(f"the head branch {task.head_branch!r} of {key} is not in {project}")
         return task.head_branch, task.base_branch or remote.default_branch or "", True
     pattern = f"refs/heads/{BRANCH_PREFIX}{key.number}-*"
-    remote = await retry_async(lambda: _remote(git, url, auth, [pattern]), retry, "git ls-remote")
+    remote = await retry_async(lambda: remote_refs(git, url, auth, [pattern]), retry, "git ls-remote")
     wanted = branch_name(key.number, task.title)
     earlier = sorted(remote.branches)
     branch = wanted if wanted in remote.branches else (earlier[0] if earlier else wanted)
@@ -155,26 +158,9 @@ async def prepare_workspace(
     auth = GitAuth(url, header) if header else None
 
     branch, base, exists = await _target(git, task, project, url, auth, retry)
-    clone = ["clone", "--quiet", "--no-tags"]
-    if depth > 0:
-        clone += ["--depth", str(depth)]
-    if exists:
-        clone += ["--branch", branch]
-    elif base:
-        clone += ["--branch", base]
-    path.mkdir(parents=True, exist_ok=True)
-    git_dir = git_dir_for(path)
-    git_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    clone += ["--separate-git-dir", str(git_dir)]
-    await retry_async(lambda: _clone(git, clone, url, path, auth), retry, "git clone")
-    (path / ".git").unlink()
-    install_attributes(git_dir)
+    await clone_into(git, path, url, auth, branch if exists else base or None, depth=depth, retry=retry)
     if not exists:
         await git.run(path, "checkout", "--quiet", "-b", branch)
-    exclude = git_dir / "info" / "exclude"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    with exclude.open("a", encoding="utf-8") as handle:
-        handle.write("\n# coding-agent: never committed by the agent\n" + "\n".join(DEFAULT_EXCLUDES) + "\n")
     start = await git.run(path, "rev-parse", "--verify", "--quiet", "HEAD", check=False)
     if not base:
         log.warning("%s: %s has no default branch (an empty repository?)", key, project)
@@ -194,6 +180,32 @@ async def prepare_workspace(
     return checkout
 
 
+async def clone_into(
+    git: Git, path: Path, url: str, auth: GitAuth | None, ref: str | None, *, depth: int, retry: RetryPolicy
+) -> None:
+    """Clone `url` (at branch `ref`, else its default) into `path`, git directory outside it.
+
+    The `.git` file the clone leaves in the work tree is removed, the git directory gets
+    the host's attributes and excludes: the clone is what every host git command expects.
+    """
+    clone = ["clone", "--quiet", "--no-tags"]
+    if depth > 0:
+        clone += ["--depth", str(depth)]
+    if ref:
+        clone += ["--branch", ref]
+    path.mkdir(parents=True, exist_ok=True)
+    git_dir = git_dir_for(path)
+    git_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    clone += ["--separate-git-dir", str(git_dir)]
+    await retry_async(lambda: _clone(git, clone, url, path, auth), retry, "git clone")
+    (path / ".git").unlink()
+    install_attributes(git_dir)
+    exclude = git_dir / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    with exclude.open("a", encoding="utf-8") as handle:
+        handle.write("\n# coding-agent: never committed by the agent\n" + "\n".join(DEFAULT_EXCLUDES) + "\n")
+
+
 def _record(checkout: Checkout) -> dict[str, object]:
     return {
         "project": checkout.project,
@@ -207,7 +219,17 @@ def _record(checkout: Checkout) -> dict[str, object]:
 
 def reopen_workspace(source: Source, path: Path, record: Path) -> Checkout | None:
     """The checkout of a clone made by an earlier part of the same run; None when there is none."""
-    if not git_dir_for(path).is_dir() or not record.is_file():
+    if not git_dir_for(path).is_dir():
+        return None
+    return read_record(source, path, record)
+
+
+def read_record(source: Source, path: Path, record: Path) -> Checkout | None:
+    """The checkout `record` describes, for a clone at `path` (which may not exist yet).
+
+    The record holds no path of the machine that wrote it, so any machine can read it.
+    """
+    if not record.is_file():
         return None
     data = json.loads(record.read_text(encoding="utf-8"))
     header = source.git_http_auth()

@@ -29,7 +29,18 @@ from coding_agent.sources.base import Source
 from coding_agent.workspace.checkout import Checkout, verify_git_dir
 from coding_agent.workspace.git import Git, PushRejected
 
-__all__ = ["Delivery", "deliver", "delivery_note", "commit_message", "change_body", "SUMMARY_START", "SUMMARY_END"]
+__all__ = [
+    "Delivery",
+    "deliver",
+    "delivery_note",
+    "commit_message",
+    "change_body",
+    "commit_all",
+    "push_branch",
+    "workspace_changes",
+    "SUMMARY_START",
+    "SUMMARY_END",
+]
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +93,7 @@ def change_body(task: Task, summary: str, requester: str | None, run_uuid: str, 
     return f"Closes #{task.key.number}\n\n{section}\n\n{footer}"
 
 
-async def _has_changes(git: Git, checkout: Checkout) -> tuple[bool, bool]:
+async def workspace_changes(git: Git, checkout: Checkout) -> tuple[bool, bool]:
     """(uncommitted changes, commits made during the run)."""
     status = await git.run(checkout.path, "status", "--porcelain", "--untracked-files=all")
     head = await git.run(checkout.path, "rev-parse", "--verify", "--quiet", "HEAD", check=False)
@@ -107,7 +118,8 @@ def _push_failure(branch: str, stderr: str, fallback: AgentError) -> AgentError:
     return fallback
 
 
-async def _push(git: Git, checkout: Checkout, retry: RetryPolicy) -> None:
+async def push_branch(git: Git, checkout: Checkout, retry: RetryPolicy) -> None:
+    """Push HEAD to the run's branch: never forced, the credential only in git's environment."""
     args = ("push", "--no-verify", "--porcelain", checkout.clone_url, f"HEAD:refs/heads/{checkout.branch}")
 
     async def attempt() -> None:
@@ -118,7 +130,8 @@ async def _push(git: Git, checkout: Checkout, retry: RetryPolicy) -> None:
     await retry_async(attempt, retry, "git push")
 
 
-async def _commit(git: Git, checkout: Checkout, message: str, author: GitIdentity) -> None:
+async def commit_all(git: Git, checkout: Checkout, message: str, author: GitIdentity) -> None:
+    """Commit everything in the work tree (the repository's ignores and ours apply) as `author`."""
     identity = {
         "GIT_AUTHOR_NAME": author.name,
         "GIT_AUTHOR_EMAIL": author.email,
@@ -170,7 +183,7 @@ async def deliver(
     (e.g. the network requests the egress proxy refused, SPEC 7.1).
     """
     verify_git_dir(checkout)
-    dirty, committed = await _has_changes(git, checkout)
+    dirty, committed = await workspace_changes(git, checkout)
     if not dirty and not committed:
         log.info("%s: no changes in the workspace; nothing to deliver", task.key)
         return Delivery("none")
@@ -178,9 +191,9 @@ async def deliver(
     if dirty:
         author = await source.git_identity(None)
         coauthor = await source.git_identity(requester) if requester and requester != source.bot_name else None
-        await _commit(git, checkout, commit_message(task, summary, coauthor), author)
+        await commit_all(git, checkout, commit_message(task, summary, coauthor), author)
     head = (await git.run(checkout.path, "rev-parse", "HEAD")).stdout.strip()
-    await _push(git, checkout, retry)
+    await push_branch(git, checkout, retry)
     log.info("%s: pushed %s to %s", task.key, head[:12], checkout.branch)
     if task.key.is_change:
         return Delivery("pushed", checkout.branch, head)

@@ -2,16 +2,19 @@
 
 The runtime owns `RunWorkspaces` (where the clones live) and hands it to the runner as
 the `Workspaces` port (`domain/ports.py`); the runner opens each run's `RunWorkspace`
-through it and makes three calls (`prepare`, `rules`, `deliver`). Everything about git,
-branches, credentials and PRs/MRs stays in this package.
+through it and makes three calls (`prepare`, `rules`, `deliver`), and steering a fourth
+at a pause (`pause`: the WIP commit, `wip.py`). Everything about git, branches,
+credentials and PRs/MRs stays in this package.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from coding_agent.config import WorkspaceConfig
 from coding_agent.domain.tasks import Task
+from coding_agent.errors import AgentError
 from coding_agent.prompts.notices import Language
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
@@ -20,15 +23,19 @@ from coding_agent.workspace.checkout import Checkout, discard_clone, prepare_wor
 from coding_agent.workspace.delivery import Delivery, deliver, delivery_note
 from coding_agent.workspace.git import Git
 from coding_agent.workspace.rules import read_repository_rules
+from coding_agent.workspace.wip import PausedWork, restore_paused_work, save_paused_work
 
-__all__ = ["RunWorkspace", "RunWorkspaces"]
+__all__ = ["RunWorkspace", "RunWorkspaces", "PausedWork"]
+
+log = logging.getLogger(__name__)
 
 
 class RunWorkspace:
     """The clone of `task`'s repository at `path`, and its delivery at done.
 
     `record` is a file outside the workspace (in the run's context directory) that lets
-    a continued run find its clone again.
+    a continued run find its clone again. `paused`: the work a pause pushed, which a
+    resumed run starts from (on this machine or any other).
     """
 
     def __init__(
@@ -40,9 +47,11 @@ class RunWorkspace:
         retry: RetryPolicy,
         redactor: Redactor,
         record: Path,
+        paused: PausedWork | None = None,
     ) -> None:
         self._source = source
         self._record = record
+        self._paused = paused
         self._task = task
         self._path = path
         self._settings = settings
@@ -59,7 +68,19 @@ class RunWorkspace:
         return self._checkout
 
     async def prepare(self) -> Checkout:
-        """Clone the repository and check out the run's branch (a continued run keeps its clone)."""
+        """Clone the repository and check out the run's branch (a continued run keeps its clone;
+        a paused one is cloned again from its branch if its clone is not here)."""
+        if self._paused is not None:
+            self._checkout = await restore_paused_work(
+                self._source,
+                self._path,
+                self._record,
+                self._git,
+                self._paused,
+                depth=self._settings.clone_depth,
+                retry=self._retry,
+            )
+            return self._checkout
         self._checkout = reopen_workspace(self._source, self._path, self._record) or await prepare_workspace(
             self._source,
             self._task,
@@ -70,6 +91,19 @@ class RunWorkspace:
             record=self._record,
         )
         return self._checkout
+
+    async def pause(self, run_uuid: str, steps: int) -> PausedWork | None:
+        """At a pause: the WIP commit, pushed to the run's branch; None when there is no
+        clone yet or its git directory cannot be trusted (logged; the pause goes on)."""
+        if self._checkout is None:
+            return None
+        try:
+            return await save_paused_work(
+                self._source, self._task, self._checkout, self._git, run_uuid=run_uuid, steps=steps, retry=self._retry
+            )
+        except (AgentError, OSError) as error:  # the pause itself must still be published
+            log.error("%s: the paused work could not be committed: %s", self._task.key, self._redactor.text(str(error)))
+            return None
 
     def rules(self) -> dict[str, str]:
         """The repository's rule files for the system prompt, each size-capped."""
@@ -110,8 +144,10 @@ class RunWorkspaces:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def open(self, source: Source, task: Task, path: Path, record: Path) -> RunWorkspace:
-        return RunWorkspace(source, task, path, self._settings, self._retry, self._redactor, record)
+    def open(
+        self, source: Source, task: Task, path: Path, record: Path, paused: PausedWork | None = None
+    ) -> RunWorkspace:
+        return RunWorkspace(source, task, path, self._settings, self._retry, self._redactor, record, paused)
 
     def discard(self, path: Path) -> None:
         if not self._settings.keep_finished:

@@ -15,7 +15,7 @@ from coding_agent.agent.loop import LoopOutcome
 from coding_agent.agent.steering.signals import RunStopped
 from coding_agent.agent.steering.state import RunState
 from coding_agent.context.storage import ContextStorage, RunContextFiles
-from coding_agent.domain.runs import RunMarks, RunRecord
+from coding_agent.domain.runs import PausedWork, RunMarks, RunRecord
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.types import LLMReply, TokenUsage, ToolCallRequest
 
@@ -39,6 +39,13 @@ class Continuation:
         """The run's context files, back in `running/`, and its workspace; None if gone."""
         files = storage.reopen(self.run.uuid, self.state.messages if self.state is not None else None)
         return (files, self.workspace) if files is not None else None
+
+    def paused_work(self) -> PausedWork | None:
+        """The commit on the task's branch the run's files are at (a pause's WIP commit)."""
+        state = self.state
+        if state is None or not state.branch or not state.commit:
+            return None
+        return PausedWork(state.branch, state.commit)
 
     def restore(self, llm: LLMClient) -> bool:
         """Load the saved history into `llm`; False when there is none to load."""

@@ -17,7 +17,7 @@ the parts, each in its own module with one job, and delegates:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from coding_agent.agent.steering.scope import RunControls, RunScope
 from coding_agent.agent.steering.signals import RunInterrupted
 from coding_agent.agent.steering.stop import StopChecker
 from coding_agent.context.storage import RunContextFiles
+from coding_agent.domain.runs import PausedWork
 from coding_agent.domain.tasks import Comment, Task, Thread
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.types import LLMReply
@@ -136,6 +137,20 @@ class RunControl:
     @planning_state.setter
     def planning_state(self, value: Callable[[], dict[str, Any] | None]) -> None:
         self._scope.planning_state = value
+
+    @property
+    def save_work(self) -> Callable[[], Awaitable[PausedWork | None]]:
+        """The workspace's hook: at a pause, the WIP commit pushed to the task's branch."""
+        return self._scope.save_work
+
+    @save_work.setter
+    def save_work(self, value: Callable[[], Awaitable[PausedWork | None]]) -> None:
+        self._scope.save_work = value
+
+    def paused_work(self) -> PausedWork | None:
+        """Where a continued run's files are (a pause's WIP commit); None for a new run."""
+        continuation = self._scope.continuation
+        return continuation.paused_work() if continuation is not None else None
 
     def nudge(self) -> None:
         """See `RunControls.nudge`: re-read the assignees at the next checkpoint."""

@@ -54,7 +54,8 @@ class Endings:
         scope = self._scope
         language = scope.config.language
         at = _now_iso()
-        self._saver.save_paused(llm, {"reason": error.reason, "hold": error.hold, "at": at})
+        work = await scope.save_work()  # the WIP commit on the task's branch, for any machine
+        self._saver.save_paused(llm, {"reason": error.reason, "hold": error.hold, "at": at}, work)
         scope.store.pause_run(scope.run_uuid, scope.steps, error.hold)
         if error.reason == "operator":
             scope.store.clear_control_request(scope.key)
@@ -67,6 +68,8 @@ class Endings:
             turns=scope.steps,
             resume=resume,
         )
+        if work is not None and work.pushed and work.commit:
+            text += "\n\n" + notice("paused_work", language, branch=work.branch, commit=work.commit[:12])
         labels = scope.source.labels
         try:
             if scope.progress is not None:

@@ -14,6 +14,7 @@ from coding_agent.agent.steering.comments import CommentDetector
 from coding_agent.agent.steering.scope import RunScope
 from coding_agent.agent.steering.state import RunState, StateWriter, workspace_branch
 from coding_agent.agent.steering.stop import StopChecker
+from coding_agent.domain.runs import PausedWork
 from coding_agent.llm.base import LLMClient
 
 __all__ = ["RunSaver"]
@@ -26,13 +27,19 @@ class RunSaver:
         self._stop = stop
         self._guard = guard
         self._writer = StateWriter(scope.redactor)
+        state = scope.continuation.state if scope.continuation is not None else None
+        # The paused work the run stands on: a takeover after a crash restores from it too.
+        self._work = PausedWork(state.branch, state.commit) if state is not None and state.branch and state.commit else None
 
     def checkpoint(self, llm: LLMClient) -> None:
         """The crash checkpoint, at the start of an iteration (history appended, not rewritten)."""
         self._writer.checkpoint(self._scope.files.directory, self.snapshot(llm))
 
-    def save_paused(self, llm: LLMClient, paused: dict[str, Any]) -> None:
-        """The pause's save: one self-contained file, history included (SPEC 8.3)."""
+    def save_paused(self, llm: LLMClient, paused: dict[str, Any], work: PausedWork | None) -> None:
+        """The pause's save: one self-contained file, history included (SPEC 8.3); `work`:
+        the WIP commit the pause pushed (None: no clone, or it could not be committed)."""
+        if work is not None:
+            self._work = work
         self._writer.save_complete(self._scope.files.directory, self.snapshot(llm, paused))
 
     def snapshot(self, llm: LLMClient, paused: dict[str, Any] | None = None) -> RunState:
@@ -41,8 +48,8 @@ class RunSaver:
             run_uuid=scope.run_uuid,
             task_key=scope.key,
             requester=scope.requester,
-            workspace=str(scope.workspace),
-            branch=workspace_branch(scope.workspace) or scope.task.head_branch,
+            branch=self._work.branch if self._work is not None else workspace_branch(scope.workspace) or scope.task.head_branch,
+            commit=self._work.commit if self._work is not None else None,
             steps=scope.steps,
             messages=llm.messages,
             prompt_tokens=llm.usage.prompt_tokens,

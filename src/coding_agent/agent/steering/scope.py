@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,11 +22,16 @@ from coding_agent.agent.steering.pause import ShutdownSignal, pause_signal_path
 from coding_agent.config import AgentConfig
 from coding_agent.context.storage import RunContextFiles
 from coding_agent.domain.ports import RunStore
+from coding_agent.domain.runs import PausedWork
 from coding_agent.domain.tasks import Task
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 
 __all__ = ["RunControls", "RunScope"]
+
+
+async def _no_work() -> PausedWork | None:
+    return None
 
 
 class RunControls:
@@ -78,6 +83,8 @@ class RunScope:
     # comment) and its state (saved with every checkpoint and pause).
     describe_position: Callable[[], str] = lambda: ""
     planning_state: Callable[[], dict[str, Any] | None] = lambda: None
+    # The runner plugs in its workspace's pause (SPEC 8.3): the WIP commit, pushed.
+    save_work: Callable[[], Awaitable[PausedWork | None]] = _no_work
 
     @property
     def key(self) -> str:

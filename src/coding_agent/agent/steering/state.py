@@ -19,6 +19,9 @@ a worker killed while appending leaves at most half a last line, which the reade
 history and the journal are started afresh, `task_state.json` holds the complete form,
 so there is no moment at which the directory says something inconsistent.
 Everything passes through the redactor.
+
+No path of the machine that wrote it is saved: the workspace is `branch` at `commit`
+(the WIP commit a pause pushed, `workspace/wip.py`), so any worker can resume the run.
 """
 
 from __future__ import annotations
@@ -55,7 +58,6 @@ class RunState:
     run_uuid: str
     task_key: str
     requester: str | None
-    workspace: str
     branch: str | None
     steps: int
     messages: list[Message]
@@ -66,6 +68,7 @@ class RunState:
     paused: dict[str, Any] | None = None
     saved_at: str = ""
     planning: dict[str, Any] | None = None  # planning mode's state (SPEC 10.4)
+    commit: str | None = None  # the paused work's commit on `branch` (SPEC 8.3)
 
 
 def workspace_branch(workspace: Path) -> str | None:
@@ -215,7 +218,6 @@ def load_state(directory: Path) -> RunState | None:
             run_uuid=str(data["run_uuid"]),
             task_key=str(data["task_key"]),
             requester=data.get("requester"),
-            workspace=str(data["workspace"]),
             branch=data.get("branch"),
             steps=int(data["steps"]),
             messages=messages,
@@ -226,6 +228,7 @@ def load_state(directory: Path) -> RunState | None:
             paused=data.get("paused"),
             saved_at=str(data.get("saved_at") or ""),
             planning=data.get("planning"),
+            commit=data.get("commit"),
         )
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.warning("%s is unreadable (%s): the run restarts cleanly", path, error)
