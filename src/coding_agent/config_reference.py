@@ -6,7 +6,7 @@ config.example.yaml (itself validated against the model by a test) puts on that 
 
 `coding-agent config-reference` prints it; `--write README.md` replaces the section
 between the two markers below. A test checks the README is up to date, so a key added
-to `config.py` without regenerating fails CI instead of going undocumented.
+to `config/` without regenerating fails CI instead of going undocumented.
 """
 
 from __future__ import annotations

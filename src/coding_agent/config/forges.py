@@ -1,0 +1,65 @@
+"""The forge sections (`github`, `gitlab`) and the labels they share.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from coding_agent.config.base import _Strict
+
+__all__ = ["LabelConfig", "GitHubConfig", "GitLabConfig"]
+
+
+class LabelConfig(_Strict):
+    """Label names of the lifecycle (SPEC 3); each forge section carries its own."""
+
+    bot_label: str = "coding agent"
+    processing_label: str = "coding agent processing"
+    done_label: str = "coding agent done"
+    paused_label: str = "coding agent paused"
+    stopped_label: str = "coding agent stopped"
+    failed_label: str = "coding agent failed"
+
+    @field_validator("bot_label", "processing_label", "done_label", "paused_label", "stopped_label", "failed_label")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        """An empty label matches nothing: the agent would never see a trigger."""
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> LabelConfig:
+        """Two lifecycle states under one label could not be told apart."""
+        seen: dict[str, str] = {}
+        for key in LabelConfig.model_fields:
+            value = getattr(self, key)
+            other = seen.setdefault(value.strip().lower(), key)
+            if other != key:
+                raise ValueError(f"{key} and {other} must be different labels")
+        return self
+
+
+class GitHubConfig(LabelConfig):
+    api_url: str = "https://api.github.com"
+    token: SecretStr | None = None
+    owner: str
+    repos: list[str] = Field(default_factory=list)
+    query: str = ""
+    assignee: str | None = None
+    bot_name: str | None = None
+
+
+class GitLabConfig(LabelConfig):
+    api_url: str = "https://gitlab.com"
+    token: SecretStr | None = None
+    group: str | None = None
+    project_id: int | str | None = None
+    assignee: str | None = None
+    bot_name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> GitLabConfig:
+        if self.group is None and self.project_id is None:
+            raise ValueError("set gitlab.group or gitlab.project_id: the agent never searches a whole instance")
+        return self

@@ -1,0 +1,129 @@
+"""The whole configuration file as one model, `AgentConfig`, with its cross-section checks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from coding_agent.config.base import _Strict
+from coding_agent.config.forges import GitHubConfig, GitLabConfig
+from coding_agent.config.llm import LLMConfig
+from coding_agent.config.run_sections import (
+    BudgetConfig,
+    CommentDetectionConfig,
+    CommentHandlingConfig,
+    ContextStorageConfig,
+    LoopGuardConfig,
+    MemoryConfig,
+    PauseResumeConfig,
+    PlanningConfig,
+    ProgressCommentConfig,
+    SecurityConfig,
+    SetupConfig,
+    TaskStopConfig,
+    WorkspaceConfig,
+)
+from coding_agent.config.service_sections import (
+    DashboardConfig,
+    DatabaseConfig,
+    LoggingConfig,
+    QueueConfig,
+    RetryConfig,
+    SchedulingConfig,
+    WebhooksConfig,
+)
+from coding_agent.config.tools import (
+    MCPServerConfig,
+    ToolsConfig,
+    builtin_workspace_server,
+    with_sandbox_mode,
+)
+
+__all__ = ["SourceName", "AgentConfig"]
+
+
+SourceName = Literal["github", "gitlab"]
+
+
+class AgentConfig(_Strict):
+    task_source: SourceName | list[SourceName]
+    github: GitHubConfig | None = None
+    gitlab: GitLabConfig | None = None
+    llm: LLMConfig
+    max_llm_process_num: int = Field(default=50, gt=0)
+    mcp_servers: list[MCPServerConfig] = Field(default_factory=lambda: [MCPServerConfig(**builtin_workspace_server())])
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
+    workers: int = Field(default=1, ge=1)
+    scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
+    context_storage: ContextStorageConfig = Field(default_factory=ContextStorageConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    security: SecurityConfig = Field(default_factory=SecurityConfig)
+    setup: SetupConfig = Field(default_factory=SetupConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    task_stop: TaskStopConfig = Field(default_factory=TaskStopConfig)
+    comment_detection: CommentDetectionConfig = Field(default_factory=CommentDetectionConfig)
+    pause_resume: PauseResumeConfig = Field(default_factory=PauseResumeConfig)
+    progress_comment: ProgressCommentConfig = Field(default_factory=ProgressCommentConfig)
+    loop_guard: LoopGuardConfig = Field(default_factory=LoopGuardConfig)
+    planning: PlanningConfig = Field(default_factory=PlanningConfig)
+    language: Literal["en", "ja"] = "en"
+    comment_handling: CommentHandlingConfig = Field(default_factory=CommentHandlingConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    persona: str | None = None
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_mcp_json_form(cls, data: Any) -> Any:
+        """Accept the common `mcpServers` form (`.mcp.json`) beside `mcp_servers`."""
+        if isinstance(data, dict) and "mcpServers" in data:
+            data = dict(data)
+            servers = data.pop("mcpServers") or {}
+            if not isinstance(servers, dict):
+                raise ValueError("mcpServers must be a mapping of server name to {command, args, env}")
+            converted = list(data.get("mcp_servers") or [])
+            for name, spec in servers.items():
+                spec = dict(spec or {})
+                command = [spec.pop("command", "")] + list(spec.pop("args", []) or [])
+                converted.append({"mcp_server_name": name, "command": command, **spec})
+            data["mcp_servers"] = converted
+        return data
+
+    @model_validator(mode="after")
+    def _sources_configured(self) -> AgentConfig:
+        for name in self.sources:
+            if getattr(self, name) is None:
+                raise ValueError(f"task_source includes {name!r} but there is no {name} section")
+        names = [server.mcp_server_name for server in self.mcp_servers]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"mcp_servers: duplicate mcp_server_name {', '.join(duplicates)}")
+        # The built-in workspace server sandboxes `run` as security.sandbox says.
+        for server in self.mcp_servers:
+            command = with_sandbox_mode(server.command, self.security.sandbox)
+            if command != server.command:
+                server.command = command
+        return self
+
+    @property
+    def sources(self) -> list[SourceName]:
+        return [self.task_source] if isinstance(self.task_source, str) else list(self.task_source)
+
+    def secrets(self) -> list[str]:
+        """Every secret value in the configuration, for redaction in logs and comments."""
+        values: list[str] = []
+        for section in (self.github, self.gitlab, self.llm.openai, self.llm.lmstudio, self.dashboard):
+            secret = getattr(section, "token", None) or getattr(section, "api_key", None)
+            if secret is not None and secret.get_secret_value():
+                values.append(secret.get_secret_value())
+        for hook_secret in (self.webhooks.github_secret, self.webhooks.gitlab_token):
+            if hook_secret is not None and hook_secret.get_secret_value():
+                values.append(hook_secret.get_secret_value())
+        return values

@@ -1,0 +1,88 @@
+"""The MCP sections: `mcp_servers` (with the built-in workspace server, their default) and `tools`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from coding_agent.config.base import _Strict
+from coding_agent.prompts.prompting import text
+
+__all__ = [
+    "MCPServerConfig",
+    "WORKSPACE_SYSTEM_PROMPT",
+    "builtin_workspace_server",
+    "with_sandbox_mode",
+    "ToolsConfig",
+]
+
+
+class MCPServerConfig(_Strict):
+    """One MCP server (seed 003 section 3.2). `{workspace}` in command or env is the run's workspace."""
+
+    mcp_server_name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    system_prompt: str = ""
+    tools_allow: list[str] | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _this_interpreter(cls, command: list[str]) -> list[str]:
+        """`{python}` is this interpreter, and `coding-agent ...` runs this installation's CLI
+        through it: neither is looked up on PATH, so the config works from cron or a venv
+        that is not activated."""
+        command = [sys.executable if item == "{python}" else item for item in command]
+        if command[0] == "coding-agent":
+            command = [sys.executable, "-m", "coding_agent.cli", *command[1:]]
+        return command
+
+
+WORKSPACE_SYSTEM_PROMPT = text("workspace_server.j2")
+
+
+def builtin_workspace_server() -> dict[str, Any]:
+    """The `mcp_servers` entry that starts the built-in workspace server for a run.
+
+    It runs with this interpreter, so it works whether or not `coding-agent` is on PATH.
+    """
+    return {
+        "mcp_server_name": "workspace",
+        "command": [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"],
+        "system_prompt": WORKSPACE_SYSTEM_PROMPT,
+    }
+
+
+_WORKSPACE_SERVER_MARKERS = ("coding_agent.tools.workspace_server", "mcp-workspace")
+
+
+def with_sandbox_mode(command: list[str], mode: str) -> list[str]:
+    """`command` with `--sandbox MODE` when it starts the built-in workspace server, else as is.
+
+    The operator chooses the mode once (`security.sandbox`); every entry that runs the
+    built-in server gets it, whatever the entry itself says.
+    """
+    if not any(marker in part for part in command for marker in _WORKSPACE_SERVER_MARKERS):
+        return command
+    result: list[str] = []
+    skip = False
+    for part in command:
+        if skip:
+            skip = False
+            continue
+        if part == "--sandbox":
+            skip = True
+            continue
+        if part.startswith("--sandbox="):
+            continue
+        result.append(part)
+    return [*result, "--sandbox", mode]
+
+
+class ToolsConfig(_Strict):
+    call_timeout_seconds: float = Field(default=120, gt=0)
+    startup_timeout_seconds: float = Field(default=60, gt=0)
+    max_output_chars: int = Field(default=20000, gt=0)
