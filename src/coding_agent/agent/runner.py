@@ -31,7 +31,7 @@ from coding_agent.context.storage import ContextStorage, RunContextFiles
 from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.ports import RunStore
 from coding_agent.domain.runs import RunRecord
-from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread
+from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread, ThreadRef
 from coding_agent.errors import AgentError, ForgeError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
@@ -68,7 +68,9 @@ class IssueReporter:
     """Posts the run's comments on the task, redacted.
 
     `thread_id` set: the run was asked from that review thread, so the final comment is
-    a reply there (SPEC 7; see `reply_thread.py`).
+    a reply there (SPEC 7; see `reply_thread.py`). `thread_key`: the PR/MR holding that
+    thread when it is not the task itself (a follow-up asked on the PR/MR the agent
+    opened for an issue, SPEC 3).
     """
 
     def __init__(self, source: Source, key: TaskKey, redactor: Redactor) -> None:
@@ -76,13 +78,17 @@ class IssueReporter:
         self._key = key
         self._redactor = redactor
         self.thread_id: str | None = None
+        self.thread_key: TaskKey | None = None
+
+    def answer_in(self, ref: ThreadRef) -> None:
+        self.thread_key, self.thread_id = ref.change, ref.thread_id
 
     async def step_comment(self, text: str) -> None:
         await self._source.post_comment(self._key, self._redactor.text(text))
 
     async def final_comment(self, text: str) -> None:
         if self.thread_id is not None:
-            await self._source.reply_in_thread(self._key, self.thread_id, self._redactor.text(text))
+            await self._source.reply_in_thread(self.thread_key or self._key, self.thread_id, self._redactor.text(text))
             return
         await self._source.post_comment(self._key, self._redactor.text(text))
 
@@ -165,12 +171,15 @@ class TaskRunner:
         requester: str | None,
         continuation: Continuation | None = None,
         lease: LeaseWatch | None = None,
+        reply_to: ThreadRef | None = None,
     ) -> RunResult:
         """Work `task` (already claimed by this worker) to its end; release its lease.
 
         `continuation`: an existing run to carry on (resumed after a pause, or taken over
         after its worker died) instead of starting a new one. `lease`: the worker's
         heartbeat; once it is lost the run stops at its next step, writing nothing more.
+        `reply_to`: the review thread that asked for this run (kept in the run's metadata,
+        so a continued run answers there too).
         """
         config = self._config
         key = str(task.key)
@@ -193,7 +202,13 @@ class TaskRunner:
                 workspace=str(workspace),
             )
             await asyncio.to_thread(self._store.start_run, run_uuid, key, self._owner, requester)
+            if reply_to is not None:
+                files.write_metadata(reply_to=str(reply_to))
+        saved_thread = files.metadata.get("reply_to")
+        reply_to = ThreadRef.parse(saved_thread) if saved_thread else None
         reporter = IssueReporter(source, task.key, self._redactor)
+        if reply_to is not None:
+            reporter.answer_in(reply_to)
         control = RunControl(self._controls, source, task, files, workspace, requester, reporter, continuation)
         log.info("%s: run %s %s", key, run_uuid, "continued" if continuation is not None else "started")
         outcome = LoopOutcome("failed", "", control.steps)
@@ -204,7 +219,7 @@ class TaskRunner:
             llm.on_usage(lambda usage: self._record_usage(run_uuid, key, usage))
             recorded = control.recorded_outcome()
             outcome = recorded or await self._work(
-                source, task, llm, files, reporter, workspace, requester, control, lease
+                source, task, llm, files, reporter, workspace, requester, control, lease, reply_to
             )
             _check_lease(lease, key, run_uuid)  # the task is another worker's now: publish nothing
             if self._memories is not None and recorded is None:
@@ -259,14 +274,18 @@ class TaskRunner:
         requester: str | None,
         control: RunControl,
         lease: LeaseWatch | None = None,
+        reply_to: ThreadRef | None = None,
     ) -> LoopOutcome:
         config = self._config
         comments = await source.list_comments(task.key)
         threads = await source.list_threads(task.key) if task.key.is_change else []
+        if reply_to is not None:  # asked in a thread of the agent's PR/MR: that thread is context
+            threads += [t for t in await source.list_threads(reply_to.change) if t.id == reply_to.thread_id]
         trust = _TrustCache()
         authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
         await trust.load(source, task.key, authors)
-        reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
+        if reply_to is None:
+            reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
         clone = RunWorkspace(
             source, task, workspace, config.workspace, retry_policy(config), self._redactor, files.directory / "checkout.json"
         )
