@@ -242,6 +242,9 @@ class WorkspaceConfig(_Strict):
     rules_max_bytes: int = Field(default=16384, ge=0)
     # Upper bound of one git command (clone, push ...) run by the agent itself.
     git_timeout_seconds: float = Field(default=300, gt=0)
+    # A run's clone (and its git directory) is deleted when the run ends done, failed or
+    # stopped; a paused run's is kept. True keeps finished runs' clones too (debugging).
+    keep_finished: bool = False
 
 
 class SchedulingConfig(_Strict):
@@ -375,6 +378,7 @@ class SetupOverride(_Strict):
 
     commands: list[str] | None = None
     timeout_seconds: float | None = Field(default=None, gt=0)
+    max_disk_mb: int | None = Field(default=None, gt=0)
     from_repository: bool | None = None
     cache: bool | None = None
 
@@ -390,6 +394,9 @@ class SetupConfig(_Strict):
 
     commands: list[str] = Field(default_factory=list)
     timeout_seconds: float = Field(default=600, gt=0)
+    # What the setup may write (workspace growth, and its private /tmp), in MiB: past it,
+    # its whole process tree is killed and what it created is removed.
+    max_disk_mb: int = Field(default=8192, gt=0)
     from_repository: bool = False
     cache: bool = True
     cache_dir: str = "setup-cache"

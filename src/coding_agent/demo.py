@@ -43,8 +43,9 @@ def _demo_script(planning: bool = False) -> ReplayScript:
 
 
 def _config(
-    forge_url: str, llm: dict[str, Any], directory: Path, sandbox_none: bool, planning: bool = False
+    forge_url: str, llm: dict[str, Any], directory: Path, sandbox_none: bool, planning: bool = False, keep: bool = False
 ) -> dict[str, Any]:
+    """The demo's config; `keep` (`--dir`): the run's clone stays for the user to look at."""
     security: dict[str, Any] = {"sandbox": "none"} if sandbox_none else {}
     return {
         **({"planning": {"enabled": True}} if planning else {}),
@@ -52,7 +53,7 @@ def _config(
         "task_source": "github",
         "github": {"api_url": forge_url, "token": _DEMO_TOKEN, "owner": "demo", "bot_name": DEMO_BOT},
         "llm": llm,
-        "workspace": {"base_dir": str(directory / "workspaces")},
+        "workspace": {"base_dir": str(directory / "workspaces"), "keep_finished": keep},
         "context_storage": {"base_dir": str(directory / "contexts")},
         "logging": {"dir": str(directory / "logs")},
         "database": {"url": f"sqlite:///{directory / 'state.db'}"},
@@ -147,7 +148,7 @@ def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bo
         try:
             # An empty environment: forge tokens exported for real work (GITHUB_TOKEN ...)
             # must not replace the sandbox forge's token (SPEC 12).
-            data = _config(forge.url, llm_section, directory, sandbox_none, planning)
+            data = _config(forge.url, llm_section, directory, sandbox_none, planning, keep)
             config = parse_config(data, source="demo", env={})
             configure_logging(config.logging, Redactor(config.secrets()), console=True)
             typer.echo(f"Sandbox GitHub at {forge.url}; issue {DEMO_REPO}#{number} labelled 'coding agent' by @{DEMO_USER}.")

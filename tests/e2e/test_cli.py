@@ -13,6 +13,7 @@ import yaml
 from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.testing.waiting import wait_for
 
+from ._forge_git import branch_file, task_branch
 from .conftest import GitHubForge, llm_section, run_cli, workspace_server, write_config
 
 
@@ -93,26 +94,19 @@ def test_npm_filesystem_server_as_a_configured_tool_server(github_forge: GitHubF
     offered = {tool["function"]["name"] for tool in first_request["tools"]}
     assert "filesystem__write_file" in offered and "workspace__create" in offered
     assert "coding agent done" in github_forge.labels("issue", number)
-    [workspace] = list(setup.workspaces.iterdir())
-    assert (workspace / "notes.md").read_text() == "# Notes\nwritten through the npm server\n"
+    branch = task_branch(github_forge, number)
+    assert branch_file(github_forge, branch, "notes.md") == "# Notes\nwritten through the npm server\n"
 
 
 def test_serve_picks_up_new_tasks_and_stops_on_sigterm(github_forge: GitHubForge, tmp_path: Path) -> None:
-    import os
     import signal
 
-    from .conftest import HELLO_SCRIPT, secret_env
+    from ._steering import spawn_cli
+    from .conftest import HELLO_SCRIPT
 
     with ReplaySandbox(HELLO_SCRIPT) as model:
         setup = write_config(tmp_path, [github_forge], llm_section(model), scheduling={"interval_seconds": 0.2})
-        process = subprocess.Popen(
-            [sys.executable, "-m", "coding_agent.cli", "serve", "--config", str(setup.config_path)],
-            cwd=tmp_path,
-            env={**os.environ, **secret_env()},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        process = spawn_cli(setup.config_path, "serve")
         try:
             number = github_forge.open_task("issue", "Opened while serving", "Please add hello.txt.")
             wait_for(lambda: "coding agent done" in github_forge.labels("issue", number), 60, "the task to end done")

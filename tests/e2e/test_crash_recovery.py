@@ -19,6 +19,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from coding_agent.runtime.state_store import StateStore
@@ -88,6 +89,7 @@ def _lane(config_path: Path, killer: Killer) -> int:
     return kills
 
 
+@pytest.mark.long
 def test_sigkilled_workers_lose_no_task(github_forge: GitHubForge, tmp_path: Path) -> None:
     numbers = [github_forge.open_task("issue", f"Task {n}", f"Please write the files ({n}).") for n in range(TASKS)]
     keys = [f"github:{REPO}#{number}" for number in numbers]

@@ -23,6 +23,7 @@ from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.testing.waiting import wait_for
 from coding_agent.tools.host_git import git_dir_for
 
+from ._forge_git import branch_file, task_branch
 from .conftest import (
     BOT,
     GITHUB_BOT_TOKEN,
@@ -265,7 +266,7 @@ def test_the_token_reaches_no_tool_process_config_or_file(github_forge: GitHubFo
 
     encoded = base64.b64encode(f"x-access-token:{GITHUB_BOT_TOKEN}".encode()).decode()
     forbidden = [*SECRETS, encoded]
-    env_output = (workspace / "env.txt").read_text()
+    env_output = branch_file(github_forge, task_branch(github_forge, number), "env.txt") or ""
     assert "PATH=" in env_output, "the model's env command really ran"
     logs = "\n".join(path.read_text(errors="replace") for path in setup.logs.rglob("*") if path.is_file())
     assert "pushed" in logs, "the log covers the delivery"

@@ -37,6 +37,7 @@ def runs(setup_dir: Path) -> list[str]:
         store.close()
 
 
+@pytest.mark.long
 def test_mention_on_a_done_task_starts_a_run_that_inherits_the_summary(forge: ForgeUnderTest, tmp_path: Path) -> None:
     number = forge.open_task("issue", "Greet people", "Please add hello.txt.")
     with ReplaySandbox(SCRIPT) as model:

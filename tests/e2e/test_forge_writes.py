@@ -61,6 +61,20 @@ def _store(setup: AgentSetup) -> StateStore:
     return StateStore(f"sqlite:///{setup.directory / 'state.db'}")
 
 
+def _assert_ended(forge: ForgeUnderTest, setup: AgentSetup, number: int, status: str, why: str = "") -> None:
+    """The task ended `status`: its label (and no longer processing), its one run in the
+    store, and no lease left behind."""
+    labels = forge.labels("issue", number)
+    assert f"coding agent {status}" in labels and "coding agent processing" not in labels, labels
+    key = _task_key(forge, number)
+    store = _store(setup)
+    try:
+        assert [run.status for run in store.runs(key)] == [status], why
+        assert store.lease_owner(key) is None
+    finally:
+        store.close()
+
+
 def _final_comment_pattern(forge: ForgeUnderTest) -> str:
     # With the progress comment off and a one-reply run, the final comment is the run's
     # only comment POST.
@@ -92,14 +106,7 @@ def test_final_comment_answered_422_ends_the_task_failed_with_a_comment(github_f
     assert github_forge.sandbox.faults.injected == 1
     [notice] = [body for author, body in github_forge.comments("issue", number) if author == BOT]
     assert "HTTP 422" in notice
-    labels = github_forge.labels("issue", number)
-    assert "coding agent failed" in labels and "coding agent processing" not in labels
-    store = _store(setup)
-    try:
-        assert [run.status for run in store.runs()] == ["failed"]
-        assert store.lease_owner(f"github:{REPO}#{number}") is None
-    finally:
-        store.close()
+    _assert_ended(github_forge, setup, number, "failed")
 
 
 def test_final_comment_503_streak_is_completed_by_the_next_cycle(forge: ForgeUnderTest, tmp_path: Path) -> None:
@@ -124,14 +131,7 @@ def test_final_comment_503_streak_is_completed_by_the_next_cycle(forge: ForgeUnd
     assert [r.status for r in second.results] == ["done"]
     finals = [body for author, body in forge.comments("issue", number) if author == BOT]
     assert finals == ["Looked at it; nothing to change."]
-    labels = forge.labels("issue", number)
-    assert "coding agent done" in labels and "coding agent processing" not in labels
-    store = _store(setup)
-    try:
-        assert [run.status for run in store.runs(key)] == ["done"]
-        assert store.lease_owner(key) is None
-    finally:
-        store.close()
+    _assert_ended(forge, setup, number, "done")
 
 
 def test_label_write_answered_403_is_completed_by_the_next_cycle(github_forge: GitHubForge, tmp_path: Path) -> None:
@@ -151,14 +151,7 @@ def test_label_write_answered_403_is_completed_by_the_next_cycle(github_forge: G
     assert [body for body in bodies if "nothing to change" in body] == ["Looked at it; nothing to change."]
     [progress] = progress_comments(bodies)
     assert "done" in progress, "the run's one progress comment shows its end"
-    labels = github_forge.labels("issue", number)
-    assert "coding agent done" in labels and "coding agent processing" not in labels
-    store = _store(setup)
-    try:
-        assert [run.status for run in store.runs()] == ["done"]
-        assert store.lease_owner(f"github:{REPO}#{number}") is None
-    finally:
-        store.close()
+    _assert_ended(github_forge, setup, number, "done")
 
 
 def test_a_run_that_can_never_publish_ends_failed_and_lets_go(github_forge: GitHubForge, tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.runtime.memory_store import MemoryStore
 from coding_agent.runtime.state_store import StateStore
@@ -66,6 +68,7 @@ def _open(forge: GitHubForge, repo: str, title: str) -> int:
     return number
 
 
+@pytest.mark.long
 def test_memory_of_run_one_reaches_run_two_on_the_same_repository_only(github_forge: GitHubForge, tmp_path: Path) -> None:
     _other_repo(github_forge)
     with ReplaySandbox(SCRIPT) as model:

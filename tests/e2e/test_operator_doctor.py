@@ -14,9 +14,11 @@ import yaml
 
 from coding_agent.testing.replay_model import ReplaySandbox
 
+from ._steering import spawn_cli
 from .conftest import (
     BOT,
     SECRETS,
+    AgentSetup,
     ForgeUnderTest,
     GitHubForge,
     llm_section,
@@ -165,40 +167,38 @@ def test_local_commands_need_no_forge_token(github_forge: GitHubForge, tmp_path:
 
 
 
-def test_serve_with_the_llm_down_waits_logs_and_claims_nothing(github_forge: GitHubForge, tmp_path: Path) -> None:
+def _sigterm_after_failed_preflight(setup: AgentSetup, role: str) -> tuple[int, str, str]:
+    """Start `coding-agent <role>`, wait until it logs that its preflight failed, send
+    SIGTERM: (exit code, stderr, the log)."""
     import signal
 
     from coding_agent.testing.waiting import wait_for
 
-    from .conftest import secret_env
-
-    number = github_forge.open_task("issue", "Greet people", "Please add hello.txt.")
-    llm = {"provider": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}
-    setup = write_config(
-        tmp_path, [github_forge], llm, scheduling={"interval_seconds": 0.2}, dashboard={"bind": "127.0.0.1:0"}
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "coding_agent.cli", "serve", "--config", str(setup.config_path)],
-        cwd=tmp_path,
-        env={**os.environ, **secret_env()},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = spawn_cli(setup.config_path, role)
     log_file = setup.logs / "coding-agent.log"
     try:
         wait_for(
             lambda: log_file.exists() and "nothing is claimed until this passes" in log_file.read_text(),
             60,
-            "serve to log the failed preflight",
+            f"{role} to log the failed preflight",
         )
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+        _, err = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 0
-    assert "preflight: llm openai http://127.0.0.1:9/v1" in log_file.read_text()
+    return process.returncode, err, log_file.read_text()
+
+
+def test_serve_with_the_llm_down_waits_logs_and_claims_nothing(github_forge: GitHubForge, tmp_path: Path) -> None:
+    number = github_forge.open_task("issue", "Greet people", "Please add hello.txt.")
+    llm = {"provider": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}
+    setup = write_config(
+        tmp_path, [github_forge], llm, scheduling={"interval_seconds": 0.2}, dashboard={"bind": "127.0.0.1:0"}
+    )
+    code, err, log = _sigterm_after_failed_preflight(setup, "serve")
+    assert code == 0, err
+    assert "preflight: llm openai http://127.0.0.1:9/v1" in log
     assert github_forge.labels("issue", number) == ["coding agent"]
     assert github_forge.comments("issue", number) == []
 
@@ -209,7 +209,6 @@ def test_worker_with_the_llm_down_waits_logs_and_takes_nothing_from_the_queue(
     """`worker` runs the same preflight as `serve`: a queued task stays queued (the
     message is not consumed), no label changes, no comment, until the LLM answers."""
     import asyncio
-    import signal
     import uuid
 
     import pytest
@@ -217,7 +216,6 @@ def test_worker_with_the_llm_down_waits_logs_and_takes_nothing_from_the_queue(
     from coding_agent.config import load_config
     from coding_agent.runtime.service import AgentService
     from coding_agent.testing.services import amqp_url, reachable
-    from coding_agent.testing.waiting import wait_for
 
     from .conftest import secret_env
 
@@ -257,28 +255,9 @@ def test_worker_with_the_llm_down_waits_logs_and_takes_nothing_from_the_queue(
     try:
         assert asyncio.run(produce_once()) == 1
         labels_before = github_forge.labels("issue", number)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "coding_agent.cli", "worker", "--config", str(setup.config_path)],
-            cwd=tmp_path,
-            env={**os.environ, **secret_env()},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        log_file = setup.logs / "coding-agent.log"
-        try:
-            wait_for(
-                lambda: log_file.exists() and "nothing is claimed until this passes" in log_file.read_text(),
-                60,
-                "worker to log the failed preflight",
-            )
-            process.send_signal(signal.SIGTERM)
-            _, err = process.communicate(timeout=30)
-        finally:
-            if process.poll() is None:
-                process.kill()
-        assert process.returncode == 0, err
-        assert "preflight: llm openai http://127.0.0.1:9/v1" in log_file.read_text()
+        code, err, log = _sigterm_after_failed_preflight(setup, "worker")
+        assert code == 0, err
+        assert "preflight: llm openai http://127.0.0.1:9/v1" in log
         assert asyncio.run(queued()) == 1, "the queued task is still waiting for a worker"
         assert github_forge.labels("issue", number) == labels_before
         assert github_forge.comments("issue", number) == []

@@ -27,6 +27,7 @@ def _plain_environment(tmp_path: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.long
 @pytest.mark.fresh_clone
 def test_fresh_clone_sets_up_and_runs_the_demo(tmp_path: Path) -> None:
     if not (REPO_ROOT / ".git").exists() or shutil.which("git") is None:

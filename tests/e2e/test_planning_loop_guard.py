@@ -14,7 +14,7 @@ import pytest
 
 from coding_agent.testing.replay_model import ReplaySandbox
 
-from ._steering import run_cycle, steering_config, user_messages
+from ._steering import pause_signal_action, run_cycle, steering_config, user_messages
 from .conftest import ForgeUnderTest, load_for_service
 
 VIEW_README: dict[str, Any] = {"tool": "workspace/view", "args": {"path": "README.md"}, "comment": "Reading the README."}
@@ -98,3 +98,31 @@ def test_the_guard_can_be_switched_off(github_forge: ForgeUnderTest, tmp_path: P
         report = run_cycle(load_for_service(setup))
 
     assert [result.status for result in report.results] == ["done"]
+
+
+@pytest.mark.parametrize("function_calling", [True, False], ids=["tool_calls", "json_text"])
+def test_the_counts_survive_a_pause_and_resume(github_forge: ForgeUnderTest, function_calling: bool, tmp_path: Path) -> None:
+    """Two repeats, a pause (the third reply arrives as the signal file appears), a resume:
+    the third repeat is still the third (corrected) and the fifth still ends the run."""
+    number = github_forge.open_task("issue", "Read the README", "What does the README say?")
+    paused_third = {**VIEW_README, "before": {"pause": {}}}
+    script = {"replies": [VIEW_README, VIEW_README, paused_third, *[VIEW_README] * 5, {"done": "Read it."}]}
+
+    with ReplaySandbox(script, actions={"pause": pause_signal_action(tmp_path)}) as model:
+        setup = steering_config(tmp_path, [github_forge], model, function_calling=function_calling)
+        first = run_cycle(load_for_service(setup))
+        assert [result.status for result in first.results] == ["paused"]
+        assert "coding agent paused" in github_forge.labels("issue", number)
+        (tmp_path / "contexts" / "pause_signal").unlink()
+        resumed = run_cycle(load_for_service(setup))
+        requests = model.requests
+
+    assert [result.status for result in resumed.results] == ["failed"]
+    assert len(requests) == 5, "the fifth identical call ends the run, pause or not"
+    warning = "Loop guard: you have now repeated workspace/view"
+    assert warning not in _request_text(requests[2]), "two repeats are not yet a loop"
+    assert _request_text(requests[3]).count(warning) == 1, "the third repeat, run after the resume, is corrected"
+    final = github_forge.comments("issue", number)[-1][1]
+    assert 'stuck: it repeated workspace/view {"path": "README.md"} 5 times in a row' in final
+    labels = github_forge.labels("issue", number)
+    assert "coding agent failed" in labels and "coding agent paused" not in labels

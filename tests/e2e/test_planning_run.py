@@ -118,7 +118,8 @@ def test_five_invalid_plans_fail_the_run(github_forge: ForgeUnderTest, function_
         {"plan": plan()},
     ]
     with ReplaySandbox({"phases": {"planning": bad}}) as model:
-        setup = planning_config(tmp_path, [github_forge], model, function_calling, max_actions=3)
+        kept = {"workspace": {"base_dir": str(tmp_path / "workspaces"), "keep_finished": True}}  # looked at below
+        setup = planning_config(tmp_path, [github_forge], model, function_calling, extra=kept, max_actions=3)
         report = run_cycle(load_for_service(setup))
         requests = model.requests
 

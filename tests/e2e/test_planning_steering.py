@@ -11,6 +11,7 @@ import pytest
 
 from coding_agent.testing.replay_model import ReplaySandbox
 
+from ._forge_git import branch_file, task_branch
 from ._planning import action, create_then_done, markers, plan, planning_config
 from ._steering import assign, new_comment_messages, pause_signal_action, post_comment, run_cycle, unassign
 from .conftest import MAINTAINER, REPO, ForgeUnderTest, load_for_service, progress_comments
@@ -137,8 +138,7 @@ def test_pause_and_resume_continue_at_the_same_checkpoint(github_forge: ForgeUnd
         "[Phase: verification 1/2]",
         "[Phase: completion]",
     ]
-    workspace = next(setup.workspaces.iterdir())
-    assert (workspace / "b.txt").read_text() == "b.txt\n"
+    assert branch_file(github_forge, task_branch(github_forge, number), "b.txt") == "b.txt\n"
     if function_calling:
         assert _created(requests[-1], "b.txt") == 1, "no tool ran twice"
     bodies = [body for _, body in github_forge.comments("issue", number)]

@@ -16,6 +16,7 @@ from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.testing.faults import Fault
 from coding_agent.testing.replay_model import ReplaySandbox
 
+from ._forge_git import branch_file, task_branch
 from .conftest import (
     HELLO_SCRIPT,
     READER,
@@ -53,8 +54,7 @@ def test_every_provider_and_protocol_drives_the_loop(
     assert [r.status for r in report.results] == ["done"]
     assert "coding agent done" in github_forge.labels("issue", number)
     [run_dir] = setup.completed_runs()
-    metadata_workspace = next(setup.workspaces.iterdir())
-    assert (metadata_workspace / "hello.txt").read_text() == "hello from the agent\n"
+    assert branch_file(github_forge, task_branch(github_forge, number), "hello.txt") == "hello from the agent\n"
     assert len(requests) == 3, "two turns, then the memory request (memory.enabled is on by default)"
     assert "update your notes about the repository acme/widgets" in requests[2].body["messages"][-1]["content"]
     expected_path = "/api/chat" if provider == "ollama" else "/v1/chat/completions"

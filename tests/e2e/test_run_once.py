@@ -9,6 +9,7 @@ import pytest
 
 from coding_agent.testing.replay_model import ReplaySandbox
 
+from ._forge_git import branch_file, task_branch
 from .conftest import (
     ForgeUnderTest,
     Kind,
@@ -47,9 +48,25 @@ def test_labelled_task_ends_done(forge: ForgeUnderTest, kind: Kind, replay: Repl
     assert [t["tool"] for t in tools] == ["workspace/create"] and not tools[0]["is_error"]
     metadata = json.loads((run_dir / "metadata.json").read_text())
     assert metadata["status"] == "done" and metadata["task_key"].startswith(f"{forge.name}:acme/widgets")
-    written = Path(metadata["workspace"]) / "hello.txt"
-    assert written.read_text() == "hello from the agent\n", "the tool call really wrote the file"
+    branch = task_branch(forge, number) if kind == "issue" else "feature"
+    written = branch_file(forge, branch, "hello.txt")
+    assert written == "hello from the agent\n", "the tool call really wrote the file"
     assert not (setup.contexts / "running").exists() or not any((setup.contexts / "running").iterdir())
+    assert not any(setup.workspaces.iterdir()), "the run's clone is deleted when it ends"
+    assert not any(Path(f"{setup.workspaces}.git-dirs").iterdir()), "and its git directory beside it"
+
+
+def test_keep_finished_keeps_the_clone(github_forge: ForgeUnderTest, replay: ReplaySandbox, tmp_path: Path) -> None:
+    github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt with a greeting.")
+    setup = write_config(tmp_path, [github_forge], llm_section(replay), workspace={
+        "base_dir": str(tmp_path / "workspaces"), "keep_finished": True
+    })
+
+    assert run_cli(setup, "run", "--once").returncode == 0
+
+    [workspace] = list(setup.workspaces.iterdir())
+    assert (workspace / "hello.txt").read_text() == "hello from the agent\n"
+    assert (Path(f"{setup.workspaces}.git-dirs") / workspace.name / "HEAD").is_file()
 
 
 def test_second_run_finds_nothing_to_do(github_forge: ForgeUnderTest, replay: ReplaySandbox, tmp_path: Path) -> None:

@@ -129,6 +129,7 @@ def _stop(process: subprocess.Popen[str]) -> str:
     return err
 
 
+@pytest.mark.long
 def test_two_worker_processes_share_32_tasks_each_done_once(
     github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
 ) -> None:

@@ -89,12 +89,16 @@ def _run(command: str) -> dict[str, Any]:
     return {"tool": "workspace/run", "args": {"command": command, "timeout_seconds": 60}}
 
 
-def _config(tmp_path: Path, forge: ForgeUnderTest, model: ReplaySandbox, setup_hosts: list[str], run_hosts: list[str]) -> AgentSetup:
+def _config(
+    tmp_path: Path, forge: ForgeUnderTest, model: ReplaySandbox, setup_hosts: list[str], run_hosts: list[str],
+    **setup: object,
+) -> AgentSetup:  # fmt: skip
     return write_config(
         tmp_path,
         [forge],
         llm_section(model),
-        setup={"from_repository": True, "timeout_seconds": 120, "cache": True, "cache_dir": str(tmp_path / "cache")},
+        setup={"from_repository": True, "timeout_seconds": 120, "cache": True, "cache_dir": str(tmp_path / "cache"),
+               **setup},  # fmt: skip
         security={"egress": {"setup_hosts": setup_hosts, "run_hosts": run_hosts}},
     )
 
@@ -195,3 +199,33 @@ def test_untrusted_pr_head_cannot_change_the_setup(forge: ForgeUnderTest, tmp_pa
 
     assert result.status == "done"
     assert "SETUP-FROM-DEFAULT" in first_turn and "SETUP-FROM-PR-HEAD" not in first_turn
+
+
+def test_setup_filling_the_disk_is_killed_and_the_run_goes_on(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """Issue 12, Bad input: killed at `setup.max_disk_mb` with its tree, the model is told,
+    the workspace is as cloned, and the run delivers."""
+    fill = "mkdir -p .deps\necho FILLING\ni=0; while :; do head -c 1048576 /dev/zero > .deps/blob$i; i=$((i+1)); sleep 0.02; done\n"
+    state = github_forge.sandbox.state
+    state.init_repo(REPO, files={"README.md": "# widgets\n", SCRIPT_PATH: fill})
+    number = github_forge.open_task("issue", "Add hello", "Add hello.txt.")
+    script = {
+        "replies": [
+            _run("ls -A; git status --short"),
+            {"tool": "workspace/create", "args": {"path": "hello.txt", "content": "hi\n"}},
+            {"done": "Added hello.txt."},
+        ]
+    }
+    with ReplaySandbox(script) as model:
+        setup = _config(tmp_path, github_forge, model, [], [], max_disk_mb=2)
+        [result] = _run_once(setup).results
+        first_turn, transcript = _first_turn(model), _transcript(model)
+
+    assert result.status == "done", "a setup killed at its disk limit does not fail the run"
+    assert "FILLING" in first_turn and "wrote more than its limit of 2 MB (setup.max_disk_mb)" in first_turn
+    assert ".deps" not in transcript and "README.md" in transcript, "the workspace is as cloned"
+    [pull] = state.pulls(REPO)
+    assert state.git.read_file(REPO, pull.head, "hello.txt") == b"hi\n"
+    assert state.git.read_file(REPO, pull.head, ".deps/blob0") is None
+    bodies = [body for _, body in github_forge.comments("issue", number)]
+    [progress] = progress_comments(bodies)
+    assert "wrote more than its limit of 2 MB" in progress

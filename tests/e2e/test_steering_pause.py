@@ -16,10 +16,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from coding_agent.agent.steering.pause import REQUEST_READ_SECONDS
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import RecordedRequest, ReplaySandbox
 
+from ._forge_git import branch_file, task_branch
 from ._steering import (
     THREE_FILES,
     assistant_turns,
@@ -96,6 +99,7 @@ def test_signal_file_pauses_and_resume_continues_from_the_next_step(
         state = _paused_state(tmp_path)
         assert state["steps"] == 2 and state["messages"][-1]["role"] == "assistant", "paused between reply and action"
         assert state["steering"]["comments"]["last_comment_ids"], "the detection state is saved"
+        assert any(setup.workspaces.iterdir()), "a paused run's clone is kept"
 
         assert run_cycle(load_for_service(setup)).results == (), "nothing starts while the signal file exists"
         post_comment(github_forge, "issue", number, MAINTAINER, "While you were paused: use tabs.")
@@ -108,10 +112,12 @@ def test_signal_file_pauses_and_resume_continues_from_the_next_step(
     _assert_no_step_repeated(requests)
     _assert_comment_reached_the_model_once(requests, "While you were paused: use tabs.")
     _assert_finished_cleanly(github_forge, number)
-    workspace = next(setup.workspaces.iterdir())
-    assert [(workspace / name).read_text() for name in ("a.txt", "b.txt", "c.txt")] == ["a\n", "b\n", "c\n"]
+    branch = task_branch(github_forge, number)
+    assert [branch_file(github_forge, branch, name) for name in ("a.txt", "b.txt", "c.txt")] == ["a\n", "b\n", "c\n"]
+    assert not any(setup.workspaces.iterdir()), "deleted once the resumed run is done"
 
 
+@pytest.mark.long
 def test_cli_pause_holds_until_cli_resume(github_forge: ForgeUnderTest, tmp_path: Path) -> None:
     number = github_forge.open_task("issue", "Three files", "Please write a, b and c.")
     key = KEY.format(number=number)

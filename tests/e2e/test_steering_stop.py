@@ -64,8 +64,10 @@ def test_unassigning_the_bot_stops_the_run(forge: ForgeUnderTest, kind: Kind, tm
     assert sum(body.startswith("## ⛔") for body in bodies) == 1
     [run_dir] = setup.completed_runs()
     assert json.loads((run_dir / "metadata.json").read_text())["status"] == "stopped"
-    workspace = next(setup.workspaces.iterdir())
-    assert (workspace / "a.txt").exists() and not (workspace / "b.txt").exists(), "the second action never ran"
+    tools = [json.loads(line) for line in (run_dir / "tools.jsonl").read_text().splitlines()]
+    assert [(t["tool"], t["args"]["path"], t["is_error"]) for t in tools] == [("workspace/create", "a.txt", False)]
+    assert not any(setup.workspaces.iterdir()), "a stopped run's clone is deleted (the second action never ran)"
+    assert not any(Path(f"{setup.workspaces}.git-dirs").iterdir()), "and its git directory"
 
 
 def test_a_failing_assignee_read_never_stops_the_run(

@@ -7,6 +7,8 @@ forwarder the sandbox runs inside; the sandbox tests run real bwrap commands.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import shutil
 import socket
 import subprocess
@@ -156,6 +158,57 @@ async def test_empty_probe_is_not_a_refusal() -> None:
     assert not Path(proxy.socket_path).exists()
 
 
+class _Origin:
+    """An origin that answers any GET with `body` (random bytes: a reordered, dropped or
+    doubled chunk changes the digest) and counts what it served."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(self.body))
+            writer.write(self.body)
+            await writer.drain()
+            writer.close()
+
+        self.server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+@pytest.mark.parametrize("rate", [None, "4M"], ids=["fast-reader", "slow-reader"])
+async def test_large_download_arrives_intact(rate: str | None, tmp_path: Path) -> None:
+    """The body is spliced origin -> sandbox in the kernel: every byte, in order, also when
+    the reader is slower than the origin (the splice then waits for the socket to drain)."""
+    body = os.urandom(6 * 1024 * 1024)
+    async with _Origin(body) as listed, EgressProxy([], [listed]) as proxy:
+        proxy.phase = "run"
+        port = _free_port()
+        forwarder = subprocess.Popen(
+            ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{proxy.socket_path}"]
+        )
+        try:
+            wait_for(lambda: _listening(port), 10, "the socat forwarder")
+            target = tmp_path / "body"
+            limit = ["--limit-rate", rate] if rate else []
+            process = await asyncio.create_subprocess_exec(
+                "curl", "-sS", "--max-time", "30", "--proxy", f"http://127.0.0.1:{port}", *limit,
+                "-o", str(target), f"http://{listed}/big",
+            )  # fmt: skip
+            assert await process.wait() == 0
+        finally:
+            forwarder.kill()
+            forwarder.wait()
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == hashlib.sha256(body).hexdigest()
+    assert proxy.refusals == []
+
+
 # --- through the real sandbox -------------------------------------------------------------
 
 needs_bwrap = pytest.mark.skipif(not bwrap_usable(Path("/tmp")), reason="bwrap cannot create namespaces here")
@@ -177,6 +230,20 @@ async def test_sandboxed_command_reaches_only_listed_hosts(index: PackageIndex, 
         )
         assert direct.exit_code != 0 and "hello" not in direct.output  # no network of its own
     assert blocked_lines(proxy.refusals) == ["blocked: 169.254.169.254:80, by `curl http://169.254.169.254/`"]
+
+
+@needs_bwrap
+async def test_forwarder_is_ready_at_once_and_keeps_serving(index: PackageIndex, tmp_path: Path) -> None:
+    """The command starts only once socat listens (its first request works), and socat
+    keeps forwarding after the pipe its readiness notice came through is closed."""
+    listed = f"127.0.0.1:{index.port}"
+    async with EgressProxy([], [listed]) as proxy:
+        proxy.phase = "run"
+        egress = EgressSandbox(proxy.socket_path, no_proxy_value([listed]))
+        command = f"for i in 1 2 3 4; do curl -sS {index.url}/hello; done"
+        result = await run_command(command, tmp_path, 60, "bwrap", egress=egress)
+    assert result.exit_code == 0, result.output
+    assert result.output == "hello through the proxy\n" * 4
 
 
 @needs_bwrap

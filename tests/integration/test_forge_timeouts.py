@@ -9,7 +9,8 @@ conditional-request cache stays on throughout: the retried GET still revalidates
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 from pydantic import SecretStr
@@ -32,23 +33,6 @@ GH_TOKEN = "sandbox-github-token-for-timeouts"
 GL_TOKEN = "sandbox-gitlab-token-for-timeouts"
 
 
-@pytest.fixture
-def github() -> Iterator[GitHubSandbox]:
-    with GitHubSandbox() as box:
-        box.state.add_user("coding-bot", token=GH_TOKEN, bot=True)
-        box.state.add_repo("acme/widgets")
-        box.state.set_permission("acme/widgets", "coding-bot", "write")
-        yield box
-
-
-@pytest.fixture
-def gitlab() -> Iterator[GitLabSandbox]:
-    with GitLabSandbox() as box:
-        box.state.add_user("agent-bot", token=GL_TOKEN, bot=True)
-        box.state.add_project("team/app")
-        yield box
-
-
 class RecordingSleep:
     """Records the retry waits (so a test sees that a retry happened) without waiting."""
 
@@ -59,77 +43,99 @@ class RecordingSleep:
         self.waits.append(seconds)
 
 
-def _github_source(box: GitHubSandbox, retries: int, sleep: RecordingSleep | None = None) -> GitHubSource:
+@dataclass
+class Forge:
+    """One sandbox forge as these tests use it: a new issue, its GET's pattern, a source."""
+
+    box: GitHubSandbox | GitLabSandbox
+    token: str
+    new_issue: Callable[[str], TaskKey]
+    issue_path: Callable[[TaskKey], str]  # the pattern of the issue's GET
+    api_path: str  # the pattern of every API GET
+    source: Callable[[int, RecordingSleep], GitHubSource | GitLabSource]
+
+
+def _github(box: GitHubSandbox) -> Forge:
+    box.state.add_user("coding-bot", token=GH_TOKEN, bot=True)
+    box.state.add_repo("acme/widgets")
+    box.state.set_permission("acme/widgets", "coding-bot", "write")
     config = GitHubConfig.model_validate(
         {"api_url": box.url, "token": SecretStr(GH_TOKEN), "owner": "acme", "repos": ["widgets"], "bot_name": "coding-bot"}
     )
-    policy = RetryPolicy(retries=retries, base_delay=0.01)
-    return GitHubSource(config, policy, sleep=sleep or RecordingSleep(), timeout=TIMEOUT_SECONDS)
+
+    def new_issue(title: str) -> TaskKey:
+        return TaskKey("github", "acme/widgets", TaskKind.ISSUE, box.state.create_issue("acme/widgets", title, author="coding-bot"))
+
+    return Forge(
+        box,
+        GH_TOKEN,
+        new_issue,
+        lambda key: rf"GET /repos/acme/widgets/issues/{key.number}$",
+        r"GET /repos/",
+        lambda retries, sleep: GitHubSource(
+            config, RetryPolicy(retries=retries, base_delay=0.01), sleep=sleep, timeout=TIMEOUT_SECONDS
+        ),
+    )
 
 
-def _gitlab_source(box: GitLabSandbox, retries: int, sleep: RecordingSleep | None = None) -> GitLabSource:
+def _gitlab(box: GitLabSandbox) -> Forge:
+    box.state.add_user("agent-bot", token=GL_TOKEN, bot=True)
+    box.state.add_project("team/app")
     config = GitLabConfig(api_url=box.url, token=GL_TOKEN, group="team", bot_name="agent-bot")
-    policy = RetryPolicy(retries=retries, base_delay=0.01)
-    return GitLabSource(config, policy, sleep=sleep or RecordingSleep(), timeout=TIMEOUT_SECONDS)
+
+    def new_issue(title: str) -> TaskKey:
+        return TaskKey("gitlab", "team/app", TaskKind.ISSUE, box.state.create_issue("team/app", title, author="agent-bot"))
+
+    return Forge(
+        box,
+        GL_TOKEN,
+        new_issue,
+        lambda key: rf"GET /api/v4/projects/.*/issues/{key.number}$",
+        r"GET /api/v4/projects/",
+        lambda retries, sleep: GitLabSource(
+            config, RetryPolicy(retries=retries, base_delay=0.01), sleep=sleep, timeout=TIMEOUT_SECONDS
+        ),
+    )
 
 
-async def test_github_hung_get_through_the_cache_times_out_and_the_retry_revalidates(github: GitHubSandbox) -> None:
-    number = github.state.create_issue("acme/widgets", "slow forge", author="coding-bot")
-    key = TaskKey("github", "acme/widgets", TaskKind.ISSUE, number)
+@pytest.fixture(params=["github", "gitlab"])
+def forge(request: pytest.FixtureRequest) -> Iterator[Forge]:
+    if request.param == "github":
+        with GitHubSandbox() as github:
+            yield _github(github)
+    else:
+        with GitLabSandbox() as gitlab:
+            yield _gitlab(gitlab)
+
+
+async def test_hung_get_through_the_cache_times_out_and_the_retry_revalidates(forge: Forge) -> None:
+    key = forge.new_issue("slow forge")
     sleep = RecordingSleep()
-    source = _github_source(github, retries=2, sleep=sleep)
+    source = forge.source(2, sleep)
     try:
         first = await source.get_task(key)  # fills the cache: the next GET is conditional
-        github.faults.add(Fault(pattern=rf"GET /repos/acme/widgets/issues/{number}$", status=None, delay=HANG_SECONDS))
+        forge.box.faults.add(Fault(pattern=forge.issue_path(key), status=None, delay=HANG_SECONDS))
         again = await source.get_task(key)
     finally:
         await source.aclose()
     assert again.title == first.title == "slow forge"
-    assert github.faults.injected == 1
+    assert forge.box.faults.injected == 1
     assert len(sleep.waits) == 1, "the hung attempt timed out and was retried once"
-    # The hung request is answered (200 or 304) only after the fault's delay; the retry
-    # that returned the task was a revalidation answered by 304.
-    statuses = [r.status for r in github.state.requests() if r.path.endswith(f"/issues/{number}")]
-    assert statuses[0] == 200 and 304 in statuses[1:]
+    if isinstance(forge.box, GitHubSandbox):
+        # The hung request is answered (200 or 304) only after the fault's delay; the
+        # retry that returned the task was a revalidation answered by 304.
+        statuses = [r.status for r in forge.box.state.requests() if r.path.endswith(f"/issues/{key.number}")]
+        assert statuses[0] == 200 and 304 in statuses[1:]
 
 
-async def test_github_hung_forge_fails_cleanly_when_retries_run_out(github: GitHubSandbox) -> None:
-    number = github.state.create_issue("acme/widgets", "hung", author="coding-bot")
-    github.faults.add(Fault(pattern=r"GET /repos/", count=5, status=None, delay=HANG_SECONDS))
-    source = _github_source(github, retries=1)
+async def test_hung_forge_fails_cleanly_when_retries_run_out(forge: Forge) -> None:
+    key = forge.new_issue("hung")
+    forge.box.faults.add(Fault(pattern=forge.api_path, count=5, status=None, delay=HANG_SECONDS))
+    source = forge.source(1, RecordingSleep())
     try:
         with pytest.raises(TransientError, match="timed out") as failure:
-            await source.get_task(TaskKey("github", "acme/widgets", TaskKind.ISSUE, number))
+            await source.get_task(key)
     finally:
         await source.aclose()
-    assert GH_TOKEN not in str(failure.value)
-    assert github.faults.injected == 2  # the first attempt and its one retry
-
-
-async def test_gitlab_hung_get_times_out_and_the_retry_revalidates(gitlab: GitLabSandbox) -> None:
-    iid = gitlab.state.create_issue("team/app", "slow forge", author="agent-bot")
-    key = TaskKey("gitlab", "team/app", TaskKind.ISSUE, iid)
-    sleep = RecordingSleep()
-    source = _gitlab_source(gitlab, retries=2, sleep=sleep)
-    try:
-        first = await source.get_task(key)
-        gitlab.faults.add(Fault(pattern=rf"GET /api/v4/projects/.*/issues/{iid}$", status=None, delay=HANG_SECONDS))
-        again = await source.get_task(key)
-    finally:
-        await source.aclose()
-    assert again.title == first.title == "slow forge"
-    assert gitlab.faults.injected == 1
-    assert len(sleep.waits) == 1, "the hung attempt timed out and was retried once"
-
-
-async def test_gitlab_hung_forge_fails_cleanly_when_retries_run_out(gitlab: GitLabSandbox) -> None:
-    iid = gitlab.state.create_issue("team/app", "hung", author="agent-bot")
-    gitlab.faults.add(Fault(pattern=r"GET /api/v4/projects/", count=5, status=None, delay=HANG_SECONDS))
-    source = _gitlab_source(gitlab, retries=1)
-    try:
-        with pytest.raises(TransientError, match="timed out") as failure:
-            await source.get_task(TaskKey("gitlab", "team/app", TaskKind.ISSUE, iid))
-    finally:
-        await source.aclose()
-    assert GL_TOKEN not in str(failure.value)
-    assert gitlab.faults.injected == 2
+    assert forge.token not in str(failure.value)
+    assert forge.box.faults.injected == 2  # the first attempt and its one retry

@@ -4,6 +4,7 @@ response, and a second server on a taken address."""
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -156,3 +157,121 @@ async def test_a_taken_address_is_one_warning_naming_dashboard_bind(
     store.close()
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert len(warnings) == 1 and f"dashboard.bind {first[7:]}" in warnings[0]
+
+
+# -- a real run's tool calls, comments and plan (SPEC 11.3, 10.5) ----------------------
+
+
+def _real_run(tmp_path: Path, function_calling: bool) -> tuple[AgentConfig, str, list[str]]:
+    """A run against the sandbox forge and the replay model whose issue comment and tool
+    result both carry configured secrets, and whose texts are hostile markup."""
+    from coding_agent.testing.github import GitHubSandbox
+    from coding_agent.testing.replay_model import ReplaySandbox
+    from tests.e2e._steering import post_comment, run_cycle, steering_config
+    from tests.e2e.conftest import GITHUB_BOT_TOKEN, LLM_API_KEY, GitHubForge, load_for_service
+
+    with GitHubSandbox() as sandbox:
+        forge = GitHubForge(sandbox)
+        number = forge.open_task("issue", "Hello", "Please write s.txt.")
+        post_comment(forge, "issue", number, "rita", f"{HOSTILE_COMMENT} token {GITHUB_BOT_TOKEN}")
+        script = {
+            "replies": [
+                {"tool": "workspace/create", "args": {"path": "s.txt", "content": f"key {LLM_API_KEY}"}, "comment": "Writing s.txt."},
+                {"tool": "workspace/view", "args": {"path": "s.txt"}, "comment": "Checking <b>s.txt</b>."},
+                {"done": "Wrote s.txt."},
+            ]
+        }
+        with ReplaySandbox(script) as model:
+            setup = steering_config(tmp_path, [forge], model, function_calling=function_calling)
+            config = load_for_service(setup)
+            report = run_cycle(config)
+    assert [result.status for result in report.results] == ["done"]
+    return config, report.results[0].task_key, [GITHUB_BOT_TOKEN, LLM_API_KEY]
+
+
+HOSTILE_COMMENT = '<script>document.title="pwned"</script><img src=x onerror=alert(1)>'
+
+
+@pytest.mark.parametrize("function_calling", [True, False], ids=["tool_calls", "json_text"])
+async def test_task_page_shows_the_runs_tool_calls_and_comments(tmp_path: Path, function_calling: bool) -> None:
+    import asyncio
+
+    config, key, hidden = await asyncio.to_thread(_real_run, tmp_path, function_calling)
+    store = StateStore(config.database.url)
+    async with serving_dashboard(config, store) as url, httpx.AsyncClient(base_url=str(url)) as client:
+        detail = (await client.get(f"/api/tasks/{quote(key, safe='')}")).json()
+        page = (await client.get(f"/tasks/{quote(key, safe='')}")).text
+        events = await _first_event(client, key)
+        metrics = (await client.get("/metrics")).text
+    store.close()
+    # The run's forge requests, counted in sources/http.py, in the dashboard's /metrics.
+    assert _sample(metrics, 'coding_agent_forge_requests_total{forge="github",outcome="2xx"}') >= 5
+
+    calls = detail["tool_calls"]
+    assert [(call["tool"], call["status"]) for call in calls] == [("workspace/create", "ok"), ("workspace/view", "ok")]
+    assert "s.txt" in calls[0]["args"] and "key ***" in calls[1]["result"] and calls[0]["at"]
+    seen = [comment for comment in detail["comments"] if not comment["posted"]]
+    posted = [comment["body"] for comment in detail["comments"] if comment["posted"]]
+    assert [comment["author"] for comment in seen] == ["rita"] and HOSTILE_COMMENT in seen[0]["body"]
+    assert "untrusted-content" not in seen[0]["body"]
+    assert posted[:2] == ["Writing s.txt.", "Checking <b>s.txt</b>."] and "Wrote s.txt." in posted[-1]
+    assert detail["plan"] is None and events["tool_calls"] == calls
+    assert "workspace/view" in page and "Writing s.txt." in page
+    assert HOSTILE_COMMENT not in page and "&lt;script&gt;document.title" in page and "Checking &lt;b&gt;" in page
+    for body in (page, json.dumps(detail), json.dumps(events)):
+        for secret in hidden:
+            assert secret not in body
+
+
+async def _first_event(client: httpx.AsyncClient, key: str) -> dict[str, Any]:
+    async with client.stream("GET", f"/tasks/{quote(key, safe='')}/events") as stream:
+        async for line in stream.aiter_lines():
+            if line.startswith("data: "):
+                return json.loads(line[6:])
+    raise AssertionError("the event stream ended without an event")
+
+
+def test_a_secret_cut_by_shortening_is_still_redacted(tmp_path: Path) -> None:
+    """Redaction comes before the cut: a secret straddling the limit never shows half."""
+    from coding_agent.redaction import Redactor
+    from coding_agent.web.activity import RESULT_CHARS, RunActivity
+
+    secret = secrets.token_hex(20)
+    run = tmp_path / "contexts" / "running" / "run-1"
+    run.mkdir(parents=True)
+    record = {"at": 0, "tool": "workspace/view", "args": {}, "is_error": False, "result": "x" * (RESULT_CHARS - 10) + secret}
+    (run / "tools.jsonl").write_text(json.dumps(record) + "\n")
+    calls = RunActivity(tmp_path / "contexts", Redactor([secret]), 10).tool_calls(run)
+    assert secret[:9] not in calls[0]["result"] and calls[0]["result"].endswith("***")
+
+
+def _sample(metrics: str, name: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} is not in /metrics")
+
+
+async def test_forge_requests_are_counted_by_outcome(served: tuple[str, StateStore, list[str]]) -> None:
+    """An answered request counts under its status class; one with no answer under error."""
+    from coding_agent.sources.http import CachingTransport
+
+    url, _, _ = served
+    async with httpx.AsyncClient(base_url=url) as client:
+        before = (await client.get("/metrics")).text
+        transport = CachingTransport(5, forge="github")
+        async with httpx.AsyncClient(transport=transport) as forge:
+            await forge.get(url + "/api/nothing-here")
+            with pytest.raises(httpx.ConnectError):
+                await forge.get("http://127.0.0.1:9/")
+        await transport.close_pool()
+        after = (await client.get("/metrics")).text
+
+    def count(outcome: str, text: str) -> float:
+        try:
+            return _sample(text, f'coding_agent_forge_requests_total{{forge="github",outcome="{outcome}"}}')
+        except AssertionError:
+            return 0.0
+
+    assert count("4xx", after) == count("4xx", before) + 1
+    assert count("error", after) == count("error", before) + 1

@@ -66,3 +66,75 @@ async def test_task_appears_updates_live_and_pauses(tmp_path: Path, chromium: st
         finally:
             await browser.close()
     store.close()
+
+
+HOSTILE = '<img src=x onerror="window.__pwned = 1"><script>window.__pwned = 2</script>'
+
+
+async def test_a_planned_run_shows_its_checklist_tool_calls_and_comments_live(tmp_path: Path, chromium: str) -> None:
+    """A real planned run (sandbox forge, replay model) held before action a2: the page
+    shows a1 ticked, its tool call and the issue's comment (as text, never as markup);
+    released, the rest ticks and the later tool calls appear without a reload."""
+    import asyncio
+    import threading
+    from urllib.parse import quote
+
+    from coding_agent.testing.github import GitHubSandbox
+    from coding_agent.testing.replay_model import ReplaySandbox
+    from tests.e2e._planning import create_then_done, plan, planning_config
+    from tests.e2e._steering import post_comment, run_cycle
+    from tests.e2e.conftest import GITHUB_BOT_TOKEN, GitHubForge, load_for_service
+
+    reached, release = threading.Event(), threading.Event()
+
+    def hold(_: dict) -> None:  # type: ignore[type-arg]
+        reached.set()
+        release.wait(120)
+
+    phases = {
+        "planning": [{"plan": plan()}],
+        "execution a1": create_then_done("a1", "a.txt"),
+        "execution a2": create_then_done("a2", "b.txt", before={"hold": {}}),
+        "execution a3": create_then_done("a3", "c.txt"),
+        "reflection": [{"reflection": {"status": "success", "evaluation": "on track", "issues_identified": [], "plan_revision_needed": False}}],
+        "verification": [{"verification": {"verification_passed": True, "issues_found": [], "placeholder_detected": {"count": 0, "locations": []}}}],
+        "completion": [{"done": "Wrote a.txt, b.txt and c.txt."}],
+    }
+    with GitHubSandbox() as sandbox, ReplaySandbox({"phases": phases}, actions={"hold": hold}) as model:
+        forge = GitHubForge(sandbox)
+        number = forge.open_task("issue", "Three files", "Please write a, b and c.")
+        post_comment(forge, "issue", number, "rita", f"{HOSTILE} {GITHUB_BOT_TOKEN}")
+        config = load_for_service(planning_config(tmp_path, [forge], model, reflection={"trigger_interval": 2}))
+        store = StateStore(config.database.url)
+        key = f"github:acme/widgets#{number}"
+        run = asyncio.create_task(asyncio.to_thread(run_cycle, config))
+        try:
+            async with serving_dashboard(config, store) as url, async_playwright() as playwright:
+                assert url is not None
+                assert await asyncio.to_thread(reached.wait, 120), "the run never reached action a2"
+                browser = await playwright.chromium.launch(executable_path=chromium, args=ARGS)
+                try:
+                    page = await browser.new_page()
+                    await page.goto(f"{url}/tasks/{quote(key, safe='')}")
+                    checklist = page.locator("#plan li")
+                    await expect(checklist).to_have_count(3)
+                    await expect(page.locator("#plan li.done")).to_have_count(1)
+                    await expect(checklist.nth(0)).to_contain_text("a1")
+                    await expect(page.locator("#tool-calls tbody tr")).to_have_count(1)
+                    await expect(page.locator("#tool-calls tbody")).to_contain_text("workspace/create")
+                    await expect(page.locator("#comments")).to_contain_text('<script>window.__pwned = 2</script>')
+
+                    release.set()
+                    await expect(page.locator("#plan li.done")).to_have_count(3, timeout=60_000)  # no reload
+                    await expect(page.locator("#tool-calls tbody tr")).to_have_count(3)
+                    await expect(page.locator("#state")).to_have_text("done", timeout=60_000)
+                    await expect(page.locator("#comments")).to_contain_text("Wrote a.txt, b.txt and c.txt.")
+                    assert await page.evaluate("window.__pwned") is None
+                    assert GITHUB_BOT_TOKEN not in await page.content()
+                finally:
+                    await browser.close()
+        finally:
+            release.set()
+            report = await run
+            store.close()
+    assert [result.status for result in report.results] == ["done"]

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from coding_agent.agent.environment import describe_egress
 from coding_agent.cli import app
 from coding_agent.config import AgentConfig, SetupConfig, parse_config
+from coding_agent.testing.git_repos import checkout_like
 from coding_agent.tools.egress_proxy import EgressProxy
 from coding_agent.tools.egress_sandbox import EgressSandbox
 from coding_agent.tools.sandbox import bwrap_usable
@@ -37,16 +38,7 @@ def _config(tmp_path: Path, **setup: object) -> AgentConfig:
 
 
 def _repository(path: Path) -> Path:
-    path.mkdir(parents=True)
-    git_dir_for(path).parent.mkdir(parents=True, exist_ok=True)
-    (path / "requirements.txt").write_text("tinypkg==1.0\n")
-    # As the agent's checkout is: the git directory outside the workspace (`git_dir_for`).
-    init = ["init", "-q", "--separate-git-dir", str(git_dir_for(path))]
-    commit = ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]
-    for args in (init, ["add", "."], commit):
-        subprocess.run(["git", *args], cwd=path, check=True)
-    (path / ".git").unlink()
-    return path
+    return checkout_like(path, git_dir_for(path), {"requirements.txt": "tinypkg==1.0\n"})
 
 
 def _sleepers(tag: str) -> list[int]:
@@ -99,6 +91,53 @@ async def test_runaway_setup_is_killed_with_its_tree_and_leaves_the_workspace_us
     assert (workspace / "requirements.txt").read_text() == "tinypkg==1.0\n"
     assert _sleepers(tag) == [], "no process of the setup outlives it"
     assert SetupCache(tmp_path / "cache").lookup(SetupCache(tmp_path / "cache").key("acme/widgets", plan.script, workspace)) is None
+
+
+@needs_bwrap
+async def test_setup_filling_the_disk_is_killed_at_its_limit_and_leaves_the_workspace_usable(tmp_path: Path) -> None:
+    workspace = _repository(tmp_path / "workspaces" / "ws")
+    tag = "4321.654"
+    config = _config(
+        tmp_path,
+        commands=[
+            f"setsid sleep {tag} &",
+            "mkdir -p .deps && echo STARTED",
+            # 1 MiB every 20 ms, without end: only the disk limit stops it.
+            "i=0; while :; do head -c 1048576 /dev/zero > .deps/blob$i; i=$((i+1)); sleep 0.02; done",
+        ],
+        timeout_seconds=120,
+        max_disk_mb=3,
+    )
+    plan = await plan_setup(config.setup, _NoSource(), "acme/widgets")  # type: ignore[arg-type]
+    assert plan is not None and plan.max_disk_mb == 3
+    async with EgressProxy([], []) as proxy:
+        outcome = await run_setup(plan, "acme/widgets", workspace, config, EgressSandbox(proxy.socket_path), Git(timeout=30))
+    assert not outcome.ok and not outcome.timed_out and outcome.disk_limit_mb == 3
+    assert "STARTED" in outcome.output_tail
+    note = outcome.first_turn_note(120)
+    assert "wrote more than its limit of 3 MB (setup.max_disk_mb)" in note and "Carry on with the task" in note
+    assert not (workspace / ".deps").exists(), "what the setup wrote is removed"
+    assert (workspace / "requirements.txt").read_text() == "tinypkg==1.0\n"
+    assert _sleepers(tag) == [], "no process of the setup outlives it"
+    assert outcome.progress_note(120) is not None
+
+
+@needs_bwrap
+async def test_setup_tmp_is_capped_at_the_disk_limit(tmp_path: Path) -> None:
+    """/tmp in the sandbox is memory: a setup cannot fill the host's RAM through it."""
+    workspace = _repository(tmp_path / "workspaces" / "ws")
+    config = _config(tmp_path, commands=["head -c 5242880 /dev/zero > /tmp/big"], max_disk_mb=2)
+    plan = await plan_setup(config.setup, _NoSource(), "acme/widgets")  # type: ignore[arg-type]
+    assert plan is not None
+    outcome = await run_setup(plan, "acme/widgets", workspace, config, None, Git(timeout=30))
+    assert outcome.exit_code not in (0, None) and "No space left on device" in outcome.output_tail
+
+
+async def test_per_repository_disk_limit_overrides_the_global_one() -> None:
+    config = SetupConfig(commands=["true"], max_disk_mb=100, repositories={"acme/big": {"max_disk_mb": 20000}})
+    plain = await plan_setup(config, _NoSource(), "acme/widgets")  # type: ignore[arg-type]
+    big = await plan_setup(config, _NoSource(), "acme/big")  # type: ignore[arg-type]
+    assert plain is not None and big is not None and (plain.max_disk_mb, big.max_disk_mb) == (100, 20000)
 
 
 @needs_bwrap

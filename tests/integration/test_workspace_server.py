@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +15,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import TextContent
 
+from coding_agent.testing.git_repos import checkout_like
 from coding_agent.testing.waiting import wait_for
 from coding_agent.tools.host_git import git_dir_for
 from coding_agent.tools.sandbox import bwrap_usable
@@ -25,27 +24,11 @@ from coding_agent.tools.workspace_server import WORKSPACE_SYSTEM_PROMPT
 EXPECTED_TOOLS = {"view", "create", "str_replace", "insert", "list_files", "search", "run", "git_status", "git_diff"}
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-    )
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A git work tree with one committed file, its git directory beside it (as a run's clone)."""
     root = (tmp_path / "workspaces" / "repo").resolve()
-    root.mkdir(parents=True)
-    git_dir_for(root).parent.mkdir()
-    _git(root, "init", "-q", "--separate-git-dir", str(git_dir_for(root)))
-    (root / "hello.py").write_text("def hello():\n    print('hello')\n\n\nhello()\n")
-    _git(root, "add", ".")
-    _git(root, "commit", "-q", "-m", "initial")
-    (root / ".git").unlink()
-    return root
+    return checkout_like(root, git_dir_for(root), {"hello.py": "def hello():\n    print('hello')\n\n\nhello()\n"})
 
 
 @pytest.fixture

@@ -56,6 +56,14 @@ def _config(**security: object) -> dict[str, object]:
     }
 
 
+def test_tmp_size_caps_both_private_tmpfs_mounts() -> None:
+    argv = bwrap_argv(["true"], ROOT, system_paths=[], tmp_size_bytes=2048)
+    for mount in ("/tmp", "/var/tmp"):
+        at = argv.index(mount, argv.index("--tmpfs"))
+        assert argv[at - 3 : at] == ["--size", "2048", "--tmpfs"], argv
+    assert "--size" not in bwrap_argv(["true"], ROOT, system_paths=[])
+
+
 def test_security_sandbox_reaches_the_builtin_server_command() -> None:
     default = parse_config(_config(), env={})
     unsandboxed = parse_config(_config(sandbox="none"), env={})

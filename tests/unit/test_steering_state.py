@@ -88,3 +88,56 @@ def test_pending_reply_is_the_unanswered_last_reply() -> None:
     assert reply is not None and reply.content == "looking"
     assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [("c1", "workspace/view", {"path": "a"})]
     assert pending_reply([*history, {"role": "tool", "tool_call_id": "c1", "content": "x"}]) is None
+
+
+def test_a_new_writer_starts_the_history_afresh(tmp_path: Path) -> None:
+    """A resumed or taken-over run gets a new writer over the directory the previous one
+    wrote: its history must replace the old file, not be appended to it."""
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    StateWriter(Redactor()).checkpoint(tmp_path, _state(messages))
+    continued = [*messages, {"role": "assistant", "content": "a"}]
+    StateWriter(Redactor()).checkpoint(tmp_path, _state(continued))
+    loaded = load_state(tmp_path)
+    assert loaded is not None and [m["content"] for m in loaded.messages] == ["s", "u", "a"]
+
+
+def test_steady_checkpoints_only_append(tmp_path: Path) -> None:
+    """After its first checkpoint a writer appends (history and a small state record) and
+    never replaces task_state.json: replacing a file costs a flush on ext4 at every step."""
+    writer = StateWriter(Redactor([SECRET]))
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    writer.checkpoint(tmp_path, _state(messages, steps=0))
+    inode = (tmp_path / STATE_FILE).stat().st_ino
+    for step in range(1, 4):
+        messages.append({"role": "assistant", "content": f"reply {step} {SECRET}"})
+        writer.checkpoint(tmp_path, _state(messages, steps=step, prompt_tokens=10 * step))
+    assert (tmp_path / STATE_FILE).stat().st_ino == inode, "task_state.json was not replaced"
+    loaded = load_state(tmp_path)
+    assert loaded is not None and loaded.steps == 3 and loaded.prompt_tokens == 30
+    assert [m["content"] for m in loaded.messages][-1] == "reply 3 ***"
+    assert SECRET not in "".join(path.read_text() for path in tmp_path.iterdir())
+
+
+def test_a_torn_last_record_loads_the_checkpoint_before(tmp_path: Path) -> None:
+    """A worker killed while appending leaves half a line: the previous checkpoint counts."""
+    writer = StateWriter(Redactor())
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    writer.checkpoint(tmp_path, _state(messages, steps=0))
+    messages.append({"role": "assistant", "content": "a"})
+    writer.checkpoint(tmp_path, _state(messages, steps=1))
+    journal = [path for path in tmp_path.iterdir() if path.name not in (STATE_FILE, HISTORY_FILE)]
+    assert len(journal) == 1
+    journal[0].write_text(journal[0].read_text() + '{"steps": 2, "message_co')
+    loaded = load_state(tmp_path)
+    assert loaded is not None and loaded.steps == 1 and len(loaded.messages) == 3
+
+
+def test_a_pause_after_checkpoints_is_what_loads(tmp_path: Path) -> None:
+    """The pause's complete file wins over the crash checkpoints written before it."""
+    writer = StateWriter(Redactor())
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    writer.checkpoint(tmp_path, _state(messages, steps=0))
+    writer.checkpoint(tmp_path, _state(messages, steps=1))
+    writer.save_complete(tmp_path, _state(messages, steps=2, paused={"reason": "signal", "hold": False}))
+    loaded = load_state(tmp_path)
+    assert loaded is not None and loaded.steps == 2 and loaded.paused == {"reason": "signal", "hold": False}

@@ -231,7 +231,8 @@ async def run_loop(
         for action in decision.actions:
             result = await tools.call(action.tool, action.args)
             files.record_tool_call(
-                action.tool, action.args, result.is_error, result.output_chars, result.cut_chars, result.duration_seconds
+                action.tool, action.args, result.is_error, result.output_chars, result.cut_chars, result.duration_seconds,
+                result=result.text,
             )
             log.info("step %d: %s -> %s (%.3fs)", steps, action.tool, "error" if result.is_error else "ok", result.duration_seconds)
             output = result.text

@@ -9,6 +9,10 @@ At `warn_after` repeats the model gets a correction naming what it repeats; at
 `fail_after` the run ends failed with a comment saying what it repeated, so a stuck
 model never burns a budget silently. A call whose arguments or result differ is new
 work, never a repeat.
+
+The counts are part of the run's saved state (`get_state`/`restore_state`, kept with
+steering's in `task_state.json`): a pause and resume, or a takeover, does not give a
+looping model a fresh start.
 """
 
 from __future__ import annotations
@@ -62,6 +66,18 @@ class _Streak:
     def reset(self) -> None:
         self.fingerprint, self.count = "", 0
 
+    def get_state(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "count": self.count}
+
+    def restore_state(self, state: Any) -> None:
+        """Restore `get_state()`'s dict; anything unusable leaves the streak empty."""
+        fingerprint = state.get("fingerprint") if isinstance(state, dict) else None
+        count = state.get("count") if isinstance(state, dict) else None
+        if isinstance(fingerprint, str) and isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            self.fingerprint, self.count = fingerprint, count
+        else:
+            self.reset()
+
 
 def _digest(*parts: str) -> str:
     hasher = hashlib.sha1()
@@ -81,6 +97,16 @@ class LoopGuard:
         self._language = language
         self._calls = _Streak()
         self._replies = _Streak()
+
+    def get_state(self) -> dict[str, Any]:
+        """The counts so far (fingerprints are digests: no tool output is kept)."""
+        return {"calls": self._calls.get_state(), "replies": self._replies.get_state()}
+
+    def restore_state(self, state: Any) -> None:
+        """Continue the counts a paused or taken-over run saved (`get_state()`'s dict)."""
+        saved = state if isinstance(state, dict) else {}
+        self._calls.restore_state(saved.get("calls"))
+        self._replies.restore_state(saved.get("replies"))
 
     def _verdict(self, count: int, what: str) -> GuardVerdict | None:
         if count >= self.fail_after:

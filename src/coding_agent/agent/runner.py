@@ -4,6 +4,12 @@ Sets up what the loop needs (context files, workspace, MCP servers, the model), 
 the loop, and publishes the outcome: the final comment and the done or failed label.
 Whatever goes wrong, the run ends with consistent labels, one comment saying what
 happened (never a stack trace or a secret), and its context moved to `completed/`.
+
+Its parts live beside it: `reporter.py` (the run's comments), `trust.py` (whose words
+are trusted), `run_setup.py` (planning's policy, the first turn), `publishing.py` (the
+final comment and label). (About 370 lines on purpose: what stays is the run's order
+of events, `run` and `_work`, read best in one place, and the per-step progress writes
+with the lease check at each checkpoint, which share the runner's per-run state.)
 """
 
 from __future__ import annotations
@@ -18,34 +24,32 @@ from pathlib import Path
 
 from coding_agent.agent.environment import RunEnvironment
 from coding_agent.agent.loop import Checkpoint, Decision, LoopLimits, LoopOutcome, Steering, run_loop
-from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
-from coding_agent.agent.planning import PlanningPolicy, load_planning_state, render_instructions
+from coding_agent.agent.planning import render_instructions
+from coding_agent.agent.publishing import give_up, publish_outcome
 from coding_agent.agent.reply_thread import request_thread
+from coding_agent.agent.reporter import IssueReporter
+from coding_agent.agent.run_setup import first_turn_for, planner_for
 from coding_agent.agent.steering import Continuation, LeaseLost, RunControl, RunControls, RunInterrupted
+from coding_agent.agent.trust import TrustCache
 from coding_agent.config import AgentConfig
 from coding_agent.context.compression import Compressor, model_summarizer
-from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
 from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.storage import ContextStorage, RunContextFiles
 from coding_agent.domain.lease import LeaseWatch
-from coding_agent.domain.ports import RunStore
-from coding_agent.domain.runs import RunRecord
-from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread, ThreadRef
-from coding_agent.errors import AgentError, ForgeError
+from coding_agent.domain.ports import RunStore, Workspaces
+from coding_agent.domain.tasks import Task, ThreadRef
+from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
-from coding_agent.llm.protocols import ReplyProtocol, create_protocol
+from coding_agent.llm.protocols import create_protocol
 from coding_agent.llm.types import TokenUsage
 from coding_agent.prompts.notices import notice
 from coding_agent.prompts.prompting import render_system_prompt
-from coding_agent.prompts.untrusted import UntrustedWrapper
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import retry_policy
-from coding_agent.sources.lifecycle import transition
 from coding_agent.tools.hub import ToolHub
-from coding_agent.workspace.session import RunWorkspace
 
 __all__ = ["TaskRunner", "RunResult", "IssueReporter"]
 
@@ -62,59 +66,6 @@ class RunResult:
     status: str
     steps: int
     context_dir: Path
-
-
-class IssueReporter:
-    """Posts the run's comments on the task, redacted.
-
-    `thread_id` set: the run was asked from that review thread, so the final comment is
-    a reply there (SPEC 7; see `reply_thread.py`). `thread_key`: the PR/MR holding that
-    thread when it is not the task itself (a follow-up asked on the PR/MR the agent
-    opened for an issue, SPEC 3).
-    """
-
-    def __init__(self, source: Source, key: TaskKey, redactor: Redactor) -> None:
-        self._source = source
-        self._key = key
-        self._redactor = redactor
-        self.thread_id: str | None = None
-        self.thread_key: TaskKey | None = None
-
-    def answer_in(self, ref: ThreadRef) -> None:
-        self.thread_key, self.thread_id = ref.change, ref.thread_id
-
-    async def step_comment(self, text: str) -> None:
-        await self._source.post_comment(self._key, self._redactor.text(text))
-
-    async def final_comment(self, text: str) -> None:
-        if self.thread_id is not None:
-            await self._source.reply_in_thread(self.thread_key or self._key, self.thread_id, self._redactor.text(text))
-            return
-        await self._source.post_comment(self._key, self._redactor.text(text))
-
-
-class _TrustCache:
-    """Which comment authors have write access (looked up once per author per run), and
-    the run's wrapper (one nonce per run) for the text of those who do not."""
-
-    def __init__(self) -> None:
-        self.trusted: dict[str, bool] = {}
-        self.wrapper = UntrustedWrapper.new()
-
-    async def load(self, source: Source, key: TaskKey, authors: set[str]) -> None:
-        for author in sorted(authors - self.trusted.keys()):
-            if source.bot_name and author == source.bot_name:
-                self.trusted[author] = True
-                continue
-            try:
-                permission = await source.get_permission(key, author)
-            except AgentError as error:
-                log.warning("%s: permission of %s unknown (%s); treated as untrusted", key, author, error)
-                permission = Permission.NONE
-            self.trusted[author] = permission.can_write
-
-    def __call__(self, author: str) -> bool:
-        return self.trusted.get(author, False)
 
 
 def _check_lease(lease: LeaseWatch | None, key: str, run_uuid: str) -> None:
@@ -148,9 +99,12 @@ class TaskRunner:
         llm_factory: Callable[[], LLMClient] | None = None,
         controls: RunControls | None = None,
         memories: MemoryKeeper | None = None,
+        *,
+        workspaces: Workspaces,
     ) -> None:
         """`memories`: the worker's memory keeper (None: memories are off); the worker owns
-        the database, the runner only reads and writes through the keeper."""
+        the database, the runner only reads and writes through the keeper. `workspaces`:
+        where the runs' clones live (the worker's); the runner opens each run's through it."""
         self._config = config
         self._store = store
         self._redactor = redactor
@@ -163,6 +117,7 @@ class TaskRunner:
         self._step_writes: dict[str, asyncio.Future[bool]] = {}
         self._lost: set[str] = set()
         self._memories = memories
+        self._workspaces = workspaces
 
     async def run(
         self,
@@ -190,8 +145,7 @@ class TaskRunner:
         else:
             continuation = None
             run_uuid = str(uuid.uuid4())
-            workspace = Path(config.workspace.base_dir).resolve() / run_uuid
-            workspace.mkdir(parents=True, exist_ok=True)
+            workspace = self._workspaces.directory(run_uuid)
             files = self._storage.start_run(
                 run_uuid,
                 task_key=key,
@@ -243,17 +197,21 @@ class TaskRunner:
                 await llm.aclose()
         if interruption is not None:
             status, context_dir = await control.interrupted(interruption, llm)
+            if status == "stopped":
+                await self._discard_clone(workspace)
             return RunResult(run_uuid, key, status, control.steps, context_dir)
         # Redacted before anything stores it: the state store keeps the outcome to publish
         # (run_marks.final_body) and a failed run's reason (runs.error).
         outcome = replace(outcome, comment=self._redactor.text(outcome.comment))
         control.record_outcome(outcome)
-        status, failure = await self._publish(source, task, control.reporter(), outcome)
+        status, failure = await publish_outcome(
+            source, task, control.reporter(), outcome, config.language, self._redactor
+        )
         if status is None:
             attempts = int(files.metadata.get("publish_attempts", 0)) + 1
             if attempts < MAX_PUBLISH_ATTEMPTS:
                 return self._leave_finishing(key, run_uuid, files, outcome.steps, attempts)
-            status = await self._give_up(source, task, attempts, failure)
+            status = await give_up(source, task, attempts, failure, config.language, self._redactor)
         await control.finished(status)
         files.write_metadata(status=status, steps=outcome.steps)
         context_dir = files.move_to("completed")
@@ -261,7 +219,13 @@ class TaskRunner:
         await asyncio.to_thread(self._store.finish_run, run_uuid, status, outcome.steps, error)
         await asyncio.to_thread(self._store.release_lease, key, self._owner)
         log.info("%s: run %s ended %s after %d steps", key, run_uuid, status, outcome.steps)
+        await self._discard_clone(workspace)
         return RunResult(run_uuid, key, status, outcome.steps, context_dir)
+
+    async def _discard_clone(self, workspace: Path) -> None:
+        """Delete an ended run's clone (the port honours `workspace.keep_finished`). A
+        paused run's is kept, and so is an abandoned one's: another worker may be continuing it."""
+        await asyncio.to_thread(self._workspaces.discard, workspace)
 
     async def _work(
         self,
@@ -281,21 +245,19 @@ class TaskRunner:
         threads = await source.list_threads(task.key) if task.key.is_change else []
         if reply_to is not None:  # asked in a thread of the agent's PR/MR: that thread is context
             threads += [t for t in await source.list_threads(reply_to.change) if t.id == reply_to.thread_id]
-        trust = _TrustCache()
+        trust = TrustCache()
         authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
         await trust.load(source, task.key, authors)
         if reply_to is None:
             reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
-        clone = RunWorkspace(
-            source, task, workspace, config.workspace, retry_policy(config), self._redactor, files.directory / "checkout.json"
-        )
+        clone = self._workspaces.open(source, task, workspace, files.directory / "checkout.json")
         await clone.prepare()
         # Rule files are rules only when the trigger controls them: not on a PR head
         # written by someone without write access (SPEC 15); then they are untrusted context.
         rules = clone.rules()
         branch_rules = rules if task.key.is_change and not trust(task.author) else {}
         protocol = create_protocol(config.llm.function_calling)
-        planner = self._planner(protocol, workspace, control)
+        planner = planner_for(config, protocol, workspace, control)
         policy: LoopPolicy = planner or ProtocolPolicy(protocol)
         instructions = protocol.instructions()
         if planner is not None:
@@ -318,13 +280,14 @@ class TaskRunner:
             )
             if not control.restore(llm):  # a continued run has its history already
                 previous = await asyncio.to_thread(self._store.runs, str(task.key))
-                first_turn = self._first_turn(source, task, comments, threads, trust, files.run_uuid, branch_rules, previous)
+                first_turn = first_turn_for(
+                    config, self._memories, source, task, comments, threads, trust, files.run_uuid, branch_rules, previous
+                )
                 llm.send_user_message("\n\n".join(part for part in (first_turn, environment.first_turn_note()) if part))
             policy.prepare(llm, hub.tool_specs)
             await control.begin(comments, threads, trust)
             if (setup_note := environment.progress_note()) is not None:
                 await control.reporter().step_comment(setup_note)
-            guard = config.loop_guard
             limits = LoopLimits(
                 max_steps=config.max_llm_process_num,
                 max_tokens=config.budget.max_tokens,
@@ -346,7 +309,7 @@ class TaskRunner:
                 compressor=self._compressor(str(task.key), files.run_uuid),
                 start_steps=control.steps,
                 pending_reply=control.pending_reply(llm),
-                guard=LoopGuard(guard.enabled, guard.warn_after, guard.fail_after, config.language),
+                guard=control.loop_guard,
                 policy=policy,
             )
             if planner is not None:
@@ -356,53 +319,6 @@ class TaskRunner:
             final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language, blocked)
             outcome = replace(outcome, comment="\n\n".join(part for part in (final, blocked) if part))
         return outcome
-
-    def _planner(self, protocol: ReplyProtocol, workspace: Path, control: RunControl) -> PlanningPolicy | None:
-        """Planning mode's policy (SPEC 10), its state restored for a continued run."""
-        config = self._config
-        if not config.planning.enabled:
-            return None
-        saved = control.saved_planning()
-        state = load_planning_state(saved) if control.continued else None
-        planner = PlanningPolicy(
-            config.planning,
-            protocol,
-            workspace,
-            control.progress,
-            control.reporter().step_comment,
-            lambda: control.steps,
-            state,
-            git_timeout=config.workspace.git_timeout_seconds,
-        )
-        control.describe_position = planner.describe
-        control.planning_state = planner.get_state
-        return planner
-
-    def _first_turn(
-        self,
-        source: Source,
-        task: Task,
-        comments: list[Comment],
-        threads: list[Thread],
-        trust: _TrustCache,
-        run_uuid: str,
-        branch_rules: dict[str, str],
-        runs: list[RunRecord],
-    ) -> str:
-        """The task, its conversation and review threads, and the memories (SPEC 9.1, 9.2)."""
-        handling = self._config.comment_handling
-        settings = FirstTurnSettings(
-            bot_name=source.bot_name,
-            max_comment_count=handling.max_comment_count,
-            completion_keywords=tuple(handling.completion_keywords),
-            channel_messages_limit=self._config.memory.channel_messages_limit,
-            persona=self._config.persona,
-            wrapper=trust.wrapper,
-        )
-        # A task whose previous run ended done is worked again: a follow-up (SPEC 3).
-        previous = [run for run in runs if run.uuid != run_uuid]
-        followup = bool(previous) and previous[-1].status == "done"
-        return build_first_turn(task, comments, threads, trust, settings, self._memories, followup, branch_rules)
 
     def _compressor(self, key: str, run_uuid: str) -> Compressor:
         storage = self._config.context_storage
@@ -470,37 +386,6 @@ class TaskRunner:
         self._store.record_usages(run_uuid, key, self._pending_usage.pop(run_uuid, []))
         self._last_heartbeat.pop(run_uuid, None)
 
-    async def _publish(
-        self, source: Source, task: Task, reporter: IssueReporter, outcome: LoopOutcome
-    ) -> tuple[str | None, str]:
-        """Final comment and label: the run status, or None and why when the forge failed us.
-
-        A final comment the forge refuses for good (a 4xx: it will refuse it again) is
-        replaced by a failure notice that says why. Anything else that fails (5xx
-        streaks, timeouts, a forbidden label write) leaves the outcome to publish again.
-        """
-        labels = source.labels
-        language = self._config.language
-        if outcome.status == "done":
-            comment, label = outcome.comment.strip() or "Done.", labels.done_label
-        else:
-            comment, label = notice("failed", language, reason=outcome.comment, label=labels.failed_label), labels.failed_label
-        status = outcome.status
-        try:
-            try:
-                await reporter.final_comment(comment)
-            except ForgeError as refused:  # a 4xx (TransientError is not a ForgeError)
-                reason = self._redactor.text(f"the forge refused the final comment: {refused}")
-                log.error("%s: %s", task.key, reason)
-                await reporter.final_comment(notice("failed", language, reason=reason, label=labels.failed_label))
-                status, label = "failed", labels.failed_label
-            await transition(source, task.key, label, [labels.processing_label])
-        except AgentError as error:
-            failure = self._redactor.text(str(error))
-            log.error("%s: could not publish the outcome (%s): %s", task.key, status, failure)
-            return None, failure
-        return status, ""
-
     def _leave_finishing(self, key: str, run_uuid: str, files: RunContextFiles, steps: int, attempts: int) -> RunResult:
         """The outcome is recorded (run_marks) but not out: let the next cycle publish it.
 
@@ -512,19 +397,3 @@ class TaskRunner:
         self._store.release_lease(key, self._owner)
         log.warning("%s: run %s is finishing; its outcome is published at the next cycle", key, run_uuid)
         return RunResult(run_uuid, key, "finishing", steps, files.directory)
-
-    async def _give_up(self, source: Source, task: Task, attempts: int, failure: str) -> str:
-        """After `attempts` failed publications: a failure comment and label, as far as the forge lets us."""
-        labels = source.labels
-        reason = f"the forge refused the run's outcome {attempts} times (last: {failure})"
-        log.error("%s: %s; the run ends failed", task.key, reason)
-        text = notice("failed", self._config.language, reason=reason, label=labels.failed_label)
-        for write in (
-            lambda: source.post_comment(task.key, self._redactor.text(text)),
-            lambda: transition(source, task.key, labels.failed_label, [labels.processing_label]),
-        ):
-            try:
-                await write()
-            except AgentError as error:
-                log.error("%s: %s", task.key, self._redactor.text(str(error)))
-        return "failed"

@@ -3,27 +3,20 @@
 The newest `limit` messages across the top-level stream and every thread are kept, as
 the seed's `channel_messages_limit` does; a thread whose parent (its first comment) fell
 outside that window gets the parent back at the top level, so the model never reads
-replies to a message it cannot see.
+replies to a message it cannot see. The comments come already wrapped where untrusted
+(`UntrustedWrapper.comment`): this module only selects and files them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from coding_agent.context.windows import newest
 from coding_agent.domain.channel import ChannelMessages
 from coding_agent.domain.tasks import Comment, Thread
-from coding_agent.prompts.untrusted import UntrustedWrapper
 
-__all__ = ["build_channel_messages", "trust_wrapped"]
-
-
-def trust_wrapped(comment: Comment, is_trusted: Callable[[str], bool], wrapper: UntrustedWrapper) -> Comment:
-    """The comment with its text wrapped as untrusted when its author lacks write access."""
-    if is_trusted(comment.author):
-        return comment
-    return replace(comment, body=wrapper.wrap(comment.author, comment.body.strip() or "(empty)"))
+__all__ = ["build_channel_messages"]
 
 
 def build_channel_messages(

@@ -22,7 +22,7 @@ from coding_agent.context.storage import RunContextFiles
 from coding_agent.context.windows import compression_cut
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
-from coding_agent.llm.protocols import strip_think
+from coding_agent.llm.reply_text import strip_think
 from coding_agent.llm.types import Message, TokenUsage, ToolSpec
 from coding_agent.prompts.context_prompts import SUMMARY_HEADING, SUMMARY_SYSTEM_PROMPT, render_summary_request
 
@@ -35,8 +35,11 @@ _FALLBACK_ITEM_CHARS = 200
 
 
 def _text_tokens(text: str) -> int:
-    """~4 characters per token for ASCII, one per character otherwise (CJK is dense)."""
-    ascii_chars = sum(1 for char in text if char.isascii())
+    """~4 characters per token for ASCII, one per character otherwise (CJK is dense).
+
+    Counted in C (`isascii`, `encode`): this runs over the whole history before every
+    request, so a Python loop per character cost milliseconds per step on long runs."""
+    ascii_chars = len(text) if text.isascii() else len(text.encode("ascii", "ignore"))
     return ascii_chars // 4 + (len(text) - ascii_chars)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from coding_agent.context.channel_context import build_channel_messages, trust_wrapped
+from coding_agent.context.channel_context import build_channel_messages
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import build_conversation
 from coding_agent.context.memory import MemoryKeeper
@@ -62,14 +62,12 @@ def build_first_turn(
         is_completion=CompletionDetector(settings.completion_keywords),
         wrapper=wrapper,
     )
-    wrapped = [
-        Thread(t.id, tuple(trust_wrapped(c, is_trusted, wrapper) for c in t.comments), t.path, t.line) for t in threads
-    ]
+    top_level = [wrapper.comment(c, is_trusted) for c in comments]
+    wrapped = [Thread(t.id, tuple(wrapper.comment(c, is_trusted) for c in t.comments), t.path, t.line) for t in threads]
     limit = settings.channel_messages_limit
     if limit is None:
         limit = len(comments) + sum(len(t.comments) for t in threads)
     channel_id, channel_name = channel_of(task.key)
-    top_level = [trust_wrapped(c, is_trusted, wrapper) for c in comments]
     # Rendered from it: the review threads (the top-level stream is the conversation above).
     history = build_channel_messages(channel_id, channel_name, top_level, wrapped, limit)
     if memories is not None:

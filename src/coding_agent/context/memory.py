@@ -29,7 +29,7 @@ from coding_agent.domain.ports import MemoryRepository
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
-from coding_agent.llm.protocols import JsonExtractionError, extract_json_object
+from coding_agent.llm.reply_text import JsonExtractionError, extract_json_object
 from coding_agent.llm.types import LLMReply
 from coding_agent.prompts.context_prompts import render_memory_request
 from coding_agent.redaction import Redactor

@@ -20,6 +20,7 @@ from coding_agent.redaction import Redactor
 __all__ = ["ContextStorage", "RunContextFiles"]
 
 RUNNING, COMPLETED, PAUSED = "running", "completed", "paused"
+RESULT_PREVIEW_CHARS = 500
 
 
 class RunContextFiles:
@@ -82,8 +83,19 @@ class RunContextFiles:
         self._write_current(messages)
 
     def record_tool_call(
-        self, tool: str, args: dict[str, Any], is_error: bool, output_chars: int, cut_chars: int, duration: float
+        self,
+        tool: str,
+        args: dict[str, Any],
+        is_error: bool,
+        output_chars: int,
+        cut_chars: int,
+        duration: float,
+        result: str = "",
     ) -> None:
+        """One line of tools.jsonl. `result`: the tool's output; its first
+        RESULT_PREVIEW_CHARS are kept (redacted before the cut, so no secret is halved
+        past the redactor) for the dashboard's task page."""
+        preview = self._redactor.text(result)[:RESULT_PREVIEW_CHARS]
         self._append_jsonl(
             "tools.jsonl",
             [
@@ -95,6 +107,7 @@ class RunContextFiles:
                     "output_chars": output_chars,
                     "cut_chars": cut_chars,
                     "duration_seconds": round(duration, 4),
+                    "result": preview,
                 }
             ],
         )

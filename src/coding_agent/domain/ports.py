@@ -1,21 +1,22 @@
 """Narrow ports: what a lower floor needs from a higher one, as Protocols.
 
 The agent and the context builders run against these; the runtime owns the real
-implementations (`runtime.state_store.StateStore`, `runtime.memory_store.MemoryStore`)
-and hands them down. So imports point down, and each port says exactly which part of
+implementations (`runtime.state_store.StateStore`, `runtime.memory_store.MemoryStore`,
+`workspace.session.RunWorkspaces`) and hands them down. So imports point down, and each port says exactly which part of
 the store its user relies on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from coding_agent.domain.memories import ChannelRecord, ThreadRecord
 from coding_agent.domain.runs import RunMarks, RunRecord
-from coding_agent.domain.tasks import TaskKey
+from coding_agent.domain.tasks import Task, TaskKey
 
-__all__ = ["RunStore", "MemoryRepository"]
+__all__ = ["RunStore", "MemoryRepository", "RunCheckout", "Workspaces"]
 
 
 class RunStore(Protocol):
@@ -72,3 +73,38 @@ class MemoryRepository(Protocol):
     def thread_memories(self, channel_id: str | None = None, since: float | None = None) -> list[ThreadRecord]: ...
 
     def clear(self, channel_id: str | None = None) -> int: ...
+
+
+class RunCheckout(Protocol):
+    """One run's clone as the runner uses it: cloned (or found again, for a continued
+    run), its rule files for the system prompt, and its delivery at done."""
+
+    async def prepare(self) -> object: ...
+
+    def rules(self) -> dict[str, str]: ...
+
+    async def deliver(
+        self, summary: str, requester: str | None, run_uuid: str, language: Any, body_notes: str = ""
+    ) -> str:
+        """Commit, push, open or update the PR/MR; the final comment: `summary` plus
+        where the change went. (`language`: a `prompts.notices.Language`.)"""
+        ...
+
+
+class Workspaces(Protocol):
+    """Where runs' clones live and how one is opened: the runtime's, handed to the
+    runner, which never builds workspace objects itself."""
+
+    def directory(self, run_uuid: str) -> Path:
+        """A new run's workspace directory, created empty."""
+        ...
+
+    def open(self, source: Any, task: Task, path: Path, record: Path) -> RunCheckout:
+        """The clone of `task` at `path` through `source` (the task's `sources.base.Source`,
+        typed loosely here because sources stand above domain); `record` is where a
+        continued run finds the clone again."""
+        ...
+
+    def discard(self, path: Path) -> None:
+        """Delete an ended run's clone at `path` (unless the operator keeps finished ones)."""
+        ...

@@ -3,18 +3,25 @@
 The agent loop talks to one `ReplyProtocol`: it puts `instructions()` in the system
 prompt, calls `prepare` once, turns every reply into a `Decision` with `parse`, answers
 an unusable reply with `correction_message`, and hands tool output back with
-`send_tool_result`. Everything protocol-specific stays in this module.
+`send_tool_result`. Everything protocol-specific stays in this module; reading the
+reply's text (`<think>` blocks, the JSON object) is `reply_text.py`, whose names are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.hygiene import clean_value
+from coding_agent.llm.reply_text import (
+    JsonExtractionError,
+    extract_json_object,
+    strip_think,
+    strip_think_blocks,
+)
 from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY
 from coding_agent.llm.types import LLMReply, ToolSpec
 from coding_agent.prompts.prompting import text
@@ -77,179 +84,6 @@ class ReplyProtocol(Protocol):
         ...
 
     def send_tool_result(self, llm: LLMClient, action: ToolAction, output: str, is_error: bool) -> None: ...
-
-
-# --- <think> blocks -------------------------------------------------------------------
-
-_THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>", re.IGNORECASE | re.DOTALL)
-_THINK_CLOSE = re.compile(r"</(?:think|thinking)>", re.IGNORECASE)
-_THINK_OPEN = re.compile(r"<(?:think|thinking)>", re.IGNORECASE)
-
-
-def strip_think(text: str) -> str:
-    """`text` without reasoning blocks, which are never posted.
-
-    Besides whole `<think>...</think>` blocks: a closing tag without an opening one (chat
-    templates that put `<think>` in the prompt) drops everything before it, and an opening
-    tag that is never closed (a reply cut off while thinking) drops everything after it.
-    """
-    text = _THINK_BLOCK.sub("", text)
-    closing = None
-    for closing in _THINK_CLOSE.finditer(text):
-        pass
-    if closing is not None:
-        text = text[closing.end() :]
-    opening = _THINK_OPEN.search(text)
-    if opening is not None:
-        text = text[: opening.start()]
-    return text.strip()
-
-
-def strip_think_blocks(value: Any) -> Any:
-    """Every string of a tool's arguments without whole `<think>...</think>` blocks.
-
-    Arguments can end up posted (a file that is pushed, an MCP server that comments), and
-    the JSON-text protocol already drops such blocks from the whole reply, so the native
-    protocol does the same. Unclosed tags are left alone here: cutting everything after
-    one would corrupt a file's content, not just drop reasoning.
-    """
-    if isinstance(value, str):
-        return _THINK_BLOCK.sub("", value)
-    if isinstance(value, dict):
-        return {key: strip_think_blocks(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [strip_think_blocks(item) for item in value]
-    return value
-
-
-# --- JSON extraction ------------------------------------------------------------------
-
-
-class JsonExtractionError(ValueError):
-    """No usable JSON object in a reply; the message is meant for the model."""
-
-
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n`]*\n(.*?)```", re.DOTALL)
-_PREFERRED_KEYS = frozenset({"command", "done"})
-
-
-def _object_end(text: str, start: int) -> int | None:
-    """Index after the `}` closing the object that opens at `start`, strings respected."""
-    depth = 0
-    in_string = False
-    escaped = False
-    for index in range(start, len(text)):
-        char = text[index]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return index + 1
-    return None
-
-
-def _without_trailing_commas(text: str) -> str:
-    """`{"a": 1,}` -> `{"a": 1}`, leaving commas inside strings alone."""
-    out: list[str] = []
-    in_string = False
-    escaped = False
-    for index, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-            out.append(char)
-            continue
-        if char == '"':
-            in_string = True
-        elif char == ",":
-            rest = text[index + 1 :].lstrip()
-            if rest[:1] in ("}", "]"):
-                continue
-        out.append(char)
-    return "".join(out)
-
-
-def _load(candidate: str) -> Any:
-    try:
-        return json.loads(candidate, strict=False)
-    except json.JSONDecodeError:
-        return json.loads(_without_trailing_commas(candidate), strict=False)
-
-
-def _find_object(text: str) -> dict[str, Any]:
-    """The first JSON object in `text` with `command` or `done`, else the first object."""
-    first: dict[str, Any] | None = None
-    first_problem: str | None = None
-    position = text.find("{")
-    while position != -1:
-        end = _object_end(text, position)
-        if end is None:
-            first_problem = first_problem or "the JSON object is not closed (was the reply cut off?)"
-            position = text.find("{", position + 1)
-            continue
-        try:
-            value = _load(text[position:end])
-        except json.JSONDecodeError as error:
-            first_problem = first_problem or f"invalid JSON: {error.msg} at character {error.pos}"
-            position = text.find("{", position + 1)
-            continue
-        if isinstance(value, dict):
-            if _PREFERRED_KEYS & value.keys():
-                return value
-            first = first if first is not None else value
-        position = text.find("{", end)
-    if first is not None:
-        return first
-    raise JsonExtractionError(first_problem or "no JSON object found in the reply")
-
-
-def _extract_from(text: str) -> dict[str, Any]:
-    fences = [(language.lower(), body) for language, body in _FENCE.findall(text)]
-    ordered = [body for language, body in fences if language == "json"] + [
-        body for language, body in fences if language != "json"
-    ]
-    for body in ordered:
-        try:
-            return _find_object(body)
-        except JsonExtractionError:
-            continue
-    return _find_object(text)
-
-
-def extract_json_object(text: str) -> dict[str, Any]:
-    """The reply's JSON object: from a ```json fence if any, else from the surrounding prose.
-
-    `<think>` blocks are removed first. An unclosed `<thinking>` inside a JSON string (a
-    comment cut off mid-thought) would cut the JSON too, so when that leaves no object,
-    the text with only whole blocks removed is tried; the comment is stripped later.
-    """
-    stripped = strip_think(text)
-    if not stripped:
-        raise JsonExtractionError("the reply is empty (or only a <think> block)")
-    try:
-        return _extract_from(stripped)
-    except JsonExtractionError as error:
-        fallback = _THINK_BLOCK.sub("", text)
-        if fallback == stripped:
-            raise
-        try:
-            return _extract_from(fallback)
-        except JsonExtractionError:
-            raise error from None
 
 
 # --- JSON in text ---------------------------------------------------------------------

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import re
 import secrets
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from coding_agent.domain.tasks import Comment
 
 __all__ = ["UntrustedWrapper", "neutralise_tags", "TAG_NAME"]
 
@@ -60,3 +63,9 @@ class UntrustedWrapper:
         """`text` by `author` as a block the model reads as data, never as instructions."""
         name = _AUTHOR_UNSAFE.sub("_", author)[:100]
         return f'<{self.tag} author="{name}">\n{neutralise_tags(text)}\n{self.closing_tag}'
+
+    def comment(self, comment: Comment, is_trusted: Callable[[str], bool]) -> Comment:
+        """The comment with its text wrapped as untrusted when its author lacks write access."""
+        if is_trusted(comment.author):
+            return comment
+        return replace(comment, body=self.wrap(comment.author, comment.body.strip() or "(empty)"))

@@ -17,7 +17,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from coding_agent.domain.memories import ChannelRecord, ThreadRecord, channel_of, workspace_of
 from coding_agent.domain.tasks import TaskKey
-from coding_agent.runtime.state_store import TableStore
+from coding_agent.runtime.tables.base import TableStore
 
 __all__ = ["MemoryStore", "ChannelRecord", "ThreadRecord", "channel_of", "workspace_of"]
 

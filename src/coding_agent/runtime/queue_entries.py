@@ -17,7 +17,8 @@ from sqlalchemy import Float, String, delete, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from coding_agent.runtime.state_store import LEASES, TableStore
+from coding_agent.runtime.tables.base import TableStore
+from coding_agent.runtime.tables.leases import LEASES
 
 __all__ = ["QueueEntries"]
 

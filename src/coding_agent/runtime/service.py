@@ -38,7 +38,8 @@ from coding_agent.runtime.recovery import Recovery
 from coding_agent.runtime.state_store import StateStore, new_owner_id
 from coding_agent.runtime.worker import Outcome, Workers
 from coding_agent.sources.base import Source
-from coding_agent.sources.factory import create_sources
+from coding_agent.sources.factory import create_sources, retry_policy
+from coding_agent.workspace.session import RunWorkspaces
 
 __all__ = ["AgentService", "CycleReport"]
 
@@ -83,7 +84,10 @@ class AgentService:
             if config.memory.enabled
             else None
         )
-        self.runner = TaskRunner(config, self.store, self.redactor, self.owner, llm_factory, self.controls, memories)
+        self.workspaces = RunWorkspaces(config.workspace, retry_policy(config), self.redactor)
+        self.runner = TaskRunner(
+            config, self.store, self.redactor, self.owner, llm_factory, self.controls, memories, workspaces=self.workspaces
+        )
         self.recovery = Recovery(config, self.store, ContextStorage(config.context_storage.base_dir, self.redactor), self.controls)
         self.followups = FollowUpIntake(
             self.store,

@@ -17,7 +17,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from coding_agent.agent.steering import RunControls
 from coding_agent.runtime.producer import Producer
 from coding_agent.runtime.queue import TaskQueue
-from coding_agent.runtime.state_store import TableStore
+from coding_agent.runtime.tables.base import TableStore
 
 __all__ = ["RuntimeWebhookSink", "DeliveryLog"]
 

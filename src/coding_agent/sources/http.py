@@ -11,7 +11,11 @@ One place decides, for GitHub and GitLab alike:
   (`ETagCache`, bounded; SPEC 8.1, 13). Every GET is revalidated, so labels, assignees
   and comments are never served stale;
 - which answers are worth retrying (`transient_status`) and how long to wait
-  (`retry_after`: `Retry-After`, GitHub's `X-RateLimit-Reset`, GitLab's `RateLimit-Reset`).
+  (`retry_after`: `Retry-After`, GitHub's `X-RateLimit-Reset`, GitLab's `RateLimit-Reset`);
+- what is counted: every forge HTTP exchange, by forge and outcome (`FORGE_REQUESTS`,
+  `count_request`). The counter is a prometheus_client collector that belongs to no
+  registry; the dashboard's `/metrics` registers it in its own (web/metrics.py), so this
+  layer needs nothing from the layers above it.
 
 GitLab's client (python-gitlab) speaks `requests`, so it uses `ETagCache` and the two
 functions directly; GitHub's (githubkit) speaks httpx and is handed `CachingTransport`.
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import httpx
+from prometheus_client import Counter
 
 from coding_agent.retry import parse_retry_after
 
@@ -36,6 +41,8 @@ __all__ = [
     "CachedAnswer",
     "CachingTransport",
     "ETagCache",
+    "FORGE_REQUESTS",
+    "count_request",
     "rate_limited",
     "retry_after",
     "transient_status",
@@ -45,6 +52,19 @@ V = TypeVar("V")
 
 # Responses remembered per source for revalidation; the least recently used go first.
 CACHE_ENTRIES = 1024
+
+FORGE_REQUESTS = Counter(
+    "coding_agent_forge_requests",
+    "Forge HTTP requests sent by this process, by forge and outcome (status class, or error: no answer)",
+    ["forge", "outcome"],
+    registry=None,
+)
+
+
+def count_request(forge: str, status: int | None) -> None:
+    """Count one exchange with `forge`: `status` None means no answer (timeout, refused)."""
+    outcome = "error" if status is None else f"{status // 100}xx"
+    FORGE_REQUESTS.labels(forge=forge, outcome=outcome).inc()
 
 
 class ETagCache(Generic[V]):
@@ -122,20 +142,26 @@ class CachingTransport(httpx.AsyncBaseTransport):
     pool (and its TLS context) lives until `close_pool()`.
     """
 
-    def __init__(self, timeout: float, cache: ETagCache[CachedAnswer] | None = None) -> None:
+    def __init__(self, timeout: float, cache: ETagCache[CachedAnswer] | None = None, forge: str = "github") -> None:
         self._inner = httpx.AsyncHTTPTransport(retries=0)
         self._timeout = timeout
+        self._forge = forge
         self.cache: ETagCache[CachedAnswer] = cache if cache is not None else ETagCache()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         # httpcore's per-phase timeouts, in case a layer above dropped them ...
         request.extensions = {**request.extensions, "timeout": httpx.Timeout(self._timeout).as_dict()}
+        status: int | None = None
         try:
             # ... and one deadline for the whole exchange, which a slow drip cannot stretch.
             async with asyncio.timeout(self._timeout):
-                return await self._exchange(request)
+                response = await self._exchange(request)
+            status = response.status_code
+            return response
         except TimeoutError:
             raise httpx.ReadTimeout(f"no complete answer within {self._timeout:g}s", request=request) from None
+        finally:
+            count_request(self._forge, status)
 
     async def _exchange(self, request: httpx.Request) -> httpx.Response:
         if request.method != "GET":

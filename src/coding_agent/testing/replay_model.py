@@ -1,5 +1,8 @@
 """The replay model server: a scripted stand-in for OpenAI, LM Studio and Ollama.
 
+(The script's steps and loading are `replay_script.py`; its names are re-exported here.
+Over 300 lines still: the three providers' wire forms are one server, read best together.)
+
 Tests, benchmarks and `coding-agent demo` run the real provider clients against it over
 real HTTP. One script drives every provider and both reply protocols: a scripted tool
 call becomes a native tool call when the request offers tools, and the JSON-text reply
@@ -62,13 +65,11 @@ import json
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any
 
-import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse as _StarletteJSONResponse
@@ -77,6 +78,16 @@ from starlette.routing import Route
 
 from coding_agent.llm.tool_names import match_offered_name, wire_candidates
 from coding_agent.testing.http_server import ServedApp
+from coding_agent.testing.replay_script import (
+    PHASE_FORMS,
+    ConversationScript,
+    RawToolCall,
+    ReplayScript,
+    ReplayStep,
+    ScriptAction,
+    ScriptSource,
+    load_script,
+)
 
 __all__ = [
     "RawToolCall",
@@ -96,204 +107,7 @@ __all__ = [
 _REPLAY_CONTEXT_LENGTH = 131072
 
 EXHAUSTED_COMMENT = "The replay script is exhausted: there are no more scripted replies."
-StepKind = Literal["tool", "text", "done", "status", "raw", "plan", "action_done", "reflection", "revision", "verification"]
-_PHASE_KINDS = ("plan", "action_done", "reflection", "revision", "verification")
-_KINDS: tuple[StepKind, ...] = ("tool", "text", "done", "status", "raw", *_PHASE_KINDS)  # type: ignore[assignment]
-_STEP_KEYS = frozenset(
-    {"tool", "args", "comment", "text", "tool_calls", "done", "status", "retry_after", "message", "raw", *_PHASE_KINDS}
-)
-# A phase reply: (native tool, the JSON-in-text `phase` tag; None: wrapped in its own key).
-_PHASE_FORMS = {
-    "plan": ("submit_plan", "planning"),
-    "action_done": ("action_done", None),
-    "reflection": ("submit_reflection", "reflection"),
-    "revision": ("submit_revision", "revision"),
-    "verification": ("submit_verification", "verification"),
-}
 _MARKER = re.compile(r"^\[Phase: ([^\]\n]+)\]")
-
-
-# --- the script -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RawToolCall:
-    """A tool call sent exactly as written (wire name, arguments possibly invalid JSON)."""
-
-    name: str
-    arguments: str | dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ReplayStep:
-    """One scripted reply."""
-
-    kind: StepKind
-    tool: str = ""
-    args: dict[str, Any] = field(default_factory=dict)
-    comment: str = ""
-    text: str = ""
-    tool_calls: tuple[RawToolCall, ...] = ()
-    status: int = 0
-    retry_after: float | None = None
-    message: str = ""
-    raw: bytes = b""
-    before: tuple[tuple[str, dict[str, Any]], ...] = ()
-
-    @classmethod
-    def from_dict(cls, raw: Any, where: str) -> ReplayStep:
-        if not isinstance(raw, Mapping):
-            raise ValueError(f"replay script {where}: a reply must be a mapping, not {type(raw).__name__}")
-        unknown = sorted(set(raw) - _STEP_KEYS)
-        if unknown:
-            raise ValueError(f"replay script {where}: unknown key(s) {', '.join(unknown)}")
-        kinds = [kind for kind in _KINDS if kind in raw]
-        if not kinds and "tool_calls" in raw:
-            kinds = ["text"]
-        if len(kinds) != 1:
-            raise ValueError(f"replay script {where}: a reply needs exactly one of tool, text, done, status, raw")
-        kind = kinds[0]
-        comment = str(raw.get("comment") or "")
-        if kind in _PHASE_KINDS:
-            if not isinstance(raw[kind], Mapping):
-                raise ValueError(f"replay script {where}: {kind} must be a mapping (the phase object)")
-            return cls(kind=kind, args=dict(raw[kind]), comment=comment)
-        if kind == "tool":
-            args = raw.get("args") or {}
-            if not isinstance(raw["tool"], str) or not isinstance(args, Mapping):
-                raise ValueError(f"replay script {where}: tool must be a name and args a mapping")
-            return cls(kind="tool", tool=raw["tool"], args=dict(args), comment=comment)
-        if kind == "text":
-            raw_calls = raw.get("tool_calls") or []
-            calls = tuple(_raw_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(raw_calls))
-            return cls(kind="text", text=str(raw.get("text") or ""), tool_calls=calls)
-        if kind == "raw":
-            body = raw["raw"]
-            if not isinstance(body, (bytes, str)):
-                raise ValueError(f"replay script {where}: raw must be bytes or text")
-            return cls(kind="raw", raw=body if isinstance(body, bytes) else body.encode("utf-8", "surrogateescape"))
-        if kind == "done":
-            done = raw["done"]
-            return cls(kind="done", comment=comment if done is True or done is None else str(done))
-        status = raw["status"]
-        if not isinstance(status, int) or not 400 <= status <= 599:
-            raise ValueError(f"replay script {where}: status must be an HTTP error code (400-599)")
-        retry_after = raw.get("retry_after")
-        return cls(
-            kind="status",
-            status=status,
-            retry_after=float(retry_after) if retry_after is not None else None,
-            message=str(raw.get("message") or f"replay script: scripted HTTP {status}"),
-        )
-
-
-def _raw_call(raw: Any, where: str) -> RawToolCall:
-    if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
-        raise ValueError(f"replay script {where}: a raw tool call needs a name")
-    arguments = raw.get("arguments", {})
-    if not isinstance(arguments, (str, Mapping)):
-        raise ValueError(f"replay script {where}: arguments must be a string or a mapping")
-    return RawToolCall(name=raw["name"], arguments=arguments if isinstance(arguments, str) else dict(arguments))
-
-
-def _before(raw: Any, where: str) -> tuple[tuple[str, dict[str, Any]], ...]:
-    """`before`: one mapping {action: args} or a list of them, in the order to run."""
-    items = raw if isinstance(raw, list) else [raw]
-    actions: list[tuple[str, dict[str, Any]]] = []
-    for item in items:
-        if not isinstance(item, Mapping):
-            raise ValueError(f"replay script {where}.before: expected {{action: args}} mappings")
-        for name, args in item.items():
-            if not isinstance(args, (Mapping, type(None))):
-                raise ValueError(f"replay script {where}.before.{name}: the arguments must be a mapping")
-            actions.append((str(name), dict(args or {})))
-    return tuple(actions)
-
-
-def _step(raw: Any, where: str) -> ReplayStep:
-    if isinstance(raw, Mapping) and "before" in raw:
-        rest = {key: value for key, value in raw.items() if key != "before"}
-        return replace(ReplayStep.from_dict(rest, where), before=_before(raw["before"], where))
-    return ReplayStep.from_dict(raw, where)
-
-
-def _steps(raw: Any, where: str) -> tuple[ReplayStep, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise ValueError(f"replay script {where}: must be a list of replies")
-    return tuple(_step(step, f"{where}[{index}]") for index, step in enumerate(raw))
-
-
-@dataclass(frozen=True)
-class ConversationScript:
-    """Replies for the conversations whose first user message contains `match`."""
-
-    match: str
-    replies: tuple[ReplayStep, ...]
-
-
-@dataclass(frozen=True)
-class ReplayScript:
-    replies: tuple[ReplayStep, ...] = ()
-    conversations: tuple[ConversationScript, ...] = ()
-    latency_seconds: float = 0.0
-    model: str = "replay-model"
-    phases: tuple[tuple[str, tuple[ReplayStep, ...]], ...] = ()
-
-    def phase_key(self, marker: str) -> str | None:
-        """The longest `phases` key the marker's text starts with."""
-        keys = [key for key, _ in self.phases if marker == key or marker.startswith(key + " ")]
-        return max(keys, key=len) if keys else None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ReplayScript:
-        if not isinstance(data, Mapping):
-            raise ValueError("replay script: the top level must be a mapping")
-        unknown = sorted(set(data) - {"replies", "conversations", "latency_seconds", "model", "phases"})
-        if unknown:
-            raise ValueError(f"replay script: unknown key(s) {', '.join(unknown)}")
-        conversations = []
-        for index, raw in enumerate(data.get("conversations") or []):
-            if not isinstance(raw, Mapping) or not isinstance(raw.get("match"), str):
-                raise ValueError(f"replay script conversations[{index}]: needs a `match` string and `replies`")
-            conversations.append(
-                ConversationScript(raw["match"], _steps(raw.get("replies"), f"conversations[{index}].replies"))
-            )
-        phases = data.get("phases") or {}
-        if not isinstance(phases, Mapping):
-            raise ValueError("replay script phases: must map a phase marker to its replies")
-        return cls(
-            replies=_steps(data.get("replies"), "replies"),
-            phases=tuple((str(key), _steps(steps, f"phases.{key}")) for key, steps in phases.items()),
-            conversations=tuple(conversations),
-            latency_seconds=float(data.get("latency_seconds") or 0),
-            model=str(data.get("model") or "replay-model"),
-        )
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> ReplayScript:
-        """A YAML or JSON script file (JSON is YAML)."""
-        return cls.from_dict(yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
-
-    def replies_for(self, first_user_message: str) -> tuple[ReplayStep, ...]:
-        for conversation in self.conversations:
-            if conversation.match in first_user_message:
-                return conversation.replies
-        return self.replies
-
-
-ScriptSource = Union[ReplayScript, Mapping[str, Any], str, Path]
-# A `before` action: called with the step's arguments when that step's request arrives.
-ScriptAction = Callable[[dict[str, Any]], None]
-
-
-def _load_script(source: ScriptSource) -> ReplayScript:
-    if isinstance(source, ReplayScript):
-        return source
-    if isinstance(source, Mapping):
-        return ReplayScript.from_dict(source)
-    return ReplayScript.from_file(source)
 
 
 # --- the state ------------------------------------------------------------------------
@@ -371,7 +185,7 @@ class ReplayModel:
 
     def __init__(self, script: ScriptSource, actions: Mapping[str, ScriptAction] | None = None) -> None:
         self._actions = dict(actions or {})
-        self.script = self._checked(_load_script(script))
+        self.script = self._checked(load_script(script))
         self._lock = threading.Lock()
         self._cursors: dict[str, int] = {}
         self._requests: list[RecordedRequest] = []
@@ -389,7 +203,7 @@ class ReplayModel:
 
     def load(self, script: ScriptSource) -> None:
         """Play `script` from now on, from a clean state (one server, many scenarios)."""
-        loaded = self._checked(_load_script(script))
+        loaded = self._checked(load_script(script))
         with self._lock:
             self.script = loaded
             self._cursors.clear()
@@ -447,8 +261,8 @@ class ReplayModel:
                 _Call(f"{call_prefix}_{i}", call.name, call.arguments) for i, call in enumerate(step.tool_calls)
             )
             return _Rendered(step.text, calls)
-        if step.kind in _PHASE_FORMS:
-            tool, tag = _PHASE_FORMS[step.kind]
+        if step.kind in PHASE_FORMS:
+            tool, tag = PHASE_FORMS[step.kind]
             body = {**step.args, **({"comment": step.comment} if step.comment else {})}
             name = match_offered_name(tool, offered) if offered else None
             if name is not None:

@@ -82,12 +82,15 @@ def bwrap_argv(
     extra_env: Mapping[str, str] | None = None,
     lang: str | None = None,
     system_paths: Sequence[str] | None = None,
+    tmp_size_bytes: int | None = None,
 ) -> list[str]:
     """The bwrap argument list that runs `command` (argv) with `root` as its one writable tree.
 
     Mount order matters: the private /tmp comes before the workspace bind, so a workspace
     that lives under /tmp is still visible. `system_paths` defaults to the directories
-    and /etc entries above that exist on this machine.
+    and /etc entries above that exist on this machine. `tmp_size_bytes` caps each private
+    /tmp and /var/tmp (they are memory: the setup's limit on what it may write keeps a
+    runaway from filling the host's RAM); unset, tmpfs's own default (half the RAM).
     """
     root_text = str(root)
     argv = [bwrap, "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]
@@ -95,7 +98,8 @@ def bwrap_argv(
         link = os.readlink(path) if os.path.islink(path) and path in SYSTEM_DIRECTORIES else None
         # /bin -> usr/bin on merged-/usr systems: the same link inside, not a second bind.
         argv += ["--symlink", link, path] if link and not link.startswith("/") else ["--ro-bind", path, path]
-    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    size = ["--size", str(tmp_size_bytes)] if tmp_size_bytes else []
+    argv += ["--dev", "/dev", "--proc", "/proc", *size, "--tmpfs", "/tmp", *size, "--tmpfs", "/var/tmp"]
     argv += ["--bind", root_text, root_text]
     for bind in extra_binds:
         argv += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.dest or bind.source]

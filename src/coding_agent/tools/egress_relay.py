@@ -7,7 +7,8 @@ transport, with backpressure (a full write buffer pauses reading on the other si
 
 `ClientSide` first collects the request head (up to a limit, within a deadline), then
 pauses and hands it to the proxy's callback, which answers and closes, or links it to
-an `UpstreamSide` it connected.
+an `UpstreamSide` it connected. Once linked, the download direction is spliced in the
+kernel where it can be (`egress_splice.py`): no copy of the body through Python.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+
+from coding_agent.tools.egress_splice import DownloadSplice, splice_available
 
 __all__ = ["ClientSide", "UpstreamSide", "answer_bytes"]
 
@@ -40,6 +43,7 @@ class _Side(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer: _Side | None = None
         self._eof = False
+        self.splice: DownloadSplice | None = None  # set on both sides while spliced
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -62,16 +66,19 @@ class _Side(asyncio.Protocol):
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.splice is not None:
+            self.splice.stop()  # before the transport closes the socket it watches
         self.transport = None
         if self.peer is not None:
             self.peer.close()
 
     def pause_writing(self) -> None:
-        if self.peer is not None and self.peer.transport is not None:
+        if self.peer is not None and self.peer.transport is not None and self.peer.splice is None:
             self.peer.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.peer is not None and self.peer.transport is not None:
+        # A spliced upstream is read by the splice, never again by its transport.
+        if self.peer is not None and self.peer.transport is not None and self.peer.splice is None:
             self.peer.transport.resume_reading()
 
     def close(self) -> None:
@@ -81,6 +88,10 @@ class _Side(asyncio.Protocol):
 
 class UpstreamSide(_Side):
     """The connection to the origin server."""
+
+    def spliced_eof(self) -> None:
+        """The origin's EOF, seen by the splice (its transport no longer reads)."""
+        self.eof_received()
 
 
 HeadHandler = Callable[["ClientSide", bytes, bytes], Awaitable[None]]
@@ -164,4 +175,18 @@ class ClientSide(_Side):
             upstream.transport.write(to_upstream)
         if self._eof and upstream.transport.can_write_eof():
             upstream.transport.write_eof()  # the client half-closed while we connected
+        self._splice_download(upstream)
         self.transport.resume_reading()
+
+    def _splice_download(self, upstream: UpstreamSide) -> None:
+        """Hand origin -> client to the kernel, when nothing is queued in the client's transport."""
+        assert self.transport is not None and upstream.transport is not None
+        client, origin = self.transport.get_extra_info("socket"), upstream.transport.get_extra_info("socket")
+        if not splice_available() or client is None or origin is None or self.transport.get_write_buffer_size():
+            return
+        try:
+            splice = DownloadSplice(origin.fileno(), client.fileno(), upstream.spliced_eof, self.close)
+        except OSError:  # no descriptor left for the pipe: the protocols relay it instead
+            return
+        upstream.transport.pause_reading()
+        self.splice = upstream.splice = splice

@@ -6,6 +6,11 @@ listens on `127.0.0.1:PROXY_PORT` inside and forwards every connection to that s
 and `HTTP(S)_PROXY` point there. The forwarder dies with the sandbox (its PID
 namespace ends with the command). Additive to `sandbox.sandbox_argv`: extra arguments
 (after the private /tmp, which holds the mount point), extra env, a wrapped command.
+
+The forwarder starts for every command, also when the allow-list is empty: without it
+a request would fail inside the sandbox unseen, while SPEC 7.1 wants each refusal
+listed in the PR body with the command that tried. Its cost is socat's start (about
+10 ms; benchmarks/bench_sandbox_run.py --egress), awaited by a blocking read.
 """
 
 from __future__ import annotations
@@ -25,13 +30,12 @@ __all__ = [
     "EgressSandbox",
     "PROXY_PORT",
     "SANDBOX_SOCKET",
+    "forwarder_argv",
     "no_proxy_value",
     "socat_path",
 ]
 
 SANDBOX_SOCKET = "/tmp/.coding-agent-egress.sock"
-# socat copies 8 KiB at a time by default; a bigger block keeps large downloads near
-# direct speed (benchmarks/bench_egress.py).
 PROXY_PORT = 3128
 # How the host tells the workspace MCP server where the proxy is (never a secret).
 EGRESS_SOCKET_ENV = "CODING_AGENT_EGRESS_SOCKET"
@@ -42,6 +46,19 @@ _LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 def socat_path() -> str | None:
     """socat under /usr or /bin: the directories every sandbox has, read-only."""
     return shutil.which("socat", path="/usr/bin:/bin:/usr/local/bin")
+
+
+def forwarder_argv(port: int, socket_path: str, socat: str = "socat", log: bool = False) -> list[str]:
+    """socat listening on 127.0.0.1:`port`, one child per connection, each to `socket_path`.
+
+    `log`: notices on stderr (`-d -d`), among them "listening on" once it is ready.
+
+    What runs inside the sandbox (`wrap_command`), and what benchmarks/bench_egress.py
+    measures on the host: one definition, so the figure is the sandbox's.
+    """
+    listen = f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr"
+    # -b: socat copies 8 KiB at a time by default; 256 KiB keeps large downloads faster.
+    return [socat, "-b", "262144", *(["-d", "-d"] if log else []), listen, f"UNIX-CONNECT:{socket_path}"]
 
 
 def no_proxy_value(hosts: Iterable[str]) -> str:
@@ -95,17 +112,27 @@ class EgressSandbox:
     def wrap_command(self, command: str) -> str:
         """A shell script (for the sandbox's `sh -c`) that starts the forwarder, then `command`.
 
-        POSIX sh only. The readiness probe is socat itself (the proxy ignores an empty
-        connection); after about two seconds without a listener the command runs anyway
-        and its requests fail, which it reports itself. `command` runs in a shell of its
-        own (`exec`), so its syntax and exit code are what they would be unwrapped.
+        Under bash (the sandbox's shell when /bin/bash exists) the script waits for
+        socat's own "listening on" notice through a pipe: a blocking read, ready the
+        moment socat listens (mostly socat's own start, ~10 ms), with no probe processes
+        or sleeps. SIGPIPE is ignored in socat, so its later notices, written to the
+        closed pipe, cost nothing. If socat cannot listen, the read ends at its exit and
+        the command's requests fail, which it reports itself. POSIX sh polls with socat
+        (at most ~2 s). `command` runs in a shell of its own (`exec`), so its syntax and
+        exit code are what they would be unwrapped.
         """
         socat = shlex.quote(socat_path() or "socat")
-        listen = f"TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr"
-        shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+        forwarder = shlex.join(forwarder_argv(PROXY_PORT, SANDBOX_SOCKET, socat_path() or "socat"))
+        if os.path.exists("/bin/bash"):
+            logged = shlex.join(forwarder_argv(PROXY_PORT, SANDBOX_SOCKET, socat_path() or "socat", log=True))
+            return (
+                f"exec 3< <(trap '' PIPE; exec {logged} 2>&1 >/dev/null </dev/null)\n"
+                "while IFS= read -r _l <&3; do case $_l in *' listening on '*) break;; esac; done\n"
+                f"exec 3<&-\nexec /bin/bash -c {shlex.quote(command)}\n"
+            )
         return (
-            f"{socat} -b 262144 {listen} UNIX-CONNECT:{SANDBOX_SOCKET} </dev/null >/dev/null 2>&1 &\n"
+            f"{forwarder} </dev/null >/dev/null 2>&1 &\n"
             f"_i=0; until {socat} -u OPEN:/dev/null TCP:127.0.0.1:{PROXY_PORT} 2>/dev/null || [ $_i -ge 200 ]; "
             "do _i=$((_i+1)); sleep 0.01; done\n"
-            f"exec {shell} -c {shlex.quote(command)}\n"
+            f"exec /bin/sh -c {shlex.quote(command)}\n"
         )

@@ -8,8 +8,9 @@ straight to the session (requests are multiplexed by id), so a call costs what a
 client's call costs plus a cancel scope.
 
 The transport is the official SDK's stdio client, wrapped per server by
-`tools/mcp_connection.py` (process group, stderr, pid); this module holds the servers,
-their one restart, the tool index and the call results.
+`tools/mcp_connection.py` (process group, stderr, pid); `tools/mcp_server.py` keeps each
+server across its one restart; this module holds the servers, the tool index and the
+call results.
 
 A server that dies (or whose session breaks) is restarted once and the call retried; if
 it dies again it is reported down, and the other servers keep working.
@@ -36,7 +37,8 @@ from coding_agent.config import MCPServerConfig, ToolsConfig
 from coding_agent.errors import ToolError
 from coding_agent.llm.types import ToolSpec
 from coding_agent.redaction import Redactor
-from coding_agent.tools.mcp_connection import Broken, Connection, Launch
+from coding_agent.tools.mcp_connection import Launch
+from coding_agent.tools.mcp_server import ManagedServer, ServerDown
 from coding_agent.tools.sandbox import contains_secret, scrubbed_environment
 from coding_agent.tools.types import ToolResult
 
@@ -45,10 +47,6 @@ __all__ = ["ToolHub", "cap_output", "render_content"]
 logger = logging.getLogger(__name__)
 
 _WORKSPACE_PLACEHOLDER = "{workspace}"
-
-
-class _ServerDown(Exception):
-    """The server died again after its one restart."""
 
 
 def _call_timeout(configured: float, args: dict[str, Any]) -> float:
@@ -106,92 +104,6 @@ def render_content(result: mcp_types.CallToolResult) -> str:
     return "\n".join(parts)
 
 
-class _Server:
-    """One configured server across restarts: its tools, its live connection, its one restart."""
-
-    def __init__(self, config: MCPServerConfig, launch: Launch, secrets: Sequence[str], max_restarts: int) -> None:
-        self.config = config
-        self.launch = launch
-        self._secrets = secrets
-        self._restarts_left = max_restarts
-        self._lock = asyncio.Lock()
-        self.connection: Connection | None = None  # only ever a connection that finished its handshake
-        self._starting: Connection | None = None
-        self.down = False
-
-    async def start(self, timeout: float) -> Connection:
-        connection = Connection(self.launch, self._secrets)
-        self._starting = connection
-        connection.start()
-        try:
-            await asyncio.wait_for(asyncio.shield(connection.ready.wait()), timeout)
-        except TimeoutError:
-            await connection.stop()
-            raise ToolError(
-                f"MCP server {self.launch.name!r} (command {self.launch.program!r}) could not be started: "
-                f"it did not finish the MCP handshake within {timeout:g}s"
-            ) from None
-        except BaseException:
-            await connection.stop()
-            raise
-        finally:
-            self._starting = None
-        if connection.startup_error is not None:
-            await connection.stop()
-            raise connection.startup_error
-        self.connection = connection
-        return connection
-
-    def _connections(self) -> list[Connection]:
-        return [c for c in (self.connection, self._starting) if c is not None]
-
-    def request_stop(self) -> None:
-        for connection in self._connections():
-            connection.request_stop()
-
-    async def stop(self) -> None:
-        for connection in self._connections():
-            await connection.stop()
-
-    async def call(
-        self, tool: str, arguments: dict[str, Any], timeout: float, startup_timeout: float
-    ) -> mcp_types.CallToolResult | None:
-        """Call on the live connection; restart once if it is broken, then give up for good."""
-        connection = self.connection
-        if self.down or connection is None:
-            raise _ServerDown
-        try:
-            return await connection.call_tool(tool, arguments, timeout)
-        except Broken:
-            pass
-        async with self._lock:
-            if self.down:
-                raise _ServerDown
-            if self.connection is connection:  # nobody restarted it while we waited
-                await connection.stop()
-                if self._restarts_left <= 0:
-                    self.down = True
-                    raise _ServerDown
-                self._restarts_left -= 1
-                logger.warning("MCP server %s stopped; restarting it once", self.launch.name)
-                try:
-                    await self.start(startup_timeout)
-                except ToolError as error:
-                    logger.warning("%s", error)
-                    self.down = True
-                    raise _ServerDown from None
-            current = self.connection
-        assert current is not None
-        try:
-            return await current.call_tool(tool, arguments, timeout)
-        except Broken:
-            async with self._lock:
-                if self.connection is current and self._restarts_left <= 0:
-                    self.down = True
-                    await current.stop()
-            raise _ServerDown from None
-
-
 def _matches(patterns: list[str] | None, server: str, tool: str) -> bool:
     if patterns is None:
         return True
@@ -220,8 +132,8 @@ class ToolHub:
         self._workspace = Path(workspace).resolve()
         self._secrets = tuple(secret for secret in secrets if secret)
         self._redactor = Redactor(self._secrets)
-        self._servers = [_Server(config, self._launch(config), self._secrets, max_restarts) for config in servers]
-        self._index: dict[str, tuple[_Server, str]] = {}
+        self._servers = [ManagedServer(config, self._launch(config), self._secrets, max_restarts) for config in servers]
+        self._index: dict[str, tuple[ManagedServer, str]] = {}
         self._specs: list[ToolSpec] = []
         self._closed = False
 
@@ -343,7 +255,7 @@ class ToolHub:
         timeout = _call_timeout(self._settings.call_timeout_seconds, args)
         try:
             result = await server.call(tool, args, timeout, self._settings.startup_timeout_seconds)
-        except _ServerDown:
+        except ServerDown:
             message = (
                 f"MCP server {server.config.mcp_server_name!r} is down: it stopped, was restarted once and "
                 "stopped again. Its tools cannot be used in this run; the other tools still work."

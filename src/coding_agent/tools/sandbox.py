@@ -10,8 +10,9 @@ workspace and read-only system directories, an environment of four variables). T
 no silent fallback (SPEC 15): in `bwrap` mode a machine where bwrap cannot run refuses
 the command with a message that says why; only `none`, which the operator must choose
 (`security.sandbox: none`), runs a plain subprocess, in its own session, with the same
-scrubbed environment. (A little over 300 lines: the environment scrubbing, the probe and
-the capped, group-killing runner are one job — a command that leaks nothing.)
+scrubbed environment. (About 350 lines: the environment scrubbing, the probe and
+the capped, group-killing runner (time limit or a caller's stop) are one job — a command
+that leaks nothing.)
 """
 
 from __future__ import annotations
@@ -115,7 +116,11 @@ def _shell() -> str:
 
 
 def sandbox_argv(
-    command: str, root: Path, extra_binds: Sequence[Bind] = (), extra_env: Mapping[str, str] | None = None
+    command: str,
+    root: Path,
+    extra_binds: Sequence[Bind] = (),
+    extra_env: Mapping[str, str] | None = None,
+    tmp_size_bytes: int | None = None,
 ) -> list[str]:
     """The bwrap command line that runs `command` through the shell with `root` writable."""
     shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
@@ -126,6 +131,7 @@ def sandbox_argv(
         extra_binds=extra_binds,
         extra_env=extra_env,
         lang=os.environ.get("LANG"),
+        tmp_size_bytes=tmp_size_bytes,
     )
 
 
@@ -205,6 +211,7 @@ class CommandResult:
     cut_bytes: int
     sandboxed: bool
     duration_seconds: float
+    stopped: bool = False  # the caller's `stop` event ended it (killed like at the time limit)
 
 
 class _CappedBuffer:
@@ -252,6 +259,22 @@ async def _drain(stream: asyncio.StreamReader, buffer: _CappedBuffer) -> None:
         buffer.add(chunk)
 
 
+async def _wait(process: asyncio.subprocess.Process, timeout: float, stop: asyncio.Event | None) -> str:
+    """"exited", "timed_out", or "stopped" (the caller set `stop` first)."""
+    waiters = {asyncio.ensure_future(process.wait())}
+    stopper = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    try:
+        done, _ = await asyncio.wait(waiters | ({stopper} if stopper else set()), timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+    finally:
+        for future in (*waiters, stopper):
+            if future is not None and not future.done():
+                future.cancel()
+    if waiters & done:
+        return "exited"
+    return "stopped" if stopper is not None and stopper in done else "timed_out"
+
+
 async def run_command(
     command: str,
     root: Path,
@@ -262,6 +285,8 @@ async def run_command(
     extra_env: Mapping[str, str] | None = None,
     extra_binds: Sequence[Bind] = (),
     egress: EgressSandbox | None = None,
+    stop: asyncio.Event | None = None,
+    tmp_size_bytes: int | None = None,
 ) -> CommandResult:
     """Run `command` through the shell in `root`, sandboxed per `mode`, with a timeout.
 
@@ -272,6 +297,9 @@ async def run_command(
     Raises `SandboxUnavailable` in bwrap mode where bwrap cannot run. `egress`: reach the
     network through the host's egress proxy (SPEC 7.1; sandboxed commands only: the
     proxy's socket, its forwarder and the proxy variables are added to the sandbox).
+    `stop`: set by the caller to end the command early (a watchdog, e.g. the setup's disk
+    limit): its group is killed as at the time limit and the result says `stopped`.
+    `tmp_size_bytes` caps the sandbox's private /tmp and /var/tmp.
     """
     sandboxed = mode != "none"
     if sandboxed:
@@ -282,7 +310,7 @@ async def run_command(
             command = egress.wrap_command(command)
             extra_binds = [*extra_binds, *(Bind(source, dest) for source, dest in egress.binds())]
             extra_env = {**(extra_env or {}), **egress.env()}
-        argv = sandbox_argv(command, root, extra_binds, extra_env)
+        argv = sandbox_argv(command, root, extra_binds, extra_env, tmp_size_bytes)
     else:
         argv = [_shell(), "-c", command]
     env = command_environment(sandboxed, source_env)
@@ -301,12 +329,9 @@ async def run_command(
     )
     assert process.stdout is not None
     reader = asyncio.create_task(_drain(process.stdout, buffer))
-    timed_out = False
+    ending = "exited"
     try:
-        try:
-            await asyncio.wait_for(process.wait(), timeout_seconds)
-        except TimeoutError:
-            timed_out = True
+        ending = await _wait(process, timeout_seconds, stop)
         _kill_group(process.pid)
         await process.wait()
         # Everything in the group is dead, so the pipe reaches EOF at once; the deadline
@@ -322,10 +347,11 @@ async def run_command(
             reader.cancel()
     output, cut = buffer.text()
     return CommandResult(
-        exit_code=None if timed_out else process.returncode,
+        exit_code=process.returncode if ending == "exited" else None,
         output=output,
-        timed_out=timed_out,
+        timed_out=ending == "timed_out",
         cut_bytes=cut,
         sandboxed=sandboxed,
         duration_seconds=time.monotonic() - started,
+        stopped=ending == "stopped",
     )

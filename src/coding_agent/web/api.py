@@ -15,6 +15,7 @@ from starlette.routing import Route
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.operator_actions import UnknownTask, apply_action
 from coding_agent.runtime.state_store import StateStore
+from coding_agent.web.activity import RunActivity
 from coding_agent.web.views import task_detail, task_list, usage
 
 __all__ = ["api_routes", "ACTIONS"]
@@ -22,13 +23,13 @@ __all__ = ["api_routes", "ACTIONS"]
 ACTIONS = ("pause", "resume", "stop")
 
 
-def api_routes(store: StateStore, redactor: Redactor) -> list[Route]:
+def api_routes(store: StateStore, redactor: Redactor, activity: RunActivity | None = None) -> list[Route]:
     async def tasks(request: Request) -> Response:
         return JSONResponse({"tasks": await run_in_threadpool(task_list, store, redactor)})
 
     async def task(request: Request) -> Response:
         key = request.path_params["key"]
-        detail = await run_in_threadpool(task_detail, store, key, redactor)
+        detail = await run_in_threadpool(task_detail, store, key, redactor, activity)
         if detail is None:
             return JSONResponse({"error": f"no task {key}"}, status_code=404)
         return JSONResponse(detail)

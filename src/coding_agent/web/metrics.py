@@ -3,6 +3,10 @@
 The figures are read from the state store at scrape time by a custom collector, so they
 are right for every process sharing the store and nothing has to be counted twice. Each
 app gets its own registry (no global state: several apps in one test process are fine).
+
+`coding_agent_forge_requests_total` is the exception: forge HTTP requests are counted
+where they are sent, in `sources/http.py` (the one HTTP layer both forges share), by this
+process; the counter belongs to no registry there and is registered in each app's here.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from coding_agent.runtime.state_store import StateStore
+from coding_agent.sources.http import FORGE_REQUESTS
 
 __all__ = ["health_routes"]
 
@@ -58,6 +63,7 @@ class _StoreCollector(Collector):
 def health_routes(store: StateStore, queue_depth: Callable[[], int | None] = lambda: None) -> list[Route]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_StoreCollector(store, queue_depth))
+    registry.register(FORGE_REQUESTS)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
@@ -26,6 +27,7 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.runtime.webhook_sink import DeliveryLog, RuntimeWebhookSink
+from coding_agent.web.activity import RunActivity
 from coding_agent.web.api import api_routes
 from coding_agent.web.app import build_app
 from coding_agent.web.auth import TokenGuard, login_routes
@@ -57,7 +59,13 @@ def webhooks_configured(config: AgentConfig) -> bool:
 def _dashboard_routes(config: AgentConfig, store: StateStore) -> list[Sequence[BaseRoute]]:
     redactor = Redactor(config.secrets())
     token = _token(config)
-    return [health_routes(store), api_routes(store, redactor), login_routes(token), dashboard_routes(store, redactor)]
+    activity = RunActivity(Path(config.context_storage.base_dir), redactor, config.planning.max_steps_per_action)
+    return [
+        health_routes(store),
+        api_routes(store, redactor, activity),
+        login_routes(token),
+        dashboard_routes(store, redactor, activity),
+    ]
 
 
 def _token(config: AgentConfig) -> str | None:

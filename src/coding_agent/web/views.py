@@ -10,6 +10,7 @@ from typing import Any
 from coding_agent.domain.runs import RunRecord
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.state_store import StateStore
+from coding_agent.web.activity import RunActivity
 
 __all__ = ["task_list", "task_detail", "usage"]
 
@@ -45,12 +46,23 @@ def task_list(store: StateStore, redactor: Redactor) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: row["started_at"] or "", reverse=True)
 
 
-def task_detail(store: StateStore, key: str, redactor: Redactor) -> dict[str, Any] | None:
-    """The task with every run, newest first; None when the store has never seen it."""
+def task_detail(
+    store: StateStore, key: str, redactor: Redactor, activity: RunActivity | None = None
+) -> dict[str, Any] | None:
+    """The task with every run, newest first; None when the store has never seen it.
+
+    With `activity`: the latest run's `tool_calls`, `comments` and `plan` (read from its
+    context directory; see `activity.py`)."""
     runs = sorted(store.runs(key), key=lambda record: record.started_at, reverse=True)
     if not runs:
         return None
-    return {**_run(runs[0], redactor), "runs": [_run(record, redactor) for record in runs]}
+    detail = {**_run(runs[0], redactor), "runs": [_run(record, redactor) for record in runs]}
+    if activity is not None:
+        latest = runs[0]
+        final_body = store.run_marks(latest.uuid).final_body
+        label = None if latest.status in ("running", "paused") else latest.status
+        detail.update(activity.of_run(latest.uuid, final_body, label))
+    return detail
 
 
 def usage(store: StateStore) -> dict[str, Any]:

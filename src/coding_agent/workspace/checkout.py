@@ -39,6 +39,7 @@ __all__ = [
     "Checkout",
     "BRANCH_PREFIX",
     "branch_name",
+    "discard_clone",
     "prepare_workspace",
     "reopen_workspace",
     "verify_git_dir",
@@ -232,6 +233,16 @@ async def _clone(git: Git, clone: list[str], url: str, path: Path, auth: GitAuth
             shutil.rmtree(leftover, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
         raise
+
+
+def discard_clone(path: Path) -> None:
+    """Delete a run's clone: the workspace and its git directory beside it (`git_dir_for`).
+
+    Called when a run has ended (done, failed, stopped): nothing reads the clone again,
+    and a busy worker would otherwise fill its disk with one repository per run.
+    """
+    for directory in (path, git_dir_for(path)):
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def verify_git_dir(checkout: Checkout) -> None:

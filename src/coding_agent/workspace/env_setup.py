@@ -5,7 +5,9 @@ or, with `setup.from_repository: true`, from `.coding-agent/setup.sh` read from 
 default branch through the forge API — never from the clone, which on a PR task is the
 head its author controls. They run in the workspace inside the same sandbox as `run`,
 with no secret in their environment, through the egress proxy's setup allow-list, and
-with a time limit at which the whole process tree is killed (bwrap's PID namespace).
+with a time limit at which the whole process tree is killed (bwrap's PID namespace),
+and a limit on what they may write (`setup.max_disk_mb`, `disk_watch.py`), past which
+it is killed the same way.
 
 A failed or timed-out setup never fails the run: the model is told (exit code and the
 tail of the output) and the run goes on. What the setup created in the workspace is
@@ -26,6 +28,7 @@ from coding_agent.errors import AgentError
 from coding_agent.sources.base import Source
 from coding_agent.tools.egress_sandbox import EgressSandbox
 from coding_agent.tools.sandbox import SandboxMode, run_command
+from coding_agent.workspace.disk_watch import DiskWatch
 from coding_agent.workspace.git import Git
 from coding_agent.workspace.setup_cache import SetupCache
 
@@ -45,6 +48,7 @@ class SetupPlan:
     script: str
     timeout_seconds: float
     cache: bool
+    max_disk_mb: int = SetupConfig.model_fields["max_disk_mb"].default
 
 
 @dataclass(frozen=True)
@@ -58,14 +62,20 @@ class SetupOutcome:
     cached: bool
     duration_seconds: float
     error: str = ""  # the script could not even be obtained (forge error, not UTF-8, ...)
+    disk_limit_mb: int = 0  # not 0: killed for writing more than this (setup.max_disk_mb)
 
     @property
     def ok(self) -> bool:
-        return not self.error and not self.timed_out and self.exit_code == 0
+        return not self.error and not self.timed_out and not self.disk_limit_mb and self.exit_code == 0
 
     def status(self, timeout_seconds: float) -> str:
         if self.error:
             return f"could not start: {self.error}"
+        if self.disk_limit_mb:
+            return (
+                f"wrote more than its limit of {self.disk_limit_mb} MB (setup.max_disk_mb) and was killed with "
+                "everything it started; what it created was removed"
+            )
         if self.timed_out:
             return f"timed out after {timeout_seconds:g}s and was killed with everything it started"
         state = "succeeded" if self.exit_code == 0 else f"failed with exit code {self.exit_code}"
@@ -91,6 +101,7 @@ def _effective(config: SetupConfig, project: str) -> SetupOverride:
     return SetupOverride(
         commands=override.commands if override.commands is not None else config.commands,
         timeout_seconds=override.timeout_seconds or config.timeout_seconds,
+        max_disk_mb=override.max_disk_mb or config.max_disk_mb,
         from_repository=override.from_repository if override.from_repository is not None else config.from_repository,
         cache=override.cache if override.cache is not None else config.cache,
     )
@@ -100,6 +111,7 @@ async def plan_setup(config: SetupConfig, source: Source, project: str) -> Setup
     """The setup for `project`, or None when there is none. Raises AgentError on forge trouble."""
     settings = _effective(config, project)
     timeout = float(settings.timeout_seconds or config.timeout_seconds)
+    disk_mb = int(settings.max_disk_mb or config.max_disk_mb)
     if settings.from_repository:
         data = await source.read_default_branch_file(project, REPOSITORY_SCRIPT)
         if data is None:
@@ -110,12 +122,12 @@ async def plan_setup(config: SetupConfig, source: Source, project: str) -> Setup
             script = data.decode("utf-8")
         except UnicodeDecodeError:
             raise AgentError(f"{REPOSITORY_SCRIPT} is not UTF-8") from None
-        return SetupPlan(f"{REPOSITORY_SCRIPT} from the default branch", script, timeout, bool(settings.cache))
+        return SetupPlan(f"{REPOSITORY_SCRIPT} from the default branch", script, timeout, bool(settings.cache), disk_mb)
     commands = [command for command in settings.commands or [] if command.strip()]
     if not commands:
         return None
     script = "set -e\n" + "\n".join(commands) + "\n"
-    return SetupPlan("setup.commands from the agent's config", script, timeout, bool(settings.cache))
+    return SetupPlan("setup.commands from the agent's config", script, timeout, bool(settings.cache), disk_mb)
 
 
 async def _created_paths(git: Git, workspace: Path) -> set[str]:
@@ -170,21 +182,27 @@ async def run_setup(
         log.info("%s: setup restored from the cache (%s)", project, key[:12])
         return SetupOutcome(plan.source, entry.exit_code, False, entry.output_tail, True, time.monotonic() - started)
     before = await _created_paths(git, workspace)
-    result = await run_command(
-        plan.script, workspace, plan.timeout_seconds, sandbox, max_output_bytes=max(tail_chars * 2, 4096), egress=egress
-    )
+    limit = plan.max_disk_mb * 1024 * 1024
+    async with DiskWatch(workspace, limit) as watch:
+        result = await run_command(
+            plan.script, workspace, plan.timeout_seconds, sandbox, max_output_bytes=max(tail_chars * 2, 4096),
+            egress=egress, stop=watch.stop, tmp_size_bytes=limit,
+        )  # fmt: skip
     created = sorted(await _created_paths(git, workspace) - before)
-    if result.exit_code != 0 or result.timed_out:
+    over_disk = plan.max_disk_mb if result.stopped and watch.exceeded else 0
+    if result.exit_code != 0 or result.timed_out or over_disk:
         # A failed setup may have filled the disk or left half an install: give the model
         # the workspace as it was cloned (the repository's files are never touched here).
         _remove(workspace, created)
         created = []
     await _exclude(git, workspace, created)
     tail = result.output[-tail_chars:] if tail_chars else ""
+    ending = " (timed out)" if result.timed_out else f" (wrote more than {over_disk} MB)" if over_disk else ""
     log.info(
-        "%s: setup from %s ended: exit %s%s in %.1fs",
-        project, plan.source, result.exit_code, " (timed out)" if result.timed_out else "", result.duration_seconds,
+        "%s: setup from %s ended: exit %s%s in %.1fs", project, plan.source, result.exit_code, ending,
+        result.duration_seconds,
     )  # fmt: skip
     if cache is not None and result.exit_code == 0 and not result.timed_out:
         cache.store(key, workspace, created, result.exit_code, tail)
-    return SetupOutcome(plan.source, result.exit_code, result.timed_out, tail, False, time.monotonic() - started)
+    elapsed = time.monotonic() - started
+    return SetupOutcome(plan.source, result.exit_code, result.timed_out, tail, False, elapsed, disk_limit_mb=over_disk)

@@ -1,6 +1,8 @@
 """One run's workspace from the runner's point of view: clone it, read its rules, deliver it.
 
-The runner makes three calls (`prepare`, `rules`, `deliver`); everything about git,
+The runtime owns `RunWorkspaces` (where the clones live) and hands it to the runner as
+the `Workspaces` port (`domain/ports.py`); the runner opens each run's `RunWorkspace`
+through it and makes three calls (`prepare`, `rules`, `deliver`). Everything about git,
 branches, credentials and PRs/MRs stays in this package.
 """
 
@@ -14,12 +16,12 @@ from coding_agent.prompts.notices import Language
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.base import Source
-from coding_agent.workspace.checkout import Checkout, prepare_workspace, reopen_workspace
+from coding_agent.workspace.checkout import Checkout, discard_clone, prepare_workspace, reopen_workspace
 from coding_agent.workspace.delivery import Delivery, deliver, delivery_note
 from coding_agent.workspace.git import Git
 from coding_agent.workspace.rules import read_repository_rules
 
-__all__ = ["RunWorkspace"]
+__all__ = ["RunWorkspace", "RunWorkspaces"]
 
 
 class RunWorkspace:
@@ -92,3 +94,25 @@ class RunWorkspace:
         note = delivery_note(self.delivery, self._task.key.forge, language)
         summary = summary.strip()
         return f"{summary}\n\n{note}" if summary and note else summary or note
+
+
+class RunWorkspaces:
+    """The workspaces of every run under `settings.base_dir`: one directory per run,
+    opened as a `RunWorkspace` (the `Workspaces` port of `domain/ports.py`)."""
+
+    def __init__(self, settings: WorkspaceConfig, retry: RetryPolicy, redactor: Redactor) -> None:
+        self._settings = settings
+        self._retry = retry
+        self._redactor = redactor
+
+    def directory(self, run_uuid: str) -> Path:
+        path = Path(self._settings.base_dir).resolve() / run_uuid
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def open(self, source: Source, task: Task, path: Path, record: Path) -> RunWorkspace:
+        return RunWorkspace(source, task, path, self._settings, self._retry, self._redactor, record)
+
+    def discard(self, path: Path) -> None:
+        if not self._settings.keep_finished:
+            discard_clone(path)

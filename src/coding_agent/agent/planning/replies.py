@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from coding_agent.llm.protocols import JsonExtractionError, extract_json_object, strip_think
+from coding_agent.llm.reply_text import JsonExtractionError, extract_json_object, strip_think
 from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY
 from coding_agent.llm.types import LLMReply, ToolSpec
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from coding_agent.agent.loop import Checkpoint, Decision, LoopOutcome, ToolRunner
+from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.progress import ProgressComment, ProgressTools
 from coding_agent.agent.steering.checkpoint import Checkpointer
 from coding_agent.agent.steering.comments import CommentDetector, TrustLookup, thread_comments
@@ -86,7 +87,12 @@ class RunControl:
             lambda: controls.store.control_request(scope.key),
         )
         controls.active[scope.key] = self
-        saver = RunSaver(scope, self._detector, self._stop)
+        settings = config.loop_guard
+        # The loop guard's counts are saved with the run and continue after a resume (SPEC 4).
+        self.loop_guard = LoopGuard(settings.enabled, settings.warn_after, settings.fail_after, config.language)
+        if state is not None:
+            self.loop_guard.restore_state(state.steering.get("loop_guard"))
+        saver = RunSaver(scope, self._detector, self._stop, self.loop_guard)
         self._checkpointer = Checkpointer(scope, pause, self._stop, self._detector, saver)
         self._final = FinalComment(scope, self._detector)
         self._endings = Endings(scope, saver, self._final, inner)

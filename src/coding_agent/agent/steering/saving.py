@@ -1,7 +1,7 @@
 """Saving a run's state: the crash checkpoint of every iteration, and the pause's full save.
 
 One job: turn the run as it stands (history, usage, steering's and the progress comment's
-own state) into a `RunState` and hand it to the `StateWriter`. What a takeover or a
+own state, the loop guard's counts) into a `RunState` and hand it to the `StateWriter`. What a takeover or a
 resume continues from is exactly what this writes.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.steering.comments import CommentDetector
 from coding_agent.agent.steering.scope import RunScope
 from coding_agent.agent.steering.state import RunState, StateWriter, workspace_branch
@@ -19,10 +20,11 @@ __all__ = ["RunSaver"]
 
 
 class RunSaver:
-    def __init__(self, scope: RunScope, detector: CommentDetector, stop: StopChecker) -> None:
+    def __init__(self, scope: RunScope, detector: CommentDetector, stop: StopChecker, guard: LoopGuard) -> None:
         self._scope = scope
         self._detector = detector
         self._stop = stop
+        self._guard = guard
         self._writer = StateWriter(scope.redactor)
 
     def checkpoint(self, llm: LLMClient) -> None:
@@ -45,7 +47,11 @@ class RunSaver:
             messages=llm.messages,
             prompt_tokens=llm.usage.prompt_tokens,
             completion_tokens=llm.usage.completion_tokens,
-            steering={"comments": self._detector.get_state(), "stop": self._stop.get_state()},
+            steering={
+                "comments": self._detector.get_state(),
+                "stop": self._stop.get_state(),
+                "loop_guard": self._guard.get_state(),
+            },
             progress=scope.progress.get_state() if scope.progress is not None else {},
             paused=paused,
             planning=scope.planning_state(),

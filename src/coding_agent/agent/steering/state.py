@@ -4,13 +4,21 @@ Two forms, one reader:
 
 - a pause writes the complete state in one file, LLM history included (SPEC 8.3), so the
   directory in `contexts/paused/<uuid>/` says everything about where the run stands;
-- the crash checkpoint written at the start of every loop iteration keeps the history in
-  `task_state_messages.jsonl`, appended message by message, and only the small rest in
-  `task_state.json`. Rewriting the whole history at every step would cost O(history)
-  per step; appending costs O(step).
+- the crash checkpoint written at the start of every loop iteration only appends: the
+  history to `task_state_messages.jsonl`, message by message, and the small rest (steps,
+  usage, steering, progress, planning, message count) as one line of
+  `task_state_journal.jsonl`; `task_state.json` holds the writer's first checkpoint and
+  says to read the journal's last whole line. Rewriting the whole history at every step would cost O(history), and
+  replacing a file (write, then rename) makes ext4 flush it, which costs a disk write at
+  every step; an append costs neither.
 
-`task_state.json` is replaced atomically (write, then rename), so a worker killed while
-writing leaves the previous checkpoint intact. Everything passes through the redactor.
+Torn writes: `task_state.json` is only ever replaced atomically (write, then rename), by
+a writer's first checkpoint, after a compression rewrote the history, and by the pause;
+a worker killed while appending leaves at most half a last line, which the reader skips
+(the checkpoint before it counts, and its history is a prefix of the file). While the
+history and the journal are started afresh, `task_state.json` holds the complete form,
+so there is no moment at which the directory says something inconsistent.
+Everything passes through the redactor.
 """
 
 from __future__ import annotations
@@ -27,13 +35,17 @@ from coding_agent.llm.types import Message
 from coding_agent.redaction import Redactor
 from coding_agent.tools.host_git import git_dir_for
 
-__all__ = ["RunState", "StateWriter", "load_state", "workspace_branch", "STATE_FILE", "HISTORY_FILE"]
+__all__ = ["RunState", "StateWriter", "load_state", "workspace_branch", "STATE_FILE", "HISTORY_FILE", "JOURNAL_FILE"]
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "task_state.json"
 HISTORY_FILE = "task_state_messages.jsonl"
+JOURNAL_FILE = "task_state_journal.jsonl"
 _VERSION = 1
+# The journal is started afresh (one record) once it grows past this: a long run's
+# directory stays small, and the reader never reads much to find the last line.
+_JOURNAL_LIMIT_BYTES = 1 << 20
 
 
 @dataclass
@@ -76,8 +88,10 @@ class StateWriter:
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
+        self._directory: Path | None = None  # None: the next checkpoint starts afresh
         self._written = 0
         self._last: Message | None = None
+        self._journal_bytes = 0
 
     def _document(self, state: RunState, inline: bool) -> dict[str, Any]:
         # Shallow on purpose: `asdict` would deep-copy the whole history at every step.
@@ -89,29 +103,55 @@ class StateWriter:
             data["messages"] = None
         return data
 
+    def _encode(self, value: Any, indent: int | None = None) -> str:
+        return json.dumps(self._redactor.data(value), ensure_ascii=False, indent=indent, default=str)
+
+    def _lines(self, messages: list[Message]) -> str:
+        return "".join(self._encode(message) + "\n" for message in messages)
+
     def checkpoint(self, directory: Path, state: RunState) -> None:
-        """The per-iteration checkpoint: append new history, then replace the state file."""
+        """The per-iteration checkpoint: append new history and a state record.
+
+        The history and the journal are started afresh by this writer's first checkpoint
+        (a resumed or taken-over run must not append to what the previous worker wrote),
+        when the history was rewritten (a compression), or when the journal is long."""
         messages = state.messages
-        history = directory / HISTORY_FILE
         rewritten = self._written > len(messages) or (self._written and messages[self._written - 1] is not self._last)
-        if rewritten or not history.exists():
-            self._written = 0
-            history.write_text("", encoding="utf-8")
+        if directory != self._directory or rewritten or self._journal_bytes > _JOURNAL_LIMIT_BYTES:
+            self._start_afresh(directory, state)
+            return
         if len(messages) > self._written:
-            with history.open("a", encoding="utf-8") as handle:
-                for message in messages[self._written :]:
-                    handle.write(json.dumps(self._redactor.data(message), ensure_ascii=False, default=str) + "\n")
-                handle.flush()
-            self._written = len(messages)
-            self._last = messages[-1]
+            with (directory / HISTORY_FILE).open("a", encoding="utf-8") as handle:
+                handle.write(self._lines(messages[self._written :]))
+            self._note_written(messages)
+        record = self._encode(self._document(state, inline=False)) + "\n"
+        with (directory / JOURNAL_FILE).open("a", encoding="utf-8") as handle:
+            handle.write(record)
+        self._journal_bytes += len(record)
+
+    def _start_afresh(self, directory: Path, state: RunState) -> None:
+        # The complete form first: whatever happens while the two files are rewritten,
+        # task_state.json alone says where the run stands.
+        self.save_complete(directory, state)
         document = self._document(state, inline=False)
-        _write_atomically(directory / STATE_FILE, json.dumps(self._redactor.data(document), ensure_ascii=False, default=str))
+        record = self._encode(document) + "\n"
+        _write_atomically(directory / HISTORY_FILE, self._lines(state.messages))
+        _write_atomically(directory / JOURNAL_FILE, record)
+        # This checkpoint itself, plus where the later ones are: a reader that does not
+        # know the journal still finds a consistent (older) state.
+        _write_atomically(directory / STATE_FILE, self._encode({**document, "journal": JOURNAL_FILE}))
+        self._directory, self._journal_bytes = directory, len(record)
+        self._note_written(state.messages)
+
+    def _note_written(self, messages: list[Message]) -> None:
+        self._written = len(messages)
+        self._last = messages[-1] if messages else None
 
     def save_complete(self, directory: Path, state: RunState) -> None:
         """The pause form: one self-contained file, history included."""
         document = self._document(state, inline=True)
-        text = json.dumps(self._redactor.data(document), ensure_ascii=False, indent=1, default=str)
-        _write_atomically(directory / STATE_FILE, text)
+        _write_atomically(directory / STATE_FILE, self._encode(document, indent=1))
+        self._directory = None  # a checkpoint after this one must not trust the journal's files
 
 
 def _history(directory: Path, count: int) -> list[Message]:
@@ -126,6 +166,18 @@ def _history(directory: Path, count: int) -> list[Message]:
     return messages
 
 
+def _last_record(journal: Path) -> dict[str, Any]:
+    """The journal's last whole record (a half-written last line is skipped)."""
+    for line in reversed(journal.read_text(encoding="utf-8").splitlines()):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            return record
+    raise ValueError(f"{journal.name} holds no whole record")
+
+
 def load_state(directory: Path) -> RunState | None:
     """The state saved in `directory`, or None when there is none or it cannot be read."""
     path = directory / STATE_FILE
@@ -133,6 +185,8 @@ def load_state(directory: Path) -> RunState | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("journal"):
+            data = _last_record(directory / str(data["journal"]))
         messages = data["messages"]
         if messages is None:
             messages = _history(directory, int(data["message_count"]))

@@ -31,7 +31,7 @@ from coding_agent.errors import ForgeError, TransientError
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy, retry_async
 from coding_agent.sources.gitlab.mapping import JSON
-from coding_agent.sources.http import ETagCache, rate_limited, retry_after, transient_status
+from coding_agent.sources.http import ETagCache, count_request, rate_limited, retry_after, transient_status
 from coding_agent.sources.writes import write_once
 
 __all__ = ["GitLabClient", "PER_PAGE"]
@@ -82,8 +82,10 @@ class GitLabClient:
         self._notes: ETagCache[dict[int, JSON]] = ETagCache()
 
     def _remember_response(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
-        """requests hook: python-gitlab's errors drop the headers, and Retry-After lives there."""
+        """requests hook: python-gitlab's errors drop the headers, and Retry-After lives
+        there. Every answer passes here once, so it is also where GitLab's are counted."""
         self._local.response = response
+        count_request("gitlab", response.status_code)
 
     async def call(self, what: str, fn: Callable[[], T]) -> T:
         """Run blocking `fn` in a thread under the retry policy; `what` names it in errors and logs."""
@@ -104,6 +106,7 @@ class GitLabClient:
         try:
             return fn()
         except _TRANSPORT_ERRORS as error:
+            count_request("gitlab", None)
             kind = "timed out" if isinstance(error, requests.Timeout) else "connection failed"
             raise TransientError(f"gitlab {what}: {kind}") from error
         except GitlabError as error:

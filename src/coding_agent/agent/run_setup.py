@@ -1,0 +1,68 @@
+"""What a run starts with, from the configuration: planning mode's policy (restored for
+a continued run) and the first user turn (the task, its conversation and threads, the
+memories)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coding_agent.agent.planning import PlanningPolicy, load_planning_state
+from coding_agent.agent.steering import RunControl
+from coding_agent.agent.trust import TrustCache
+from coding_agent.config import AgentConfig
+from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
+from coding_agent.context.memory import MemoryKeeper
+from coding_agent.domain.runs import RunRecord
+from coding_agent.domain.tasks import Comment, Task, Thread
+from coding_agent.llm.protocols import ReplyProtocol
+from coding_agent.sources.base import Source
+
+__all__ = ["planner_for", "first_turn_for"]
+
+
+def planner_for(config: AgentConfig, protocol: ReplyProtocol, workspace: Path, control: RunControl) -> PlanningPolicy | None:
+    """Planning mode's policy (SPEC 10), its state restored for a continued run."""
+    if not config.planning.enabled:
+        return None
+    saved = control.saved_planning()
+    state = load_planning_state(saved) if control.continued else None
+    planner = PlanningPolicy(
+        config.planning,
+        protocol,
+        workspace,
+        control.progress,
+        control.reporter().step_comment,
+        lambda: control.steps,
+        state,
+        git_timeout=config.workspace.git_timeout_seconds,
+    )
+    control.describe_position = planner.describe
+    control.planning_state = planner.get_state
+    return planner
+
+def first_turn_for(
+    config: AgentConfig,
+    memories: MemoryKeeper | None,
+    source: Source,
+    task: Task,
+    comments: list[Comment],
+    threads: list[Thread],
+    trust: TrustCache,
+    run_uuid: str,
+    branch_rules: dict[str, str],
+    runs: list[RunRecord],
+) -> str:
+    """The task, its conversation and review threads, and the memories (SPEC 9.1, 9.2)."""
+    handling = config.comment_handling
+    settings = FirstTurnSettings(
+        bot_name=source.bot_name,
+        max_comment_count=handling.max_comment_count,
+        completion_keywords=tuple(handling.completion_keywords),
+        channel_messages_limit=config.memory.channel_messages_limit,
+        persona=config.persona,
+        wrapper=trust.wrapper,
+    )
+    # A task whose previous run ended done is worked again: a follow-up (SPEC 3).
+    previous = [run for run in runs if run.uuid != run_uuid]
+    followup = bool(previous) and previous[-1].status == "done"
+    return build_first_turn(task, comments, threads, trust, settings, memories, followup, branch_rules)

@@ -1,0 +1,180 @@
+"""The commands that run the agent (`run`, `serve`, `producer`, `worker`) and what they
+share with `resume`: the preflight, starting the service with its database and queue
+reachable, pausing on signals, printing a cycle's report."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+
+from coding_agent.cli.common import ConfigOption, Unreachable, exit_with, fail, load, log
+from coding_agent.config import AgentConfig
+
+if TYPE_CHECKING:
+    from coding_agent.runtime.service import AgentService, CycleReport
+
+Role = Literal["once", "serve", "producer", "worker"]
+
+
+async def _preflight(config: AgentConfig, once: bool, stop: asyncio.Event) -> bool:
+    """Check the forge and the LLM before claiming anything (SPEC 11). `run --once`: False
+    when one fails (each named on stderr). `serve`: wait, retrying with backoff, until
+    it passes (True) or `stop` is set (False)."""
+    from coding_agent.runtime.checks import preflight
+
+    delay = 5.0
+    while not stop.is_set():
+        failed = await preflight(config)
+        if not failed:
+            return True
+        for check in failed:
+            log.error("preflight: %s: %s", check.name, check.detail)
+            if once:
+                typer.echo(f"coding-agent: preflight failed: {check.name}: {check.detail}", err=True)
+        if once:
+            return False
+        log.warning("preflight: nothing is claimed until this passes; retrying in %.0f s", delay)
+        try:
+            await asyncio.wait_for(stop.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
+        delay = min(delay * 2, 300.0)
+    return False
+
+
+async def _start_service(config: AgentConfig) -> AgentService:
+    """The service with its database and queue reachable, or `Unreachable` naming which."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from coding_agent.runtime.service import AgentService
+
+    try:
+        service = AgentService(config)
+    except SQLAlchemyError as error:
+        raise Unreachable(f"the database (database.url) is not usable: {type(error.orig or error).__name__}") from None
+    try:
+        await service.queue()
+    except (OSError, ConnectionError, asyncio.TimeoutError) as error:
+        await service.aclose()
+        raise Unreachable(f"the queue (queue.url, backend {config.queue.backend}) is not reachable: {type(error).__name__}") from None
+    except Exception as error:  # aio-pika's own connection errors
+        await service.aclose()
+        if type(error).__module__.startswith(("aio_pika", "aiormq", "pamqp")):
+            raise Unreachable(f"the queue (queue.url) is not reachable: {type(error).__name__}") from None
+        raise
+    return service
+
+
+async def _run_service(config: AgentConfig, role: Role) -> int:
+    service = await _start_service(config)
+    stop = asyncio.Event()
+    pause_on_signals(service, stop)
+    try:
+        if not await _preflight(config, role == "once", stop):
+            return 1 if role == "once" else 0
+        if role == "once":
+            echo_report(await service.run_cycle())
+            return 0
+        if role == "worker":  # no HTTP: many workers may share a machine
+            await service.work(stop)
+            return 0
+        from coding_agent.web.server import BindError, serving_http
+
+        try:
+            async with serving_http(config, service) as url:
+                if url:
+                    typer.echo(f"coding-agent: dashboard at {url}", err=True)
+                await (service.produce(stop) if role == "producer" else service.serve(stop))
+        except BindError as error:
+            raise Unreachable(str(error)) from None
+        return 0
+    finally:
+        await service.aclose()
+
+
+def pause_on_signals(service: AgentService, stop: asyncio.Event) -> None:
+    """The first SIGTERM/SIGINT stops polling and pauses the running tasks at their next
+    step (SPEC 8.3); a second one ends the process at once (the tasks are then taken
+    over after their lease expires)."""
+    loop = asyncio.get_running_loop()
+
+    def first(signum: int) -> None:
+        log.info("signal %d: pausing the running tasks, then exiting", signum)
+        service.request_shutdown()
+        stop.set()
+        for each in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(each)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, first, signum)
+
+
+def echo_report(report: CycleReport) -> None:
+    for result in report.results:
+        typer.echo(f"{result.task_key}: {result.status} after {result.steps} step(s)")
+    for error in report.errors:
+        typer.echo(error, err=True)
+
+
+def _check_sandbox(config: AgentConfig) -> None:
+    """SPEC 15: no bwrap -> refuse to start, unless the operator chose `security.sandbox: none`."""
+    from coding_agent.tools.sandbox import SandboxUnavailable, check_sandbox
+
+    try:
+        warning = check_sandbox(config.security.sandbox)
+    except SandboxUnavailable as error:
+        log.error("refusing to start: %s", error)
+        raise fail(str(error), 2) from None
+    if warning is not None:
+        log.warning("%s", warning)
+
+
+def _run(config: AgentConfig, role: Role) -> None:
+    if role in ("producer", "worker") and config.queue.backend == "memory":
+        raise fail(f"`{role}` needs a shared queue: set queue.backend to rabbitmq (or use `serve`)", 2)
+    if role != "producer":
+        _check_sandbox(config)
+    exit_with(config, _run_service(config, role))
+
+
+async def continue_runs(config: AgentConfig, only: set[str] | None) -> int:
+    """Continue the paused (or stopped-while-paused) runs in `only` (None: every one)."""
+    from coding_agent.runtime.service import AgentService
+
+    service = AgentService(config)
+    pause_on_signals(service, asyncio.Event())
+    try:
+        report = await service.continue_runs(only)
+        if not report.results and not report.errors:
+            typer.echo("nothing to resume now")
+        echo_report(report)
+        return 0
+    finally:
+        await service.aclose()
+
+
+def run(
+    config: ConfigOption = None,
+    once: Annotated[bool, typer.Option("--once", help="Work every pending task, then exit (for cron).")] = False,
+) -> None:
+    """Work pending tasks: once with --once, else poll every scheduling.interval_seconds."""
+    _run(load(config), "once" if once else "serve")
+
+
+def serve(config: ConfigOption = None) -> None:
+    """Producer and workers in one process: poll, and work up to `workers` tasks at once,
+    each starting as soon as a slot is free, until SIGTERM/SIGINT."""
+    _run(load(config), "serve")
+
+
+def producer(config: ConfigOption = None) -> None:
+    """Only find work and queue it (queue.backend rabbitmq), every scheduling.interval_seconds."""
+    _run(load(config), "producer")
+
+
+def worker(config: ConfigOption = None) -> None:
+    """Only work queued tasks (queue.backend rabbitmq), up to `workers` at once, until SIGTERM."""
+    _run(load(config), "worker")

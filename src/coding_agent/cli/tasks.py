@@ -1,0 +1,111 @@
+"""The operator's commands on tasks: `status`, `pause`, `resume`, `stop` (the same code
+as the dashboard's buttons: `runtime/operator_actions.py`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from coding_agent.cli.common import ConfigOption, TaskArgument, exit_with, fail, load, task_key
+from coding_agent.cli.serving import continue_runs
+from coding_agent.config import AgentConfig
+
+
+def status(config: ConfigOption = None) -> None:
+    """List runs recorded in the state store, with their status and token use."""
+    from coding_agent.runtime.state_store import StateStore
+
+    settings = load(config, local=True)
+    store = StateStore(settings.database.url)
+    try:
+        runs = store.runs()
+        if not runs:
+            typer.echo("no runs recorded")
+        for record in runs:
+            typer.echo(
+                f"{record.task_key}  {record.status:<8} steps={record.steps:<3} "
+                f"tokens={record.prompt_tokens}+{record.completion_tokens}  run={record.uuid}"
+            )
+    finally:
+        store.close()
+
+
+def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:
+    """Pause TASK at its next step, or every task (the pause signal file) without TASK.
+
+    A paused TASK waits for `coding-agent resume TASK`. While the signal file exists,
+    running tasks pause and none starts; they resume once it is removed.
+    """
+    from coding_agent.agent.steering import pause_signal_path
+
+    settings = load(config, local=True)
+    if not settings.pause_resume.enabled:
+        raise fail("pause_resume.enabled is false in the configuration", 2)
+    if task is None:
+        path = pause_signal_path(settings)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        typer.echo(f"pause signal set ({path}): running tasks pause at their next step")
+        return
+    _act(settings, task_key(task), "pause")
+
+
+def _act(settings: AgentConfig, key: str, action: str) -> None:
+    """pause/stop TASK through the same code as the dashboard; continue a stopped paused run."""
+    from coding_agent.runtime.operator_actions import UnknownTask, apply_action
+    from coding_agent.runtime.state_store import StateStore
+
+    store = StateStore(settings.database.url)
+    try:
+        result = apply_action(store, key, action)  # type: ignore[arg-type]
+    except UnknownTask as error:
+        raise fail(str(error), 1) from None
+    finally:
+        store.close()
+    typer.echo(result.message)
+    if result.continue_now:
+        exit_with(settings, continue_runs(settings, {key}))
+
+
+def resume(
+    task: TaskArgument = None,
+    queue: Annotated[
+        bool, typer.Option("--queue", help="Only lift the pause; a running `serve` or the next `run --once` continues.")
+    ] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Lift the pause of TASK (or of everything), then continue paused runs from their next step.
+
+    Without TASK the pause signal file is removed too. With --queue the runs are left to
+    a running `serve` or the next `run --once`.
+    """
+    from coding_agent.agent.steering import pause_signal_path
+    from coding_agent.runtime.state_store import StateStore
+
+    settings = load(config, local=queue)
+    path = pause_signal_path(settings)
+    key = task_key(task) if task is not None else None
+    store = StateStore(settings.database.url)
+    try:
+        if key is None and path.exists():
+            path.unlink()
+            typer.echo(f"pause signal removed ({path})")
+        store.release_holds(key)
+        paused = store.runs_with_status("paused", key)
+    finally:
+        store.close()
+    if key is not None and not paused:
+        typer.echo(f"{key} has no paused run")
+    if key is not None and path.exists():
+        typer.echo(f"note: the pause signal {path} is present; nothing resumes until it is removed")
+    if not queue:
+        exit_with(settings, continue_runs(settings, {key} if key else None))
+
+
+def stop(task: Annotated[str, typer.Argument(help="The task key to stop.")], config: ConfigOption = None) -> None:
+    """Stop TASK for good, as unassigning the bot does (stop comment, stopped label).
+
+    A running run stops at its next step; a paused one is stopped now.
+    """
+    _act(load(config), task_key(task), "stop")

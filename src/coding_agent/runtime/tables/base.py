@@ -1,0 +1,65 @@
+"""The one database every store uses: opening its engine, and `TableStore`, the base of
+every store that keeps tables in it (the state store's families, memories, the queue's
+entries, webhook deliveries, follow-ups): one database and one backend choice, SQLite
+by default or PostgreSQL, each store with its own metadata.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import MetaData, create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Session
+
+from coding_agent.runtime.schema import migrate
+
+__all__ = ["TableStore", "StateTables", "open_engine"]
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    # WAL lets readers and one writer work at once; busy_timeout makes concurrent
+    # processes wait for the write lock instead of failing with "database is locked".
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # Under WAL, NORMAL still never corrupts the database; it only skips an fsync per
+    # commit, which would otherwise dominate the per-step cost of heartbeats and usage rows.
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def open_engine(url: str) -> Engine:
+    """The engine for `database.url` (a SQLite file's directory is created); the first
+    `TableStore` on it migrates the schema."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, future=True, pool_pre_ping=True)
+    if url.startswith("sqlite"):
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+class StateTables(DeclarativeBase):
+    """The ORM base of the state store's table families (one metadata for all of them)."""
+
+
+class TableStore:
+    """Base of the stores that keep tables in the one database, on its engine.
+
+    Their tables are created by the schema's migrations (`schema.py`) like every other;
+    `metadata` only describes them to the ORM.
+    """
+
+    def __init__(self, engine: Engine, metadata: MetaData | None = None, clock: Callable[[], float] = time.time) -> None:
+        self._engine = engine
+        self._clock = clock
+        migrate(engine)
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        with Session(self._engine) as session, session.begin():
+            yield session

@@ -1,0 +1,206 @@
+"""Runs and their token usage: one row per run of a task (status, steps, token totals),
+and one row per model call's usage; the heartbeat writes a step's share of both, and
+renews the lease, in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Float, Integer, String, Text, func, select, update
+from sqlalchemy.orm import Mapped, Session, mapped_column
+
+from coding_agent.domain.runs import RunRecord
+from coding_agent.runtime.tables.base import StateTables, TableStore
+from coding_agent.runtime.tables.leases import LEASES
+
+__all__ = ["Runs", "RunRow", "record_of"]
+
+
+class RunRow(StateTables):
+    """A run as stored (the steering marks join it; everyone else sees a `RunRecord`)."""
+
+    __tablename__ = "runs"
+    uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    task_key: Mapped[str] = mapped_column(String(300), index=True)
+    status: Mapped[str] = mapped_column(String(20))
+    owner: Mapped[str] = mapped_column(String(100))
+    started_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    requester: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class _TokenUsage(StateTables):
+    __tablename__ = "token_usage"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_uuid: Mapped[str] = mapped_column(String(36), index=True)
+    task_key: Mapped[str] = mapped_column(String(300), index=True)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    recorded_at: Mapped[float] = mapped_column(Float)
+
+
+def record_of(run: RunRow) -> RunRecord:
+    return RunRecord(
+        uuid=run.uuid,
+        task_key=run.task_key,
+        status=run.status,
+        owner=run.owner,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        steps=run.steps,
+        prompt_tokens=run.prompt_tokens,
+        completion_tokens=run.completion_tokens,
+        requester=run.requester,
+        error=run.error,
+    )
+
+
+class Runs(TableStore):
+    """Starting, counting, finishing and finding runs; their token usage."""
+
+    def start_run(self, run_uuid: str, task_key: str, owner: str, requester: str | None) -> None:
+        with self._session() as session:
+            session.add(
+                RunRow(
+                    uuid=run_uuid,
+                    task_key=task_key,
+                    status="running",
+                    owner=owner,
+                    started_at=self._clock(),
+                    requester=requester,
+                    steps=0,
+                    prompt_tokens=0,
+                    completion_tokens=0,
+                )
+            )
+
+    def heartbeat(
+        self,
+        task_key: str,
+        owner: str,
+        ttl_seconds: float,
+        run_uuid: str,
+        steps: int,
+        usages: Sequence[tuple[int, int]] = (),
+    ) -> bool:
+        """One step's bookkeeping in one transaction: extend our lease, record the step
+        count and the token usage of the step's model calls.
+
+        False when the lease is no longer ours (another worker took over).
+        """
+        with self._session() as session:
+            if usages:
+                self._add_usages(session, run_uuid, task_key, usages)
+            renewed = session.execute(
+                update(LEASES)
+                .where(LEASES.c.task_key == task_key, LEASES.c.owner == owner)
+                .values(expires_at=self._clock() + ttl_seconds)
+            )
+            session.execute(update(RunRow).where(RunRow.uuid == run_uuid).values(steps=steps))
+            return renewed.rowcount == 1
+
+    def finish_run(self, run_uuid: str, status: str, steps: int, error: str | None = None) -> None:
+        with self._session() as session:
+            run = session.get(RunRow, run_uuid)
+            if run is None:
+                return
+            run.status = status
+            run.steps = steps
+            run.error = error
+            run.finished_at = self._clock()
+
+    def record_usage(self, run_uuid: str, task_key: str, prompt_tokens: int, completion_tokens: int) -> None:
+        self.record_usages(run_uuid, task_key, [(prompt_tokens, completion_tokens)])
+
+    def record_usages(self, run_uuid: str, task_key: str, usages: Sequence[tuple[int, int]]) -> None:
+        """Record model calls' (prompt, completion) token counts in one transaction."""
+        if usages:
+            with self._session() as session:
+                self._add_usages(session, run_uuid, task_key, usages)
+
+    def _add_usages(self, session: Session, run_uuid: str, task_key: str, usages: Sequence[tuple[int, int]]) -> None:
+        now = self._clock()
+        for prompt_tokens, completion_tokens in usages:
+            session.add(
+                _TokenUsage(
+                    run_uuid=run_uuid,
+                    task_key=task_key,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    recorded_at=now,
+                )
+            )
+        session.execute(
+            update(RunRow)
+            .where(RunRow.uuid == run_uuid)
+            .values(
+                prompt_tokens=RunRow.prompt_tokens + sum(prompt for prompt, _ in usages),
+                completion_tokens=RunRow.completion_tokens + sum(completion for _, completion in usages),
+            )
+        )
+
+    def runs(self, task_key: str | None = None) -> list[RunRecord]:
+        with self._session() as session:
+            query = select(RunRow).order_by(RunRow.started_at)
+            if task_key is not None:
+                query = query.where(RunRow.task_key == task_key)
+            return [record_of(run) for run in session.scalars(query)]
+
+    def token_totals(self) -> dict[str, tuple[int, int]]:
+        """Per task key: (prompt tokens, completion tokens) over all runs."""
+        with self._session() as session:
+            rows = session.execute(
+                select(_TokenUsage.task_key, func.sum(_TokenUsage.prompt_tokens), func.sum(_TokenUsage.completion_tokens))
+                .group_by(_TokenUsage.task_key)
+            )
+            return {key: (int(prompt or 0), int(completion or 0)) for key, prompt, completion in rows}
+
+    def get_run(self, run_uuid: str) -> RunRecord | None:
+        with self._session() as session:
+            run = session.get(RunRow, run_uuid)
+            return record_of(run) if run is not None else None
+
+    def latest_run(self, task_key: str) -> RunRecord | None:
+        with self._session() as session:
+            run = session.scalars(
+                select(RunRow).where(RunRow.task_key == task_key).order_by(RunRow.started_at.desc()).limit(1)
+            ).first()
+            return record_of(run) if run is not None else None
+
+    def runs_with_status(self, status: str, task_key: str | None = None) -> list[RunRecord]:
+        with self._session() as session:
+            query = select(RunRow).where(RunRow.status == status).order_by(RunRow.started_at)
+            if task_key is not None:
+                query = query.where(RunRow.task_key == task_key)
+            return [record_of(run) for run in session.scalars(query)]
+
+    def claim_run(self, run_uuid: str, owner: str, from_status: str) -> bool:
+        """Atomically move a run from `from_status` to `running` under `owner`.
+
+        One conditional UPDATE: of several workers trying, exactly one sees rowcount 1,
+        which is what makes a paused run resumed once, never twice.
+        """
+        with self._session() as session:
+            result = session.execute(
+                update(RunRow)
+                .where(RunRow.uuid == run_uuid, RunRow.status == from_status)
+                .values(status="running", owner=owner, finished_at=None)
+            )
+            return result.rowcount == 1
+
+    def orphaned_tasks(self) -> list[str]:
+        """Task keys a dead worker held: a lease that ran out without being released, or a
+        run still `running` whose task has no live lease (another worker's intake may have
+        taken the expired lease and released it when the task was no longer its to claim)."""
+        now = self._clock()
+        with self._session() as session:
+            expired = list(session.scalars(select(LEASES.c.task_key).where(LEASES.c.expires_at < now)))
+            live = select(LEASES.c.task_key).where(LEASES.c.expires_at >= now)
+            running = session.scalars(
+                select(RunRow.task_key).where(RunRow.status == "running", RunRow.task_key.not_in(live))
+            )
+            return list(dict.fromkeys([*expired, *running]))
