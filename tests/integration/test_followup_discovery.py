@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from coding_agent.config import GitHubConfig, GitLabConfig
 from coding_agent.domain.tasks import Comment
+from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
-from coding_agent.runtime.followups import find_followup_comment, mentions
+from coding_agent.runtime.followups import FollowUpIntake, find_followup_comment, mentions
+from coding_agent.runtime.state_store import StateStore
 from coding_agent.sources.github import GitHubSource
 from coding_agent.sources.gitlab import GitLabSource
 from coding_agent.testing.github import GitHubSandbox
@@ -85,3 +88,92 @@ def test_gitlab_lists_done_items_updated_since_a_time() -> None:
 
         assert asyncio.run(discover(datetime.now(timezone.utc) - timedelta(days=7))) == [done]
         assert asyncio.run(discover(datetime.now(timezone.utc) + timedelta(days=1))) == []
+
+
+# -- review threads on the PR/MR the agent opened ---------------------------------------
+
+
+def test_github_review_candidates_are_the_bots_open_pulls_in_one_search() -> None:
+    with GitHubSandbox() as sandbox:
+        state = sandbox.state
+        state.add_user("alice")
+        state.add_user("agent-bot", token=TOKEN, bot=True)
+        state.add_repo("acme/widgets")
+        state.set_permission("acme/widgets", "agent-bot", "write")
+        ours = state.create_pull("acme/widgets", "Greet", author="agent-bot", head="coding-agent/1-greet")
+        state.create_pull("acme/widgets", "Other", author="alice", head="feature")
+
+        async def discover(since: datetime) -> list[int]:
+            config = GitHubConfig(api_url=sandbox.url, token=TOKEN, owner="acme", bot_name="agent-bot")
+            source = GitHubSource(config, RetryPolicy(retries=0))
+            try:
+                return [task.key.number for task in await source.discover_review_followups(since)]
+            finally:
+                await source.aclose()
+
+        before = len(state.requests())
+        assert asyncio.run(discover(datetime.now(timezone.utc) - timedelta(days=7))) == [ours]
+        assert len(state.requests()) - before == 1, "one search per poll"
+        assert asyncio.run(discover(datetime.now(timezone.utc) + timedelta(days=1))) == []
+
+
+def test_gitlab_review_candidates_are_the_bots_open_merge_requests_in_one_listing() -> None:
+    with GitLabSandbox() as sandbox:
+        state = sandbox.state
+        token = "glpat-" + "FollowupDiscovery02"
+        state.add_user("alice")
+        state.add_user("agent-bot", token=token, bot=True)
+        state.add_group("acme")
+        state.add_project("acme/widgets")
+        state.set_access("acme/widgets", "agent-bot", 30)
+        ours = state.create_merge_request("acme/widgets", "Greet", author="agent-bot", source_branch="coding-agent/1-greet")
+        state.create_merge_request("acme/widgets", "Other", author="alice", source_branch="feature")
+
+        async def discover(since: datetime) -> list[tuple[int, str | None]]:
+            config = GitLabConfig(api_url=sandbox.url, token=token, group="acme", bot_name="agent-bot")
+            source = GitLabSource(config, RetryPolicy(retries=0))
+            try:
+                return [(task.key.number, task.head_branch) for task in await source.discover_review_followups(since)]
+            finally:
+                await source.aclose()
+
+        before = len(state.requests())
+        assert asyncio.run(discover(datetime.now(timezone.utc) - timedelta(days=7))) == [(ours, "coding-agent/1-greet")]
+        assert len(state.requests()) - before == 1, "one listing per poll"
+        assert asyncio.run(discover(datetime.now(timezone.utc) + timedelta(days=1))) == []
+
+
+def test_an_unchanged_pull_costs_no_request_at_claim(tmp_path: Path) -> None:
+    """The `updated_at` trick: a PR/MR examined at this `updated_at` is not read again."""
+    with GitHubSandbox() as sandbox:
+        state = sandbox.state
+        state.add_user("alice")
+        state.add_user("agent-bot", token=TOKEN, bot=True)
+        state.add_repo("acme/widgets")
+        state.set_permission("acme/widgets", "agent-bot", "write")
+        state.set_permission("acme/widgets", "alice", "write")
+        issue = state.create_issue("acme/widgets", "Greet", "x", author="alice")
+        state.add_label("acme/widgets", issue, DONE, actor="alice")
+        pull = state.create_pull("acme/widgets", "Greet", author="agent-bot", head=f"coding-agent/{issue}-greet")
+        state.add_review_comment("acme/widgets", pull, "alice", "no mention, just a remark")
+        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+
+        async def claim() -> object:
+            config = GitHubConfig(api_url=sandbox.url, token=TOKEN, owner="acme", bot_name="agent-bot")
+            source = GitHubSource(config, RetryPolicy(retries=0))
+            intake = FollowUpIntake(store, "w1", 60, Redactor([]), "en", ["thanks"], False)
+            try:
+                [candidate] = await source.discover_review_followups(datetime.now(timezone.utc) - timedelta(days=1))
+                before = len(state.requests())
+                result = await intake.try_claim(source, candidate)
+                return result, len(state.requests()) - before
+            finally:
+                await source.aclose()
+
+        try:
+            first, examined = asyncio.run(claim())  # type: ignore[misc]
+            second, unchanged = asyncio.run(claim())  # type: ignore[misc]
+        finally:
+            store.close()
+        assert first is None and second is None, "no @mention: no follow-up"
+        assert examined > 0 and unchanged == 0, (examined, unchanged)

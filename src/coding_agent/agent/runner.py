@@ -38,7 +38,7 @@ from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.storage import ContextStorage, RunContextFiles
 from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.ports import RunStore, Workspaces
-from coding_agent.domain.tasks import Task
+from coding_agent.domain.tasks import Task, ThreadRef
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
@@ -126,12 +126,15 @@ class TaskRunner:
         requester: str | None,
         continuation: Continuation | None = None,
         lease: LeaseWatch | None = None,
+        reply_to: ThreadRef | None = None,
     ) -> RunResult:
         """Work `task` (already claimed by this worker) to its end; release its lease.
 
         `continuation`: an existing run to carry on (resumed after a pause, or taken over
         after its worker died) instead of starting a new one. `lease`: the worker's
         heartbeat; once it is lost the run stops at its next step, writing nothing more.
+        `reply_to`: the review thread that asked for this run (kept in the run's metadata,
+        so a continued run answers there too).
         """
         config = self._config
         key = str(task.key)
@@ -152,7 +155,13 @@ class TaskRunner:
                 protocol="tool_calls" if config.llm.function_calling else "json_text",
             )
             await asyncio.to_thread(self._store.start_run, run_uuid, key, self._owner, requester)
+            if reply_to is not None:
+                files.write_metadata(reply_to=str(reply_to))
+        saved_thread = files.metadata.get("reply_to")
+        reply_to = ThreadRef.parse(saved_thread) if saved_thread else None
         reporter = IssueReporter(source, task.key, self._redactor)
+        if reply_to is not None:
+            reporter.answer_in(reply_to)
         control = RunControl(self._controls, source, task, files, workspace, requester, reporter, continuation)
         log.info("%s: run %s %s", key, run_uuid, "continued" if continuation is not None else "started")
         outcome = LoopOutcome("failed", "", control.steps)
@@ -163,7 +172,7 @@ class TaskRunner:
             llm.on_usage(lambda usage: self._record_usage(run_uuid, key, usage))
             recorded = control.recorded_outcome()
             outcome = recorded or await self._work(
-                source, task, llm, files, reporter, workspace, requester, control, lease
+                source, task, llm, files, reporter, workspace, requester, control, lease, reply_to
             )
             _check_lease(lease, key, run_uuid)  # the task is another worker's now: publish nothing
             if self._memories is not None and recorded is None:
@@ -228,14 +237,18 @@ class TaskRunner:
         requester: str | None,
         control: RunControl,
         lease: LeaseWatch | None = None,
+        reply_to: ThreadRef | None = None,
     ) -> LoopOutcome:
         config = self._config
         comments = await source.list_comments(task.key)
         threads = await source.list_threads(task.key) if task.key.is_change else []
+        if reply_to is not None:  # asked in a thread of the agent's PR/MR: that thread is context
+            threads += [t for t in await source.list_threads(reply_to.change) if t.id == reply_to.thread_id]
         trust = TrustCache()
         authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
         await trust.load(source, task.key, authors)
-        reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
+        if reply_to is None:
+            reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
         record = files.directory / "checkout.json"
         clone = self._workspaces.open(source, task, workspace, record, control.paused_work())
         await clone.prepare()

@@ -19,6 +19,7 @@ __all__ = [
     "Task",
     "Comment",
     "Thread",
+    "ThreadRef",
     "Permission",
 ]
 
@@ -95,6 +96,29 @@ class Thread:
     comments: tuple[Comment, ...]
     path: str | None = None
     line: int | None = None
+
+
+@dataclass(frozen=True)
+class ThreadRef:
+    """Where a run answers when a review thread asked it (SPEC 3, 7): the PR/MR `change`
+    (the one the agent opened for an issue task) and the thread's id on it.
+
+    The string form `<change key> <thread id>` is what a run's metadata keeps, so that a
+    continued run (after a pause or a takeover) still answers in that thread.
+    """
+
+    change: TaskKey
+    thread_id: str
+
+    def __str__(self) -> str:
+        return f"{self.change} {self.thread_id}"
+
+    @classmethod
+    def parse(cls, text: str) -> ThreadRef:
+        key, _, thread_id = text.strip().partition(" ")
+        if not thread_id:
+            raise ValueError(f"not a thread reference: {text!r} (expected '<task key> <thread id>')")
+        return cls(TaskKey.parse(key), thread_id)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,12 @@ That comment is recorded before anything happens, so it never acts twice:
 - otherwise: the claim swaps `done` for `processing`, and the runner starts a new run of
   the same task, which inherits the previous run's summary (its thread memory and its
   final comment, an assistant turn of the conversation).
+
+The same holds in the review threads of the PR/MR the agent opened for a task
+(`review_followups.py`): the candidates are the bot's open PRs/MRs (one search / one
+listing per scope), the `updated_at` trick applies to the PR/MR, each thread's newest
+@mention after the bot's last word there is the trigger, and the run of the issue answers
+in that thread.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy import Float, String
 from sqlalchemy.engine import Engine
@@ -27,15 +33,16 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import is_bot
-from coding_agent.domain.tasks import Comment, Task
+from coding_agent.domain.tasks import Comment, Task, TaskKey, Thread, ThreadRef
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.intake import Claim
+from coding_agent.runtime.review_followups import ReviewClaim, agents_issue
 from coding_agent.runtime.state_store import StateStore, TableStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
 
-__all__ = ["FollowUpRecords", "FollowUpIntake", "find_followup_comment", "mentions"]
+__all__ = ["FollowUpRecords", "FollowUpIntake", "find_followup_comment", "mentions", "thread_triggers"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +105,12 @@ def mentions(text: str, login: str) -> bool:
     return re.search(rf"(?<![\w@.])@{re.escape(login)}(?![\w-])", text, re.IGNORECASE) is not None
 
 
+def thread_triggers(threads: Sequence[Thread], bot_name: str) -> list[tuple[Thread, Comment]]:
+    """Per review thread, the newest @mention of the bot after its last word there; oldest first."""
+    found = [(thread, find_followup_comment(thread.comments, bot_name)) for thread in threads]
+    return sorted(((t, c) for t, c in found if c is not None), key=lambda hit: hit[1].created_at)
+
+
 def find_followup_comment(comments: Sequence[Comment], bot_name: str) -> Comment | None:
     """The newest comment after the bot's last one that @mentions the bot, if any.
 
@@ -140,6 +153,8 @@ class FollowUpIntake:
         key = str(task.key)
         if not source.bot_name or await asyncio.to_thread(self._records.seen, key, task.updated_at.isoformat()):
             return None
+        if task.key.is_change and not task.has_label(source.labels.done_label):
+            return await self._try_review(source, task, source.bot_name)
         if not await asyncio.to_thread(self._store.acquire_lease, key, self._owner, self._lease_seconds):
             return None
         try:
@@ -160,21 +175,81 @@ class FollowUpIntake:
         if trigger is None or await asyncio.to_thread(self._records.handled, key, trigger.id) is not None:
             await asyncio.to_thread(self._records.mark_seen, key, seen_at)
             return None
-        if not self._allow_untrusted and not (await source.get_permission(task.key, trigger.author)).can_write:
-            log.warning("%s: @mention by %s (no write access) ignored", key, trigger.author)
-            await asyncio.to_thread(self._records.handle, key, trigger.id, "ignored")
+
+        async def acknowledge(text: str) -> None:
+            await source.post_comment(task.key, text)
+
+        if await self._decide(source, task.key, key, trigger, acknowledge) != "run":
             await asyncio.to_thread(self._records.mark_seen, key, seen_at)
             return None
-        if self._is_completion(trigger.body):
-            # Recorded first: a crash right after costs the acknowledgement, never a second one.
-            await asyncio.to_thread(self._records.handle, key, trigger.id, "acknowledged")
-            await asyncio.to_thread(self._records.mark_seen, key, seen_at)
-            text = notice("followup_ack", self._language, user=trigger.author)
-            await source.post_comment(task.key, self._redactor.text(text))
-            log.info("%s: completion comment %s by %s acknowledged; no new run", key, trigger.id, trigger.author)
-            return None
-        await asyncio.to_thread(self._records.handle, key, trigger.id, "run")
-        present = [label for label in fresh.labels if label in lifecycle_labels(source)]
-        await transition(source, task.key, source.labels.processing_label, present)
+        await self._swap_labels(source, fresh)
         log.info("%s: follow-up claimed (comment %s by %s)", key, trigger.id, trigger.author)
         return Claim(task=fresh, requester=trigger.author)
+
+    async def _decide(
+        self,
+        source: Source,
+        task_key: TaskKey,
+        record_key: str,
+        trigger: Comment,
+        acknowledge: Callable[[str], Awaitable[None]],
+    ) -> str:
+        """Record what `trigger` leads to (before acting: it never acts twice) and do the
+        small things (an acknowledgement); "run" means a follow-up run is to start."""
+        if not self._allow_untrusted and not (await source.get_permission(task_key, trigger.author)).can_write:
+            log.warning("%s: @mention by %s (no write access) ignored", record_key, trigger.author)
+            await asyncio.to_thread(self._records.handle, record_key, trigger.id, "ignored")
+            return "ignored"
+        if self._is_completion(trigger.body):
+            # Recorded first: a crash right after costs the acknowledgement, never a second one.
+            await asyncio.to_thread(self._records.handle, record_key, trigger.id, "acknowledged")
+            await acknowledge(self._redactor.text(notice("followup_ack", self._language, user=trigger.author)))
+            log.info("%s: completion comment %s by %s acknowledged; no new run", record_key, trigger.id, trigger.author)
+            return "acknowledged"
+        await asyncio.to_thread(self._records.handle, record_key, trigger.id, "run")
+        return "run"
+
+    async def _swap_labels(self, source: Source, task: Task) -> None:
+        present = [label for label in task.labels if label in lifecycle_labels(source)]
+        await transition(source, task.key, source.labels.processing_label, present)
+
+    # -- review threads on the PR/MR the agent opened (review_followups.py) ---------------
+
+    async def _try_review(self, source: Source, change: Task, bot_name: str) -> Claim | None:
+        """A follow-up asked in a review thread of the agent's PR/MR: a run of its issue."""
+        fresh = change if change.head_branch else await source.get_task(change.key)
+        issue_key = agents_issue(fresh, bot_name)
+        if issue_key is None:
+            return None
+        lease_key = str(issue_key)
+        if not await asyncio.to_thread(self._store.acquire_lease, lease_key, self._owner, self._lease_seconds):
+            return None  # the task is running (or claimed): the thread is looked at again later
+        try:
+            claim = await self._examine_review(source, fresh, issue_key, bot_name)
+        except BaseException:
+            await asyncio.to_thread(self._store.release_lease, lease_key, self._owner)
+            raise
+        if claim is None:
+            await asyncio.to_thread(self._store.release_lease, lease_key, self._owner)
+        return claim
+
+    async def _examine_review(self, source: Source, change: Task, issue_key: TaskKey, bot_name: str) -> Claim | None:
+        record_key, seen_at = str(change.key), change.updated_at.isoformat()
+        issue = await source.get_task(issue_key)
+        if issue.has_label(source.labels.done_label):
+            for thread, trigger in thread_triggers(await source.list_threads(change.key), bot_name):
+                if await asyncio.to_thread(self._records.handled, record_key, trigger.id) is not None:
+                    continue
+
+                async def acknowledge(text: str, thread_id: str = thread.id) -> None:
+                    await source.reply_in_thread(change.key, thread_id, text)
+
+                if await self._decide(source, issue_key, record_key, trigger, acknowledge) == "run":
+                    await self._swap_labels(source, issue)
+                    log.info(
+                        "%s: follow-up claimed from thread %s of %s (comment %s by %s)",
+                        issue_key, thread.id, change.key, trigger.id, trigger.author,
+                    )
+                    return ReviewClaim(task=issue, requester=trigger.author, reply_to=ThreadRef(change.key, thread.id))
+        await asyncio.to_thread(self._records.mark_seen, record_key, seen_at)
+        return None

@@ -77,6 +77,10 @@ class Producer:
         since = datetime.now(timezone.utc) - timedelta(days=self._config.comment_handling.followup_days)
         pending = {str(task.key) for task in found}
         candidates = await self._discover("follow-up discovery", lambda source: source.discover_followups(since), errors)
+        # The agent's own PRs/MRs: review threads there ask for more on their issue (SPEC 3).
+        candidates += await self._discover(
+            "review follow-up discovery", lambda source: source.discover_review_followups(since), errors
+        )
         log.info("poll: %d pending task(s), %d run(s) to continue", len(found), len(enqueued))
         for task in found:
             await self._offer(queue, str(task.key), "new", enqueued, task)

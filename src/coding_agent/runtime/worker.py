@@ -27,6 +27,7 @@ from coding_agent.runtime.producer import source_for
 from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery, Takeover
+from coding_agent.runtime.review_followups import ReviewClaim
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.sources.base import Source
 
@@ -114,10 +115,14 @@ class Workers:
         if claimed is None:
             return None
         continuation = claimed.continuation if isinstance(claimed, Takeover) else None
+        reply_to = claimed.reply_to if isinstance(claimed, ReviewClaim) else None
+        # The lease is the claimed task's: a review-thread follow-up queued under its PR/MR's
+        # key runs (and holds the lease of) the issue the PR/MR was opened for.
+        held = str(claimed.task.key)
         self.on_event("started", key)
         try:
-            async with LeaseHeartbeat(self._store, key, self._owner, self._config.scheduling.lease_seconds) as lease:
-                return await self._runner.run(source, claimed.task, claimed.requester, continuation, lease)
+            async with LeaseHeartbeat(self._store, held, self._owner, self._config.scheduling.lease_seconds) as lease:
+                return await self._runner.run(source, claimed.task, claimed.requester, continuation, lease, reply_to)
         except Exception:  # a bug in one run must not end `serve` or the other runs (SPEC 15)
             log.exception("%s: the run ended with an internal error", key)
             return f"{key}: the run ended with an internal error (see the agent's log)"

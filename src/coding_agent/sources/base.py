@@ -42,6 +42,15 @@ class Source(Protocol):
         """
         ...
 
+    async def discover_review_followups(self, since: datetime) -> list[Task]:
+        """Open PRs/MRs the bot opened (its author is `bot_name`) updated since `since`:
+        candidates for a follow-up from a review thread / MR discussion (SPEC 3), checked
+        thread by thread at claim.
+
+        Costs O(1) requests per scope; [] when `bot_name` is unknown.
+        """
+        ...
+
     async def get_task(self, key: TaskKey) -> Task:
         """A fresh snapshot of one issue or PR/MR (labels, assignees, branches)."""
         ...

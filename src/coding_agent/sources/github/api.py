@@ -85,6 +85,14 @@ class GitHubSource:
         scope = self._config.model_copy(update={"bot_label": self._config.done_label, "query": query})
         return await self._search(*build_search_query(scope))
 
+    async def discover_review_followups(self, since: datetime) -> list[Task]:
+        """One search: open PRs the bot opened, updated since `since` (review threads, SPEC 3)."""
+        if not self.bot_name:
+            return []
+        stamp = since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        head = ["is:pr", "is:open", f"author:{self.bot_name}", f"updated:>={stamp}"]
+        return await self._search(*build_search_query(self._config, head))
+
     async def _search(self, query: str, keep: frozenset[str] | None) -> list[Task]:
         """Every page of one issue search (`keep`: the repositories to keep of a widened query)."""
         search = self._rest.search.async_issues_and_pull_requests

@@ -57,16 +57,17 @@ def given(value: Any) -> Any:
     return None if value is UNSET else value
 
 
-def build_search_query(config: GitHubConfig) -> tuple[str, frozenset[str] | None]:
+def build_search_query(config: GitHubConfig, head: list[str] | None = None) -> tuple[str, frozenset[str] | None]:
     """The one search `q` of a poll, and the repositories to keep when it had to widen.
 
     `repo:` qualifiers are OR-ed by GitHub, so one query covers every configured
     repository. When they would make `q` longer than GitHub accepts, the query asks for
     the owners' (`user:`) items instead and the returned set says which repositories to
-    keep: still one query per poll, whatever the number of repositories.
+    keep: still one query per poll, whatever the number of repositories. `head`: the
+    qualifiers that pick the items (default: open and carrying `bot_label`).
     """
     repos = [repo if "/" in repo else f"{config.owner}/{repo}" for repo in config.repos]
-    head = ["is:open", f'label:"{config.bot_label}"']
+    head = head if head is not None else ["is:open", f'label:"{config.bot_label}"']
     tail = [f"assignee:{config.assignee}"] if config.assignee else []
     if config.query.strip():
         tail.append(config.query.strip())

@@ -85,15 +85,28 @@ class GitLabSource:
             return []
         return await self._list_labelled(self.config.done_label, updated_after=since.isoformat())
 
-    async def _list_labelled(self, label: str, **more: Any) -> list[Task]:
-        scope: Any
+    async def discover_review_followups(self, since: datetime) -> list[Task]:
+        """One listing: open MRs the bot opened, updated since `since` (MR discussions, SPEC 3)."""
+        if not self.bot_name:
+            return []
+        path, scope = self._scope()
+        filters: dict[str, Any] = {"state": "opened", "scope": "all", "author_username": self.bot_name}
+        filters["updated_after"] = since.isoformat()
+        changes = await self._http.call(
+            f"GET {path}/merge_requests",
+            lambda: [item.attributes for item in scope.mergerequests.list(get_all=True, per_page=PER_PAGE, **filters)],
+        )
+        return [to_task(data, TaskKind.CHANGE) for data in changes]
+
+    def _scope(self) -> tuple[str, Any]:
+        """The configured group or project, as a lazy python-gitlab object, and its path."""
         if self.config.group is not None:
-            scope = self._http.gl.groups.get(self.config.group, lazy=True)
-            where = "/groups/:id"
-        else:
-            assert self.config.project_id is not None  # GitLabConfig requires group or project_id
-            scope = self._http.gl.projects.get(self.config.project_id, lazy=True)
-            where = "/projects/:id"
+            return "/groups/:id", self._http.gl.groups.get(self.config.group, lazy=True)
+        assert self.config.project_id is not None  # GitLabConfig requires group or project_id
+        return "/projects/:id", self._http.gl.projects.get(self.config.project_id, lazy=True)
+
+    async def _list_labelled(self, label: str, **more: Any) -> list[Task]:
+        where, scope = self._scope()
         filters: dict[str, Any] = {"labels": [label], "state": "opened", "scope": "all", **more}
         if self.config.assignee:
             filters["assignee_username"] = self.config.assignee
