@@ -7,7 +7,7 @@ happened (never a stack trace or a secret), and its context moved to `completed/
 
 Its parts live beside it: `reporter.py` (the run's comments), `trust.py` (whose words
 are trusted), `run_setup.py` (planning's policy, the first turn), `publishing.py` (the
-final comment and label). (About 370 lines on purpose: what stays is the run's order
+final comment and label). (About 400 lines on purpose: what stays is the run's order
 of events, `run` and `_work`, read best in one place, and the per-step progress writes
 with the lease check at each checkpoint, which share the runner's per-run state.)
 """
