@@ -26,6 +26,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 
 from sqlalchemy import Float, String
 from sqlalchemy.engine import Engine
@@ -45,6 +46,9 @@ from coding_agent.sources.lifecycle import lifecycle_labels, transition
 __all__ = ["FollowUpRecords", "FollowUpIntake", "find_followup_comment", "mentions", "thread_triggers"]
 
 log = logging.getLogger(__name__)
+
+# How old an `updated_at` must be before "examined at it" is recorded (see `mark_seen`).
+SETTLE_SECONDS = 2.0
 
 
 class _Base(DeclarativeBase):
@@ -75,18 +79,23 @@ class FollowUpRecords(TableStore):
     def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
         super().__init__(engine, _Base.metadata, clock)
 
-    def seen(self, task_key: str, updated_at: str) -> bool:
+    def seen(self, task_key: str, updated_at: datetime) -> bool:
         with self._session() as session:
             row = session.get(_Seen, task_key)
-            return row is not None and row.updated_at == updated_at
+            return row is not None and row.updated_at == updated_at.isoformat()
 
-    def mark_seen(self, task_key: str, updated_at: str) -> None:
+    def mark_seen(self, task_key: str, updated_at: datetime) -> None:
+        """Record that the item was examined as it stood at `updated_at` - unless that is
+        under `SETTLE_SECONDS` old: forges stamp whole seconds (GitHub), so a comment posted
+        later in the same second carries the same `updated_at` and would never be read."""
+        if self._clock() - updated_at.timestamp() < SETTLE_SECONDS:
+            return
         with self._session() as session:
             row = session.get(_Seen, task_key)
             if row is None:
-                session.add(_Seen(task_key=task_key, updated_at=updated_at))
+                session.add(_Seen(task_key=task_key, updated_at=updated_at.isoformat()))
             else:
-                row.updated_at = updated_at
+                row.updated_at = updated_at.isoformat()
 
     def handled(self, task_key: str, comment_id: str) -> str | None:
         """The action taken on this comment, or None when it is new."""
@@ -151,7 +160,7 @@ class FollowUpIntake:
     async def try_claim(self, source: Source, task: Task) -> Claim | None:
         """Claim `task` for a follow-up run, or return None (nothing new, acknowledged, refused)."""
         key = str(task.key)
-        if not source.bot_name or await asyncio.to_thread(self._records.seen, key, task.updated_at.isoformat()):
+        if not source.bot_name or await asyncio.to_thread(self._records.seen, key, task.updated_at):
             return None
         if task.key.is_change and not task.has_label(source.labels.done_label):
             return await self._try_review(source, task, source.bot_name)
@@ -170,7 +179,7 @@ class FollowUpIntake:
         fresh = await source.get_task(task.key)
         if not fresh.has_label(source.labels.done_label):
             return None
-        seen_at = fresh.updated_at.isoformat()
+        seen_at = fresh.updated_at
         trigger = find_followup_comment(await source.list_comments(task.key), bot_name)
         if trigger is None or await asyncio.to_thread(self._records.handled, key, trigger.id) is not None:
             await asyncio.to_thread(self._records.mark_seen, key, seen_at)
@@ -234,7 +243,7 @@ class FollowUpIntake:
         return claim
 
     async def _examine_review(self, source: Source, change: Task, issue_key: TaskKey, bot_name: str) -> Claim | None:
-        record_key, seen_at = str(change.key), change.updated_at.isoformat()
+        record_key, seen_at = str(change.key), change.updated_at
         issue = await source.get_task(issue_key)
         if issue.has_label(source.labels.done_label):
             for thread, trigger in thread_triggers(await source.list_threads(change.key), bot_name):
