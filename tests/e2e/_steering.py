@@ -14,6 +14,7 @@ from typing import Any
 from coding_agent.config import AgentConfig
 from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.testing.replay_model import RecordedRequest
+from coding_agent.testing.services import amqp_url
 from coding_agent.testing.waiting import wait_for
 
 from .conftest import BOT, MAINTAINER, REPO, ForgeUnderTest, Kind, llm_section, secret_env, write_config
@@ -33,6 +34,7 @@ __all__ = [
     "run_cycle",
     "wait_for",
     "steering_config",
+    "distributed_config",
 ]
 
 
@@ -147,3 +149,15 @@ def steering_config(
     }
     settings.update(extra)
     return write_config(directory, forges, llm_section(replay, function_calling=function_calling), **settings)
+
+
+def distributed_config(directory: Path, forge: ForgeUnderTest, replay: Any, url: str, name: str, **extra: Any) -> Any:
+    """`steering_config` on the `distributed` fixture's PostgreSQL database and RabbitMQ queue."""
+    return steering_config(
+        directory,
+        [forge],
+        replay,
+        database={"url": url},
+        queue={"backend": "rabbitmq", "url": amqp_url(), "name": name},
+        **extra,
+    )

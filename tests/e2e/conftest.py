@@ -9,9 +9,11 @@ every output for them afterwards.
 from __future__ import annotations
 
 import os
+import asyncio
 import secrets
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ from coding_agent.sources.writes import strip_marker
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.gitlab import GitLabSandbox
 from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.testing.services import amqp_url, fresh_postgres_database, postgres_admin_url, reachable
 
 # Random strings no built-in redaction pattern matches (no ghp_/glpat-/sk- shapes): a
 # test that finds none of them anywhere proves the configured secrets are masked, not
@@ -157,6 +160,27 @@ def gitlab_forge() -> Iterator[GitLabForge]:
 @pytest.fixture(params=["github", "gitlab"])
 def forge(request: pytest.FixtureRequest) -> ForgeUnderTest:
     return request.getfixturevalue(f"{request.param}_forge")
+
+
+@pytest.fixture
+def distributed() -> Iterator[tuple[str, str]]:
+    """(database URL, queue name): a fresh PostgreSQL database and RabbitMQ queue name."""
+    if not reachable(postgres_admin_url()) or not reachable(amqp_url()):
+        pytest.skip("PostgreSQL and RabbitMQ are needed (127.0.0.1:5432, :5672)")
+    name = f"coding-agent.test.{uuid.uuid4().hex[:10]}"
+    with fresh_postgres_database() as url:
+        yield url, name
+    asyncio.run(_delete_queues(name))
+
+
+async def _delete_queues(name: str) -> None:
+    import aio_pika
+
+    connection = await aio_pika.connect_robust(amqp_url())
+    async with connection:
+        channel = await connection.channel()
+        for queue in (name, f"{name}.dead"):
+            await channel.queue_delete(queue)
 
 
 @pytest.fixture

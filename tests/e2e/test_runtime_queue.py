@@ -8,8 +8,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +17,9 @@ from coding_agent.runtime.queue import QueuedTask
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.services import amqp_url, fresh_postgres_database, postgres_admin_url, reachable
 from coding_agent.testing.waiting import wait_for, wait_until
 
-from ._steering import spawn_cli, steering_config
+from ._steering import distributed_config, spawn_cli, steering_config
 from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments
 
 
@@ -83,38 +80,6 @@ def test_a_task_labelled_while_a_long_one_runs_starts_before_it_ends(github_forg
 # -- RabbitMQ + PostgreSQL ------------------------------------------------------------------
 
 
-@pytest.fixture
-def distributed() -> Iterator[tuple[str, str]]:
-    """(database URL, queue name): a fresh PostgreSQL database and RabbitMQ queue name."""
-    if not reachable(postgres_admin_url()) or not reachable(amqp_url()):
-        pytest.skip("PostgreSQL and RabbitMQ are needed (127.0.0.1:5432, :5672)")
-    name = f"coding-agent.test.{uuid.uuid4().hex[:10]}"
-    with fresh_postgres_database() as url:
-        yield url, name
-    asyncio.run(_delete_queues(name))
-
-
-async def _delete_queues(name: str) -> None:
-    import aio_pika
-
-    connection = await aio_pika.connect_robust(amqp_url())
-    async with connection:
-        channel = await connection.channel()
-        for queue in (name, f"{name}.dead"):
-            await channel.queue_delete(queue)
-
-
-def _distributed_config(tmp_path: Path, forge: GitHubForge, model: ReplaySandbox, url: str, name: str, **extra: Any) -> Any:
-    return steering_config(
-        tmp_path,
-        [forge],
-        model,
-        database={"url": url},
-        queue={"backend": "rabbitmq", "url": amqp_url(), "name": name},
-        **extra,
-    )
-
-
 async def _produce_once(config: Any) -> list[QueuedTask]:
     service = AgentService(config)
     try:
@@ -136,7 +101,7 @@ def test_two_worker_processes_share_32_tasks_each_done_once(
     url, name = distributed
     numbers = [github_forge.open_task("issue", f"Task {n}", f"Please add hello.txt ({n}).") for n in range(32)]
     with ReplaySandbox(HELLO_SCRIPT) as model:
-        setup = _distributed_config(tmp_path, github_forge, model, url, name, workers=4)
+        setup = distributed_config(tmp_path, github_forge, model, url, name, workers=4)
         config = load_for_service(setup)
         assert len(asyncio.run(_produce_once(config))) == 32
         workers = [spawn_cli(setup.config_path, "worker") for _ in range(2)]
@@ -178,7 +143,7 @@ def test_a_sigkilled_worker_s_task_is_redelivered_and_finished_once(
 
     replies = [{**HELLO_SCRIPT["replies"][0], "before": {"kill_worker": {}}}, *HELLO_SCRIPT["replies"][1:]]
     with ReplaySandbox({"replies": replies}, actions={"kill_worker": kill_worker}) as model:
-        setup = _distributed_config(tmp_path, github_forge, model, url, name, scheduling={"lease_seconds": 3.0})
+        setup = distributed_config(tmp_path, github_forge, model, url, name, scheduling={"lease_seconds": 3.0})
         assert len(asyncio.run(_produce_once(load_for_service(setup)))) == 1
         victims.append(spawn_cli(setup.config_path, "worker"))
         wait_for(lambda: killed, 120, "the first worker to reach its model call")

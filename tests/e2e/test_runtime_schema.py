@@ -1,6 +1,7 @@
 """The versioned schema (issue 10 item 6): a database created by the previous version,
 which had no schema version, is migrated when the agent starts, keeps its rows, and the
-agent works a task on it; on SQLite and on PostgreSQL."""
+agent works a task on it; on SQLite and on PostgreSQL. So is one at revision 0002 (before
+webhook nudges, issue 13), with an operator request pending."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
-from coding_agent.runtime.schema import head_version, schema_version
+from coding_agent.runtime.schema import _config, head_version, schema_version
 from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import ReplaySandbox
@@ -100,7 +102,7 @@ def _check_upgraded(url: str, report: CycleReport) -> None:
     engine = create_engine(url)
     try:
         assert schema_version(engine) == head_version()
-        assert {"queue_entries", "webhook_deliveries"} <= set(inspect(engine).get_table_names())
+        assert {"queue_entries", "webhook_deliveries", "run_nudges"} <= set(inspect(engine).get_table_names())
     finally:
         engine.dispose()
     store = StateStore(url)
@@ -128,6 +130,47 @@ def test_a_previous_postgres_database_is_migrated_and_worked_on(github_forge: Gi
     with fresh_postgres_database() as url:
         _create_previous(url)
         _check_upgraded(url, _work_one_task(github_forge, tmp_path, url))
+
+
+def _create_at_0002(url: str) -> None:
+    """The schema as the agent left it at revision 0002, with a run and a pending pause."""
+    engine = create_engine(url)
+    config = _config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0002")
+        connection.execute(
+            text("INSERT INTO runs VALUES ('old-run', 'github:acme/widgets#99', 'done', 'w', 1.0, 2.0, 3, 10, 5, NULL, NULL)")
+        )
+        connection.execute(text("INSERT INTO run_requests VALUES ('github:acme/widgets#99', 'pause', 1.0)"))
+    assert schema_version(engine) == "0002"
+    engine.dispose()
+
+
+def _check_nudges_added(url: str) -> None:
+    store = StateStore(url)
+    try:
+        assert store.steering_requests("github:acme/widgets#99") == ("pause", None), "the pending request is kept"
+        store.nudge_run("github:acme/widgets#99")
+        assert store.steering_requests("github:acme/widgets#99")[1] is not None
+        assert [run.uuid for run in store.runs()] == ["old-run"]
+        assert schema_version(store.engine) == head_version()
+    finally:
+        store.close()
+
+
+def test_a_sqlite_database_at_0002_gains_webhook_nudges(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    _create_at_0002(url)
+    _check_nudges_added(url)
+
+
+def test_a_postgres_database_at_0002_gains_webhook_nudges() -> None:
+    if not reachable(postgres_admin_url()):
+        pytest.skip("PostgreSQL is not reachable at " + postgres_admin_url())
+    with fresh_postgres_database() as url:
+        _create_at_0002(url)
+        _check_nudges_added(url)
 
 
 def test_processes_starting_together_migrate_a_fresh_database_once(tmp_path: Path) -> None:

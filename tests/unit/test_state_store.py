@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from coding_agent.runtime.state_store import StateStore
+from coding_agent.runtime.tables.run_steering import KEEP_NUDGES_SECONDS
+from coding_agent.testing.services import fresh_postgres_database, postgres_admin_url, reachable
 
 
 class FakeClock:
@@ -79,36 +82,32 @@ def test_trigger_rejection_is_remembered_per_update(store: StateStore) -> None:
     assert not store.trigger_rejected("k", "t2"), "a change to the task re-opens the check"
 
 
-def _postgres_url() -> str | None:
+@contextmanager
+def _postgres_store(clock: FakeClock) -> Iterator[StateStore]:
+    """A store on a fresh PostgreSQL database (never the shared one: migrating that to this
+    branch's schema would break every other checkout's tests on the machine)."""
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        return None
-    import socket
-
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        if probe.connect_ex(("127.0.0.1", 5432)) != 0:
-            return None
-    return "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+        pytest.skip("psycopg is not installed")
+    if not reachable(postgres_admin_url()):
+        pytest.skip("PostgreSQL is not reachable at " + postgres_admin_url())
+    with fresh_postgres_database() as url:
+        store = StateStore(url, clock=clock)
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 def test_postgres_leases(clock: FakeClock) -> None:
-    url = _postgres_url()
-    if url is None:
-        pytest.skip("PostgreSQL (psycopg and 127.0.0.1:5432) not available")
-    store = StateStore(url, clock=clock)
-    try:
+    with _postgres_store(clock) as store:
         key = "github:pg/test#1"
-        store.release_lease(key, "a")
-        store.release_lease(key, "b")
         assert store.acquire_lease(key, "a", 60)
         assert not store.acquire_lease(key, "b", 60)
         clock.now += 61
         assert store.acquire_lease(key, "b", 60)
         store.release_lease(key, "b")
-    finally:
-        store.close()
 
 
 # -- steering: pause/resume, takeover, operator requests, final comment guard ------------
@@ -165,6 +164,33 @@ def test_operator_requests_and_final_marks(store: StateStore) -> None:
     store.set_progress_comment("r", "55")
     marks = store.run_marks("r")
     assert marks.final_posted and marks.progress_comment_id == "55"
+
+
+def _check_nudges(store: StateStore, clock: FakeClock) -> None:
+    assert store.steering_requests("k") == (None, None)
+    store.nudge_run("k")
+    request, first = store.steering_requests("k")
+    assert request is None and first is not None
+    assert store.steering_requests("k") == (None, first), "reading does not consume it"
+    store.request_control("k", "pause")
+    store.nudge_run("k")
+    request, second = store.steering_requests("k")
+    assert request == "pause" and second not in (None, first), "every nudge is a new token, beside the request"
+    assert store.control_request("k") == "pause", "a nudge is not an operator request"
+    store.nudge_run("other")
+    clock.now += KEEP_NUDGES_SECONDS + 1
+    store.nudge_run("other")
+    assert store.steering_requests("k") == ("pause", None), "old nudges are pruned"
+    assert store.steering_requests("other")[1] is not None
+
+
+def test_webhook_nudges_sqlite(store: StateStore, clock: FakeClock) -> None:
+    _check_nudges(store, clock)
+
+
+def test_webhook_nudges_postgres(clock: FakeClock) -> None:
+    with _postgres_store(clock) as store:
+        _check_nudges(store, clock)
 
 
 def test_heartbeat_renews_and_records_steps_in_one_go(store: StateStore, clock: FakeClock) -> None:

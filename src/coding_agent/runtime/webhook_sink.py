@@ -1,6 +1,7 @@
-"""What a verified webhook does in the runtime (SPEC 11.2): steer a run of this process,
-or enqueue the task key through the producer (deduplicated like a poll's), and remember
-delivery ids so a redelivered event is ignored."""
+"""What a verified webhook does in the runtime (SPEC 11.2): steer the task's run (in this
+process directly, in any other through a nudge in the state store), or enqueue the task
+key through the producer (deduplicated like a poll's), and remember delivery ids so a
+redelivered event is ignored."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from coding_agent.agent.steering import RunControls
 from coding_agent.runtime.producer import Producer
 from coding_agent.runtime.queue import TaskQueue
 from coding_agent.runtime.tables.base import TableStore
+from coding_agent.runtime.tables.run_steering import RunSteering
 
 __all__ = ["RuntimeWebhookSink", "DeliveryLog"]
 
@@ -57,10 +59,16 @@ class RuntimeWebhookSink:
     """Implements `web.webhooks.WebhookSink` on a service's producer, queue and runs."""
 
     def __init__(
-        self, deliveries: DeliveryLog, controls: RunControls, producer: Producer, queue: Callable[[], TaskQueue]
+        self,
+        deliveries: DeliveryLog,
+        controls: RunControls,
+        steering: RunSteering,
+        producer: Producer,
+        queue: Callable[[], TaskQueue],
     ) -> None:
         self._deliveries = deliveries
         self._controls = controls
+        self._steering = steering
         self._producer = producer
         self._queue = queue
 
@@ -71,5 +79,8 @@ class RuntimeWebhookSink:
         if kind == "steer":
             if self._controls.nudge(key):
                 log.info("%s: webhook: its run checks the forge at its next checkpoint", key)
+            else:  # its run, if any, is in another process (a `worker`): tell it through the store
+                await asyncio.to_thread(self._steering.nudge_run, key)
+                log.info("%s: webhook: nudge recorded for its run in any process", key)
             return
         await self._producer.offer(self._queue(), key, "followup" if kind == "followup" else "new")

@@ -141,7 +141,9 @@ async def serving_http(
         if config.webhooks.github_secret is not None and config.webhooks.github_secret.get_secret_value():
             await asyncio.to_thread(warm_up)
         queue = await service.queue()
-        sink = RuntimeWebhookSink(DeliveryLog(service.store.engine), service.controls, service.producer, lambda: queue)
+        sink = RuntimeWebhookSink(
+            DeliveryLog(service.store.engine), service.controls, service.store, service.producer, lambda: queue
+        )
         route_lists.append(webhook_routes(config, sink))
     if not route_lists:
         yield None

@@ -6,6 +6,7 @@ the parts, each in its own module with one job, and delegates:
 - checkpoint.py: the loop's `checkpoint()`: pause, stop, crash checkpoint, new comments,
   answered as one `Decision`;
 - pause.py, stop.py, comments.py: the three questions a checkpoint asks;
+- nudges.py: a webhook's nudge from another process, read with the operator's requests;
 - saving.py: the run's saved state (crash checkpoint, pause);
 - continuation.py: carrying a paused or taken-over run on;
 - final.py: the final comment, at most once, and the reporter around it;
@@ -29,6 +30,7 @@ from coding_agent.agent.steering.comments import CommentDetector, TrustLookup, t
 from coding_agent.agent.steering.continuation import Continuation, pending_reply
 from coding_agent.agent.steering.endings import Endings
 from coding_agent.agent.steering.final import ControlReporter, FinalComment, IssueWriter
+from coding_agent.agent.steering.nudges import StoreRequests
 from coding_agent.agent.steering.pause import PauseWatch
 from coding_agent.agent.steering.saving import RunSaver
 from coding_agent.agent.steering.scope import RunControls, RunScope
@@ -85,7 +87,7 @@ class RunControl:
             config.pause_resume.enabled,
             controls.signal_file,
             controls.shutdown,
-            lambda: controls.store.control_request(scope.key),
+            StoreRequests(controls.store, scope.key, self.nudge),
         )
         controls.active[scope.key] = self
         settings = config.loop_guard
@@ -153,7 +155,8 @@ class RunControl:
         return continuation.paused_work() if continuation is not None else None
 
     def nudge(self) -> None:
-        """See `RunControls.nudge`: re-read the assignees at the next checkpoint."""
+        """See `RunControls.nudge` (a webhook in this process) and `nudges.py` (in another):
+        re-read the assignees at the next checkpoint."""
         self._stop.nudge()
 
     # -- setting the run up --------------------------------------------------------

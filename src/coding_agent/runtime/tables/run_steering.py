@@ -1,19 +1,24 @@
 """The steering rows of a run (SPEC 8), where a worker on any machine can read them:
-operator requests (`coding-agent pause|stop TASK`) waiting for the next checkpoint, and
-run marks, what a run must never do twice (the progress comment to keep editing,
+operator requests (`coding-agent pause|stop TASK`) waiting for the next checkpoint,
+webhook nudges (a comment or an unassign reported for a task whose run may be in
+another process, SPEC 11.2), and run marks, what a run must never do twice (the progress comment to keep editing,
 whether a pause waits for an explicit `resume`, the outcome being published and
 whether its final comment is out). Pausing, holding and resuming join the runs."""
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Float, String, Text, select, update
+from sqlalchemy import Boolean, Float, Integer, String, Text, delete, literal_column, select, union_all, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunMarks, RunRecord
 from coding_agent.runtime.tables.base import StateTables, TableStore
 from coding_agent.runtime.tables.runs import RunRow, record_of
 
-__all__ = ["RunSteering"]
+__all__ = ["RunSteering", "KEEP_NUDGES_SECONDS"]
+
+# A nudge matters only to a run working the task now; a day covers any run's reading of it.
+KEEP_NUDGES_SECONDS = 86400.0
 
 
 class _RunRequest(StateTables):
@@ -27,6 +32,23 @@ class _RunRequest(StateTables):
     task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
     kind: Mapped[str] = mapped_column(String(10))
     requested_at: Mapped[float] = mapped_column(Float)
+
+
+class _RunNudge(StateTables):
+    """A webhook said that a task's comments or assignees changed (SPEC 11.2).
+
+    Written by the process that received the webhook, read by the run that holds the
+    task, in whatever process it is, together with its operator request (one read): a
+    new nudge makes that run ask the forge at its next checkpoint instead of waiting for
+    `min_check_interval_seconds`. `serial` counts the nudges of the task, so the run
+    tells a new one from one it has acted on; nobody deletes a row but the pruning of
+    old ones, so two runs never race to consume it.
+    """
+
+    __tablename__ = "run_nudges"
+    task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    serial: Mapped[int] = mapped_column(Integer)
+    nudged_at: Mapped[float] = mapped_column(Float, index=True)
 
 
 class _RunMark(StateTables):
@@ -62,6 +84,43 @@ class RunSteering(TableStore):
         with self._session() as session:
             row = session.get(_RunRequest, task_key)
             return row.kind if row is not None else None
+
+    def steering_requests(self, task_key: str) -> tuple[str | None, str | None]:
+        """(the pending operator request, the latest webhook nudge) of `task_key`, in one
+        read: what a run's checkpoint asks the store. The nudge is an opaque token that
+        changes with every `nudge_run` (None: never nudged)."""
+        query = union_all(
+            select(_RunRequest.kind, literal_column("0"), _RunRequest.requested_at).where(_RunRequest.task_key == task_key),
+            select(literal_column("'nudge'"), _RunNudge.serial, _RunNudge.nudged_at).where(_RunNudge.task_key == task_key),
+        )
+        request = nudge = None
+        with self._engine.connect() as connection:
+            for kind, serial, at in connection.execute(query):
+                if kind == "nudge":
+                    nudge = f"{serial}@{at!r}"
+                else:
+                    request = kind
+        return request, nudge
+
+    def nudge_run(self, task_key: str) -> None:
+        """A webhook reported a comment or an (un)assignment on `task_key`: its run, in
+        any process, asks the forge at its next checkpoint. Old nudges are pruned here."""
+        now = self._clock()
+        for attempt in range(2):
+            try:
+                with self._session() as session:
+                    bumped = session.execute(
+                        update(_RunNudge)
+                        .where(_RunNudge.task_key == task_key)
+                        .values(serial=_RunNudge.serial + 1, nudged_at=now)
+                    ).rowcount
+                    if not bumped:
+                        session.add(_RunNudge(task_key=task_key, serial=1, nudged_at=now))
+                    session.execute(delete(_RunNudge).where(_RunNudge.nudged_at < now - KEEP_NUDGES_SECONDS))
+                return
+            except IntegrityError:  # another process added the task's row first: bump that one
+                if attempt:
+                    raise
 
     def clear_control_request(self, task_key: str) -> None:
         with self._session() as session:
