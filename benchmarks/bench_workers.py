@@ -1,0 +1,196 @@
+"""Scale of the distributed mode (SPEC 13): two `worker` processes on one RabbitMQ and
+one PostgreSQL work 32 tasks in under 0.6x the time one worker process takes.
+
+For one worker process and then for two: a fresh PostgreSQL database and a fresh
+RabbitMQ queue (both removed afterwards), a fresh sandbox GitHub with `--tasks` labelled
+issues, one producer cycle in this process to queue them all, then the `worker`
+processes started as a deployment starts them (`coding-agent worker --config FILE`,
+`workers: --slots` each) against the replay model with a fixed latency per reply
+(5 replies: 4 tool calls, then done). Timed from the workers' start (their imports
+included, as a deployment pays them) until the state store shows every task done;
+each task must be done exactly once, and with two processes each must have done some.
+Also reported: the time to the first model request (the workers' start-up) and the CPU
+the worker processes and their children used (two processes share the same 2 cores,
+so what is CPU-bound does not halve).
+
+Needs PostgreSQL at 127.0.0.1:5432 (trust) and RabbitMQ at 127.0.0.1:5672 (guest), or
+`CODING_AGENT_TEST_POSTGRES` / `CODING_AGENT_TEST_AMQP`.
+
+Run: `python benchmarks/bench_workers.py [--tasks 32] [--slots 4] [--latency 1.0]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+from _common import emit, open_labelled_issues, seed_github
+
+from coding_agent.config import load_config
+from coding_agent.runtime.service import AgentService
+from coding_agent.runtime.state_store import StateStore
+from coding_agent.testing.github import GitHubSandbox
+from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.testing.services import amqp_url, fresh_postgres_database, postgres_admin_url, reachable
+
+REPO = "bench/workers"
+BOT = "bench-bot"
+MAINTAINER = "maintainer"
+TOKEN = "ghp_" + "BenchWorkersToken0123456789abcdef"
+TARGET = 0.6
+
+
+def _script(latency: float) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = [
+        {"tool": "workspace/create", "args": {"path": f"f{n}.txt", "content": f"{n}\n"}, "comment": f"f{n}"} for n in range(4)
+    ]
+    return {"latency_seconds": latency, "replies": [*steps, {"done": "Wrote the files."}]}
+
+
+def _write_config(directory: Path, forge_url: str, model: ReplaySandbox, database: str, queue: str, slots: int) -> Path:
+    data: dict[str, Any] = {
+        "task_source": ["github"],
+        "github": {"api_url": forge_url, "token": TOKEN, "owner": "bench", "bot_name": BOT},
+        "llm": {"provider": "openai", "openai": {"model": "replay", "base_url": model.openai_base_url, "api_key": "k"}},
+        "workspace": {"base_dir": str(directory / "workspaces")},
+        "context_storage": {"base_dir": str(directory / "contexts")},
+        "database": {"url": database},
+        "queue": {"backend": "rabbitmq", "url": amqp_url(), "name": queue},
+        "workers": slots,
+        "logging": {"dir": str(directory / "logs")},
+        "memory": {"enabled": False},
+        "progress_comment": {"enabled": False},
+        "retry": {"base_delay_seconds": 0.01},
+        "dashboard": {"enabled": False},
+    }
+    path = directory / "config.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+async def _queue_all(config_path: Path) -> int:
+    """One producer cycle in this process: every labelled task onto the RabbitMQ queue."""
+    service = AgentService(load_config(config_path, env={}))
+    try:
+        return len((await service.producer.cycle(await service.queue())).enqueued)
+    finally:
+        await service.aclose()
+
+
+async def _delete_queues(name: str) -> None:
+    import aio_pika
+
+    connection = await aio_pika.connect_robust(amqp_url())
+    async with connection:
+        channel = await connection.channel()
+        for queue in (name, f"{name}.dead"):
+            await channel.queue_delete(queue)
+
+
+def _work(processes: int, tasks: int, slots: int, latency: float) -> dict[str, Any]:
+    """`tasks` tasks worked by `processes` worker processes: seconds and who did what."""
+    queue = f"coding-agent.bench.{uuid.uuid4().hex[:10]}"
+    with tempfile.TemporaryDirectory() as scratch, fresh_postgres_database() as database:
+        sandbox = GitHubSandbox().start()
+        try:
+            seed_github(sandbox.state, [REPO], MAINTAINER, BOT, TOKEN)
+            open_labelled_issues(sandbox.state, "github", [REPO], tasks, MAINTAINER)
+            with ReplaySandbox(_script(latency)) as model:
+                config_path = _write_config(Path(scratch), sandbox.url, model, database, queue, slots)
+                queued = asyncio.run(_queue_all(config_path))
+                assert queued == tasks, f"queued {queued} of {tasks}"
+                store = StateStore(database)
+                logs = [(Path(scratch) / f"worker-{n}.log").open("w") for n in range(processes)]
+                cpu_before = _children_cpu()
+                first_request: float | None = None
+                started = time.perf_counter()
+                workers = [
+                    subprocess.Popen(
+                        [sys.executable, "-m", "coding_agent.cli", "worker", "--config", str(config_path)],
+                        cwd=scratch,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                    for log in logs
+                ]
+                try:
+                    while sum(run.status == "done" for run in store.runs()) < tasks:
+                        if first_request is None and model.requests:
+                            first_request = time.perf_counter() - started
+                        dead = [worker.args for worker in workers if worker.poll() is not None]
+                        assert not dead, f"a worker exited early: {dead}"
+                        time.sleep(0.05)  # polling the store; the figure is seconds, this is its resolution
+                    elapsed = time.perf_counter() - started
+                    runs = store.runs()
+                finally:
+                    store.close()
+                    for worker in workers:
+                        worker.send_signal(signal.SIGTERM)
+                    for worker in workers:
+                        worker.wait(120)
+                    for log in logs:
+                        log.close()
+                cpu = _children_cpu() - cpu_before
+        finally:
+            sandbox.stop()
+            asyncio.run(_delete_queues(queue))
+    keys = [run.task_key for run in runs]
+    assert len(keys) == len(set(keys)) == tasks and {run.status for run in runs} == {"done"}, "each task done once"
+    per_process: dict[str, int] = {}
+    for run in runs:
+        process = run.owner.rsplit("-", 1)[0]  # host-pid of the worker process
+        per_process[process] = per_process.get(process, 0) + 1
+    assert len(per_process) == processes, f"each worker process did some: {per_process}"
+    return {
+        "seconds": round(elapsed, 3),
+        "to_first_model_request_s": round(first_request or elapsed, 2),
+        "worker_cpu_s": round(cpu, 1),
+        "tasks_per_process": sorted(per_process.values()),
+    }
+
+
+def _children_cpu() -> float:
+    """User + system CPU-seconds of the reaped worker processes and what they reaped (git)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main(tasks: int, slots: int, latency: float) -> dict[str, Any]:
+    if not reachable(postgres_admin_url()) or not reachable(amqp_url()):
+        raise SystemExit("PostgreSQL (127.0.0.1:5432) and RabbitMQ (127.0.0.1:5672) are needed")
+    load_before = [round(load, 2) for load in os.getloadavg()]
+    one = _work(1, tasks, slots, latency)
+    two = _work(2, tasks, slots, latency)
+    ratio = two["seconds"] / one["seconds"]
+    return {
+        "benchmark": "workers",
+        "tasks": tasks,
+        "slots_per_worker": slots,
+        "reply_latency_s": latency,
+        "one_worker": one,
+        "two_workers": two,
+        "ratio": round(ratio, 3),
+        "ratio_target": TARGET,
+        "met": ratio < TARGET,
+        "load_average_at_start": load_before,
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tasks", type=int, default=32)
+    parser.add_argument("--slots", type=int, default=4, help="`workers` of each worker process")
+    parser.add_argument("--latency", type=float, default=1.0, help="seconds per model reply")
+    options = parser.parse_args()
+    emit(main(options.tasks, options.slots, options.latency))
