@@ -59,12 +59,12 @@ def test_disabled_never_pauses(tmp_path: Path) -> None:
     assert _watch(tmp_path, Requests(), shutdown, enabled=False).pause_for("pause") is None
 
 
-def test_operator_requests_are_read_at_most_once_per_interval(tmp_path: Path) -> None:
+async def test_operator_requests_are_read_at_most_once_per_interval(tmp_path: Path) -> None:
     requests, clock = Requests(), Clock()
     watch = PauseWatch(True, tmp_path / "pause_signal", ShutdownSignal(), requests, clock=clock)
-    assert watch.operator_request() is None and requests.reads == 1
+    assert await watch.operator_request() is None and requests.reads == 1
     requests.kind = "pause"
     clock.now += REQUEST_READ_SECONDS / 2
-    assert watch.operator_request() is None and requests.reads == 1, "a checkpoint moments later reuses the read"
+    assert await watch.operator_request() is None and requests.reads == 1, "a checkpoint moments later reuses the read"
     clock.now += REQUEST_READ_SECONDS / 2
-    assert watch.operator_request() == "pause" and requests.reads == 2
+    assert await watch.operator_request() == "pause" and requests.reads == 2

@@ -202,7 +202,7 @@ class TaskRunner:
         # Redacted before anything stores it: the state store keeps the outcome to publish
         # (run_marks.final_body) and a failed run's reason (runs.error).
         outcome = replace(outcome, comment=self._redactor.text(outcome.comment))
-        control.record_outcome(outcome)
+        await control.record_outcome(outcome)
         status, failure = await publish_outcome(
             source, task, control.reporter(), outcome, config.language, self._redactor
         )

@@ -39,7 +39,7 @@ class Checkpointer:
         self._previous_point = Checkpoint.ITERATION_START
 
     async def decide(self, point: Checkpoint, llm: LLMClient) -> Decision:
-        request = self._pause.operator_request()
+        request = await self._pause.operator_request()
         paused = self._pause.pause_for(request)
         if paused is not None:
             return Decision(Verdict.PAUSE, ending=paused)

@@ -226,9 +226,9 @@ class RunControl:
 
     # -- publishing ----------------------------------------------------------------
 
-    def record_outcome(self, outcome: LoopOutcome) -> None:
+    async def record_outcome(self, outcome: LoopOutcome) -> None:
         """Remember the outcome before publishing it: a worker taking over publishes it too."""
-        self._final.record(outcome)
+        await self._final.record(outcome)
 
     async def finished(self, status: str) -> None:
         """After the final comment and label: the progress comment's last state."""

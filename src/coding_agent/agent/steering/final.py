@@ -8,6 +8,7 @@ Step comments fold into the progress comment when it is enabled.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
@@ -34,14 +35,14 @@ class FinalComment:
         self._scope = scope
         self._detector = detector
 
-    def record(self, outcome: LoopOutcome) -> None:
+    async def record(self, outcome: LoopOutcome) -> None:
         """Remember the outcome before publishing it: a worker taking over publishes it too."""
-        self._scope.store.record_final(self._scope.run_uuid, outcome.status, outcome.comment)
+        await asyncio.to_thread(self._scope.store.record_final, self._scope.run_uuid, outcome.status, outcome.comment)
 
     async def post(self, text: str, inner: IssueWriter) -> None:
         """The run's final comment, at most once: the state store says whether it is out."""
         scope = self._scope
-        marks = scope.store.run_marks(scope.run_uuid)
+        marks = await asyncio.to_thread(scope.store.run_marks, scope.run_uuid)
         if marks.final_posted:
             log.info("%s: run %s already has its final comment", scope.key, scope.run_uuid)
             return
@@ -50,7 +51,7 @@ class FinalComment:
             log.info("%s: the final comment of run %s was posted before the takeover", scope.key, scope.run_uuid)
         else:
             await inner.final_comment(text)
-        scope.store.mark_final_posted(scope.run_uuid)
+        await asyncio.to_thread(scope.store.mark_final_posted, scope.run_uuid)
 
     async def _already_posted(self, text: str) -> bool:
         """Did the worker that died post this final comment before it could say so?"""

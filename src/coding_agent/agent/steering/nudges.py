@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 
 class StoreRequests:
     """The operator request of one task, for `PauseWatch`; calls `on_nudge` when the
-    same read shows a nudge the run has not acted on."""
+    same read shows a nudge the run has not acted on. `PauseWatch` calls it in a worker
+    thread and waits for it, so `on_nudge` (which only sets a flag) has happened before
+    the checkpoint goes on to its stop check."""
 
     def __init__(self, store: RunStore, task_key: str, on_nudge: Callable[[], None]) -> None:
         self._store = store

@@ -16,6 +16,7 @@ phase of the checkpoint (after pause).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -70,12 +71,13 @@ class PauseWatch:
         self._read_at: float | None = None
         self._request: str | None = None
 
-    def operator_request(self) -> str | None:
+    async def operator_request(self) -> str | None:
         """The operator's pending `pause` or `stop` for this task (a state store read,
-        at most one per REQUEST_READ_SECONDS)."""
+        at most one per REQUEST_READ_SECONDS, in a thread: a PostgreSQL round trip or a
+        SQLite lock wait must not stall the other runs on the event loop)."""
         now = self._clock()
         if self._read_at is None or now - self._read_at >= REQUEST_READ_SECONDS:
-            self._request, self._read_at = self._operator_request(), now
+            self._request, self._read_at = await asyncio.to_thread(self._operator_request), now
         return self._request
 
     def pause_for(self, request: str | None) -> RunPaused | None:
