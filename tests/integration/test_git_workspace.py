@@ -2,11 +2,13 @@
 
 `prepare_workspace` and `deliver` run the host's git over smart HTTP with the bot's
 token (through `GitHubSource`), exactly as a run does; the tests then look at the forge
-(its pulls, its bare repository) and at the workspace's files.
+(its pulls, its bare repository) and at the workspace's files. The last ones clone
+through a shared mirror (`workspace/mirror.py`), counting the forge's git requests.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timezone
@@ -25,6 +27,7 @@ from coding_agent.tools.host_git import git_dir_for
 from coding_agent.workspace.checkout import Checkout, branch_name, prepare_workspace, reopen_workspace
 from coding_agent.workspace.delivery import SUMMARY_END, SUMMARY_START, deliver
 from coding_agent.workspace.git import Git, PushRejected
+from coding_agent.workspace.mirror import Mirrors, mirrors_dir
 from coding_agent.workspace.rules import read_repository_rules
 
 REPO = "acme/widgets"
@@ -77,9 +80,11 @@ def _git() -> Git:
     return Git(timeout=60)
 
 
-async def _prepare(source: GitHubSource, task: Task, path: Path, depth: int = 1) -> Checkout:
+async def _prepare(
+    source: GitHubSource, task: Task, path: Path, depth: int = 1, mirrors: Mirrors | None = None
+) -> Checkout:
     record = path.with_name(path.name + ".checkout.json")
-    return await prepare_workspace(source, task, path, _git(), depth=depth, retry=FAST, record=record)
+    return await prepare_workspace(source, task, path, _git(), depth=depth, retry=FAST, record=record, mirrors=mirrors)
 
 
 async def _deliver(source: GitHubSource, task: Task, checkout: Checkout, summary: str = "Added hello.txt") -> object:
@@ -271,3 +276,60 @@ def test_repository_rules_are_read_capped_and_confined(tmp_path: Path) -> None:
     assert rules["AGENTS.md"].startswith("Run `make test`.") and "cut: the file has 117 bytes" in rules["AGENTS.md"]
     assert rules["CLAUDE.md"] == "Use tabs."
     assert read_repository_rules(tmp_path, 0) == {}
+
+
+# -- clones through the shared mirror (workspace.mirror) ----------------------------------
+
+
+def _upload_packs(sandbox: GitHubSandbox) -> int:
+    """git-upload-pack requests the forge answered: what a clone, a fetch or ls-remote costs it."""
+    return sum(1 for entry in sandbox.state.git.requests if entry.service == "git-upload-pack")
+
+
+async def test_runs_starting_together_share_one_refresh_and_see_a_push_made_before_they_asked(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    mirrors = Mirrors(mirrors_dir(tmp_path / "ws"), depth=1)
+    before = _upload_packs(sandbox)
+    await _prepare(source, _task(1, "First"), tmp_path / "ws" / "first", mirrors=mirrors)
+    one_refresh = _upload_packs(sandbox) - before
+
+    before = _upload_packs(sandbox)
+    checkouts = await asyncio.gather(
+        *(_prepare(source, _task(n, f"Task {n}"), tmp_path / "ws" / f"run{n}", mirrors=mirrors) for n in range(2, 10))
+    )
+    assert _upload_packs(sandbox) - before <= 2 * one_refresh, "eight runs, at most two refreshes, no clone each"
+    main = sandbox.state.branches(REPO)["main"]
+    for n, checkout in zip(range(2, 10), checkouts):
+        assert checkout.branch == branch_name(n, f"Task {n}") and checkout.start_sha == main
+        assert (checkout.path / "src" / "app.py").read_text() == "x = 3\n"
+
+    sandbox.state.git.commit_files(REPO, "main", {"src/app.py": "x = 4\n"}, "Fourth")
+    later = await _prepare(source, _task(10, "Later"), tmp_path / "ws" / "later", mirrors=mirrors)
+    assert later.start_sha == sandbox.state.branches(REPO)["main"] != main, "a refresh after it asked"
+    assert (later.path / "src" / "app.py").read_text() == "x = 4\n"
+    for config in [*mirrors_dir(tmp_path / "ws").glob("*.git/config"), later.git_dir / "config"]:
+        text = config.read_text()
+        assert BOT_TOKEN not in text and "extraheader" not in text.lower(), config
+
+
+async def test_a_full_mirror_lends_its_objects_and_the_run_delivers_from_it(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    mirrors = Mirrors(mirrors_dir(tmp_path / "ws"), depth=0)
+    task = _task(1, "Add a greeting")
+    checkout = await _prepare(source, task, tmp_path / "ws" / "one", depth=0, mirrors=mirrors)
+    alternates = (checkout.git_dir / "objects" / "info" / "alternates").read_text()
+    assert alternates.startswith(str(mirrors_dir(tmp_path / "ws"))), "objects borrowed from the mirror, not copied"
+    assert git_client(None, f"--git-dir={checkout.git_dir}", "rev-list", "--count", "HEAD").stdout.strip() == "3"
+    (checkout.path / "hello.txt").write_text("hello\n")
+    await _deliver(source, task, checkout, "First summary")
+    assert sandbox.state.git.read_file(REPO, checkout.branch, "hello.txt") == b"hello\n"
+
+    again = await _prepare(source, _task(1, "Add a greeting, retitled"), tmp_path / "ws" / "two", depth=0, mirrors=mirrors)
+    assert again.branch == checkout.branch and again.branch_exists, "the follow-up finds the pushed branch in the mirror"
+    assert (again.path / "hello.txt").read_text() == "hello\n"
+
+    number = sandbox.state.create_pull(REPO, "Feature", author="alice", head="feature")
+    change = await _prepare(source, _task(number, "Feature", change=True, head="feature"), tmp_path / "ws" / "pr", mirrors=mirrors)
+    assert change.branch == "feature" and change.start_sha == sandbox.state.branches(REPO)["feature"]

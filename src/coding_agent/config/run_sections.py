@@ -48,6 +48,10 @@ class WorkspaceConfig(_Strict):
     # A run's clone (and its git directory) is deleted when the run ends done, failed or
     # stopped; a paused run's is kept. True keeps finished runs' clones too (debugging).
     keep_finished: bool = False
+    # One bare mirror per repository in `<base_dir>.mirrors/`, refreshed once for the runs
+    # that start together; each run's clone is a local copy of it (no network clone per
+    # run). False clones every run from the forge.
+    mirror: bool = True
 
 
 class ContextStorageConfig(_Strict):

@@ -34,6 +34,7 @@ from coding_agent.retry import RetryPolicy, retry_async
 from coding_agent.sources.base import Source
 from coding_agent.tools.host_git import git_dir_for, install_attributes
 from coding_agent.workspace.git import Git, GitAuth, GitError
+from coding_agent.workspace.mirror import MirrorRefs, Mirrors, parse_ls_remote
 
 __all__ = [
     "Checkout",
@@ -102,15 +103,7 @@ class _Remote:
 
 async def remote_refs(git: Git, url: str, auth: GitAuth | None, patterns: list[str]) -> _Remote:
     result = await git.run(None, "ls-remote", "--symref", url, "HEAD", *patterns, auth=auth)
-    default: str | None = None
-    branches: dict[str, str] = {}
-    for line in result.stdout.splitlines():
-        left, _, ref = line.partition("\t")
-        if left.startswith("ref: refs/heads/") and ref == "HEAD":
-            default = left.removeprefix("ref: refs/heads/")
-        elif ref.startswith("refs/heads/"):
-            branches[ref.removeprefix("refs/heads/")] = left
-    return _Remote(default, branches)
+    return _Remote(*parse_ls_remote(result.stdout))
 
 
 async def _target(
@@ -121,18 +114,25 @@ async def _target(
     One `ls-remote` answers both: the default branch (HEAD) and the branches that matter.
     """
     key = task.key
+    if key.is_change and not task.head_branch:
+        raise AgentError(f"{key} has no head branch to work on")
+    pattern = f"refs/heads/{task.head_branch}" if key.is_change else f"refs/heads/{BRANCH_PREFIX}{key.number}-*"
+    remote = await retry_async(lambda: remote_refs(git, url, auth, [pattern]), retry, "git ls-remote")
+    return _choose(task, project, remote)
+
+
+def _choose(task: Task, project: str, remote: _Remote) -> tuple[str, str, bool]:
+    """`_target`'s answer from the forge's refs (an `ls-remote`, or a fresh mirror's)."""
+    key = task.key
     if key.is_change:
         if not task.head_branch:
             raise AgentError(f"{key} has no head branch to work on")
-        head = f"refs/heads/{task.head_branch}"
-        remote = await retry_async(lambda: remote_refs(git, url, auth, [head]), retry, "git ls-remote")
         if task.head_branch not in remote.branches:
             raise AgentError(f"the head branch {task.head_branch!r} of {key} is not in {project}")
         return task.head_branch, task.base_branch or remote.default_branch or "", True
-    pattern = f"refs/heads/{BRANCH_PREFIX}{key.number}-*"
-    remote = await retry_async(lambda: remote_refs(git, url, auth, [pattern]), retry, "git ls-remote")
+    prefix = f"{BRANCH_PREFIX}{key.number}-"
+    earlier = sorted(name for name in remote.branches if name.startswith(prefix))
     wanted = branch_name(key.number, task.title)
-    earlier = sorted(remote.branches)
     branch = wanted if wanted in remote.branches else (earlier[0] if earlier else wanted)
     return branch, remote.default_branch or "", branch in remote.branches
 
@@ -146,10 +146,13 @@ async def prepare_workspace(
     depth: int,
     retry: RetryPolicy,
     record: Path | None = None,
+    mirrors: Mirrors | None = None,
 ) -> Checkout:
     """Clone the task's repository into `path` (empty or missing) and check out the run's branch.
 
     `record`: where to write what `reopen_workspace` needs to continue in this clone.
+    `mirrors`: clone from this machine's mirror of the repository, refreshed for this
+    run (`mirror.py`), instead of from the forge.
     """
     key = task.key
     project = task.extra.get("head_repo", key.project) if key.is_change else key.project
@@ -157,8 +160,14 @@ async def prepare_workspace(
     header = source.git_http_auth()
     auth = GitAuth(url, header) if header else None
 
-    branch, base, exists = await _target(git, task, project, url, auth, retry)
-    await clone_into(git, path, url, auth, branch if exists else base or None, depth=depth, retry=retry)
+    mirror: MirrorRefs | None = None
+    if mirrors is not None:
+        mirror = await mirrors.refreshed(git, url, auth, retry)
+        branch, base, exists = _choose(task, project, _Remote(mirror.default_branch, mirror.branches))
+    else:
+        branch, base, exists = await _target(git, task, project, url, auth, retry)
+    ref = branch if exists else base or None
+    await clone_into(git, path, url, auth, ref, depth=depth, retry=retry, mirror=mirror)
     if not exists:
         await git.run(path, "checkout", "--quiet", "-b", branch)
     start = await git.run(path, "rev-parse", "--verify", "--quiet", "HEAD", check=False)
@@ -181,23 +190,38 @@ async def prepare_workspace(
 
 
 async def clone_into(
-    git: Git, path: Path, url: str, auth: GitAuth | None, ref: str | None, *, depth: int, retry: RetryPolicy
+    git: Git,
+    path: Path,
+    url: str,
+    auth: GitAuth | None,
+    ref: str | None,
+    *,
+    depth: int,
+    retry: RetryPolicy,
+    mirror: MirrorRefs | None = None,
 ) -> None:
     """Clone `url` (at branch `ref`, else its default) into `path`, git directory outside it.
 
+    With `mirror` (this machine's fresh mirror of `url`) the clone is a local copy of it:
+    borrowing its objects when it has the full history (`--shared`), and with no network.
     The `.git` file the clone leaves in the work tree is removed, the git directory gets
     the host's attributes and excludes: the clone is what every host git command expects.
     """
-    clone = ["clone", "--quiet", "--no-tags"]
-    if depth > 0:
-        clone += ["--depth", str(depth)]
+    if mirror is None:
+        clone = ["clone", "--quiet", "--no-tags"] + (["--depth", str(depth)] if depth > 0 else [])
+    else:
+        # The one place the host lets git read a local repository: its own mirror.
+        clone = ["-c", "protocol.file.allow=always", "clone", "--quiet", "--no-tags", "--single-branch"]
+        clone += [] if mirror.shallow else ["--shared"]
     if ref:
         clone += ["--branch", ref]
     path.mkdir(parents=True, exist_ok=True)
     git_dir = git_dir_for(path)
     git_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     clone += ["--separate-git-dir", str(git_dir)]
-    await retry_async(lambda: _clone(git, clone, url, path, auth), retry, "git clone")
+    origin = str(mirror.path) if mirror is not None else url
+    credential = auth if mirror is None else None  # a local copy needs none
+    await retry_async(lambda: _clone(git, clone, origin, path, credential), retry, "git clone")
     (path / ".git").unlink()
     install_attributes(git_dir)
     exclude = git_dir / "info" / "exclude"

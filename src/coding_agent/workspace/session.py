@@ -22,6 +22,7 @@ from coding_agent.sources.base import Source
 from coding_agent.workspace.checkout import Checkout, discard_clone, prepare_workspace, reopen_workspace
 from coding_agent.workspace.delivery import Delivery, deliver, delivery_note
 from coding_agent.workspace.git import Git
+from coding_agent.workspace.mirror import Mirrors, mirrors_dir
 from coding_agent.workspace.rules import read_repository_rules
 from coding_agent.workspace.wip import PausedWork, restore_paused_work, save_paused_work
 
@@ -48,8 +49,10 @@ class RunWorkspace:
         redactor: Redactor,
         record: Path,
         paused: PausedWork | None = None,
+        mirrors: Mirrors | None = None,
     ) -> None:
         self._source = source
+        self._mirrors = mirrors
         self._record = record
         self._paused = paused
         self._task = task
@@ -89,6 +92,7 @@ class RunWorkspace:
             depth=self._settings.clone_depth,
             retry=self._retry,
             record=self._record,
+            mirrors=self._mirrors,
         )
         return self._checkout
 
@@ -138,6 +142,9 @@ class RunWorkspaces:
         self._settings = settings
         self._retry = retry
         self._redactor = redactor
+        # One per process: the runs that start together share one refresh of each mirror.
+        base = Path(settings.base_dir).resolve()
+        self._mirrors = Mirrors(mirrors_dir(base), settings.clone_depth) if settings.mirror else None
 
     def directory(self, run_uuid: str) -> Path:
         path = Path(self._settings.base_dir).resolve() / run_uuid
@@ -147,7 +154,7 @@ class RunWorkspaces:
     def open(
         self, source: Source, task: Task, path: Path, record: Path, paused: PausedWork | None = None
     ) -> RunWorkspace:
-        return RunWorkspace(source, task, path, self._settings, self._retry, self._redactor, record, paused)
+        return RunWorkspace(source, task, path, self._settings, self._retry, self._redactor, record, paused, self._mirrors)
 
     def discard(self, path: Path) -> None:
         if not self._settings.keep_finished:

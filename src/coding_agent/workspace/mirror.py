@@ -1,0 +1,135 @@
+"""A bare mirror per repository, shared by the runs of this machine (`workspace.mirror`).
+
+Why: every run used to clone its repository from the forge and list its refs
+(`ls-remote`), each a network round trip and, on the forge's side, an upload-pack; when
+16 runs start together they paid it 16 times. With a mirror, the runs that start
+together share one refresh (`ls-remote` for the default branch, then one `fetch` of
+every branch), and each run's clone is a local copy of the mirror: `--shared` (its git
+directory borrows the mirror's objects through `objects/info/alternates`) when the
+mirror has the full history, a local clone otherwise.
+
+Freshness is what a network clone gave: a run uses a refresh that *started after it
+asked*, never an older one, so a push just before the run started is always seen.
+Runs in other processes on the machine share the same mirrors; a file lock keeps
+their refreshes apart.
+
+The mirror lives outside every workspace (`<workspaces>.mirrors/`, beside the git
+directories), is written only by the host's hardened git, and holds no credential (the
+token goes per command, as for every host git call). It is never garbage-collected
+(`gc.auto 0`): a run's clone may borrow any object it had. Its name is a hash of the
+clone URL, so a fork (a PR's head repository) gets its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coding_agent.retry import RetryPolicy, retry_async
+from coding_agent.workspace.git import Git, GitAuth
+
+__all__ = ["Mirrors", "MirrorRefs", "mirrors_dir", "parse_ls_remote"]
+
+log = logging.getLogger(__name__)
+
+_LOCK_POLL_SECONDS = 0.02
+
+
+def mirrors_dir(workspaces: Path) -> Path:
+    """Where the mirrors of the workspaces under `workspaces` live: beside them, never inside."""
+    return Path(f"{workspaces}.mirrors")
+
+
+@dataclass(frozen=True)
+class MirrorRefs:
+    """A refreshed mirror: its path, the forge's default branch and every branch's commit."""
+
+    path: Path
+    default_branch: str | None
+    branches: dict[str, str]
+    shallow: bool
+
+
+@dataclass
+class _Entry:
+    loop: asyncio.AbstractEventLoop
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    started: int = 0  # refreshes begun
+    fresh_as_of: int = 0  # the number of the last refresh that succeeded
+    refs: MirrorRefs | None = None
+
+
+class Mirrors:
+    """The mirrors under `root`, one per clone URL, refreshed at most once per burst of runs."""
+
+    def __init__(self, root: Path, depth: int) -> None:
+        self._root = root
+        self._depth = depth
+        self._entries: dict[str, _Entry] = {}
+
+    def path_for(self, url: str) -> Path:
+        return self._root / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".git")
+
+    async def refreshed(self, git: Git, url: str, auth: GitAuth | None, retry: RetryPolicy) -> MirrorRefs:
+        """The mirror of `url`, fetched by a refresh that started after this call did."""
+        loop = asyncio.get_running_loop()
+        entry = self._entries.get(url)
+        if entry is None or entry.loop is not loop:  # an asyncio.Lock serves one event loop
+            entry = self._entries[url] = _Entry(loop)
+        asked = entry.started
+        async with entry.lock:
+            if entry.fresh_as_of > asked and entry.refs is not None:
+                return entry.refs  # a refresh began after we asked and has finished: it is fresh enough
+            entry.started += 1
+            number = entry.started
+            refs = await retry_async(lambda: self._refresh(git, url, auth), retry, "mirror refresh")
+            entry.fresh_as_of, entry.refs = number, refs
+            return refs
+
+    async def _refresh(self, git: Git, url: str, auth: GitAuth | None) -> MirrorRefs:
+        path = self.path_for(url)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            await _lock(descriptor)
+            if not (path / "HEAD").is_file():
+                await git.run(None, "init", "--quiet", "--bare", str(path))
+                await git.run(None, f"--git-dir={path}", "config", "gc.auto", "0")
+            listing = await git.run(None, "ls-remote", "--symref", url, "HEAD", "refs/heads/*", auth=auth)
+            default, branches = parse_ls_remote(listing.stdout)
+            if branches:
+                fetch = ["fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head"]
+                if self._depth > 0:
+                    fetch += ["--depth", str(self._depth)]
+                await git.run(None, f"--git-dir={path}", *fetch, url, "+refs/heads/*:refs/heads/*", auth=auth)
+            return MirrorRefs(path, default, branches, (path / "shallow").is_file())
+        finally:
+            os.close(descriptor)  # releases the lock
+
+
+async def _lock(descriptor: int) -> None:
+    """Take the mirror's file lock without blocking the event loop (another process may hold it)."""
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            await asyncio.sleep(_LOCK_POLL_SECONDS)
+
+
+def parse_ls_remote(stdout: str) -> tuple[str | None, dict[str, str]]:
+    """`git ls-remote --symref` output: (the default branch HEAD names, {branch: commit})."""
+    default: str | None = None
+    branches: dict[str, str] = {}
+    for line in stdout.splitlines():
+        left, _, ref = line.partition("\t")
+        if left.startswith("ref: refs/heads/") and ref == "HEAD":
+            default = left.removeprefix("ref: refs/heads/")
+        elif ref.startswith("refs/heads/"):
+            branches[ref.removeprefix("refs/heads/")] = left
+    return default, branches
