@@ -13,7 +13,8 @@ while they run, and how soon a task labelled while another runs is picked up.
    live descendants and its reaped children; less sensitive to other load than wall
    time): what a task pays before it starts working. Budget: about 0.1 CPU-s.
 
-Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0]`
+Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--no-mirror]`
+(`--no-mirror`: `workspace.mirror: false`, every run cloning from the forge)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from coding_agent.testing.replay_model import ReplaySandbox
 REPO = "bench/runtime"
 BOT = "bench-bot"
 TOKEN = "ghp_" + "BenchRuntimeToken0123456789abcdef"
+MIRROR = True
 
 
 def _script(latency: float) -> dict[str, Any]:
@@ -61,7 +63,7 @@ def _config(directory: Path, sandbox: GitHubSandbox, model: ReplaySandbox, **ext
         "task_source": ["github"],
         "github": {"api_url": sandbox.url, "token": TOKEN, "owner": "bench", "bot_name": BOT},
         "llm": {"provider": "openai", "openai": {"model": "replay", "base_url": model.openai_base_url, "api_key": "k"}},
-        "workspace": {"base_dir": str(directory / "workspaces")},
+        "workspace": {"base_dir": str(directory / "workspaces"), "mirror": MIRROR},
         "context_storage": {"base_dir": str(directory / "contexts")},
         "database": {"url": f"sqlite:///{directory / 'state.db'}"},
         "logging": {"dir": str(directory / "logs")},
@@ -173,6 +175,7 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
     return {
         "benchmark": "runtime",
         "reply_latency_s": latency,
+        "workspace_mirror": MIRROR,
         "one_task_s": round(one, 3),
         f"{tasks}_tasks_s": round(many, 3),
         "ratio": round(many / one, 3),
@@ -194,5 +197,7 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=16)
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--interval", type=float, default=2.0)
+    parser.add_argument("--no-mirror", action="store_true", help="workspace.mirror: false")
     options = parser.parse_args()
+    MIRROR = not options.no_mirror
     emit(asyncio.run(main(options.tasks, options.latency, options.interval)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -333,3 +334,24 @@ async def test_a_full_mirror_lends_its_objects_and_the_run_delivers_from_it(
     number = sandbox.state.create_pull(REPO, "Feature", author="alice", head="feature")
     change = await _prepare(source, _task(number, "Feature", change=True, head="feature"), tmp_path / "ws" / "pr", mirrors=mirrors)
     assert change.branch == "feature" and change.start_sha == sandbox.state.branches(REPO)["feature"]
+
+
+async def test_a_broken_mirror_costs_one_network_clone_and_is_made_again(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    mirrors = Mirrors(mirrors_dir(tmp_path / "ws"), depth=1)
+    first = await _prepare(source, _task(1, "First"), tmp_path / "ws" / "first", mirrors=mirrors)
+    [mirror] = mirrors_dir(tmp_path / "ws").glob("*.git")
+    shutil.rmtree(mirror / "objects")
+    (mirror / "objects").write_text("not a directory\n")  # as a crash or a full disk might leave it
+    sandbox.state.git.commit_files(REPO, "main", {"src/app.py": "x = 4\n"}, "Fourth")
+
+    second = await _prepare(source, _task(2, "Second"), tmp_path / "ws" / "second", mirrors=mirrors)
+    assert second.start_sha == sandbox.state.branches(REPO)["main"] != first.start_sha
+    assert (second.path / "src" / "app.py").read_text() == "x = 4\n", "cloned from the forge instead"
+    assert "cloning from the forge" in caplog.text
+    assert not mirror.exists(), "the broken mirror was removed"
+
+    third = await _prepare(source, _task(3, "Third"), tmp_path / "ws" / "third", mirrors=mirrors)
+    assert (mirror / "objects").is_dir(), "the mirror was made again"
+    assert third.start_sha == second.start_sha

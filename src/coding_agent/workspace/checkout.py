@@ -162,7 +162,11 @@ async def prepare_workspace(
 
     mirror: MirrorRefs | None = None
     if mirrors is not None:
-        mirror = await mirrors.refreshed(git, url, auth, retry)
+        try:
+            mirror = await mirrors.refreshed(git, url, auth, retry)
+        except GitError as error:  # the mirror, not the forge: this run clones from the forge
+            log.warning("%s: no mirror of %s (%s); cloning from the forge", key, project, error)
+    if mirror is not None:
         branch, base, exists = _choose(task, project, _Remote(mirror.default_branch, mirror.branches))
     else:
         branch, base, exists = await _target(git, task, project, url, auth, retry)

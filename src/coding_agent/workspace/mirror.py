@@ -27,11 +27,12 @@ import fcntl
 import hashlib
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from coding_agent.retry import RetryPolicy, retry_async
-from coding_agent.workspace.git import Git, GitAuth
+from coding_agent.workspace.git import Git, GitAuth, GitError
 
 __all__ = ["Mirrors", "MirrorRefs", "mirrors_dir", "parse_ls_remote"]
 
@@ -62,6 +63,8 @@ class _Entry:
     started: int = 0  # refreshes begun
     fresh_as_of: int = 0  # the number of the last refresh that succeeded
     refs: MirrorRefs | None = None
+    failed_as_of: int = 0  # the number of the last refresh that failed
+    error: BaseException | None = None
 
 
 class Mirrors:
@@ -85,9 +88,15 @@ class Mirrors:
         async with entry.lock:
             if entry.fresh_as_of > asked and entry.refs is not None:
                 return entry.refs  # a refresh began after we asked and has finished: it is fresh enough
+            if entry.failed_as_of > asked and entry.error is not None:
+                raise entry.error  # ... and failed (after its retries): the runs waiting on it do not each retry again
             entry.started += 1
             number = entry.started
-            refs = await retry_async(lambda: self._refresh(git, url, auth), retry, "mirror refresh")
+            try:
+                refs = await retry_async(lambda: self._refresh(git, url, auth), retry, "mirror refresh")
+            except Exception as error:
+                entry.failed_as_of, entry.error = number, error
+                raise
             entry.fresh_as_of, entry.refs = number, refs
             return refs
 
@@ -97,19 +106,29 @@ class Mirrors:
         descriptor = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             await _lock(descriptor)
-            if not (path / "HEAD").is_file():
-                await git.run(None, "init", "--quiet", "--bare", str(path))
-                await git.run(None, f"--git-dir={path}", "config", "gc.auto", "0")
             listing = await git.run(None, "ls-remote", "--symref", url, "HEAD", "refs/heads/*", auth=auth)
             default, branches = parse_ls_remote(listing.stdout)
-            if branches:
-                fetch = ["fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head"]
-                if self._depth > 0:
-                    fetch += ["--depth", str(self._depth)]
-                await git.run(None, f"--git-dir={path}", *fetch, url, "+refs/heads/*:refs/heads/*", auth=auth)
+            try:
+                await self._fetch(git, path, url, auth, bool(branches))
+            except GitError:
+                # The forge answered the listing, so this is the mirror itself (e.g. left
+                # half made by a killed process): the next refresh makes it afresh.
+                log.warning("the mirror %s could not be fetched into; it is made again next time", path.name)
+                shutil.rmtree(path, ignore_errors=True)
+                raise
             return MirrorRefs(path, default, branches, (path / "shallow").is_file())
         finally:
             os.close(descriptor)  # releases the lock
+
+    async def _fetch(self, git: Git, path: Path, url: str, auth: GitAuth | None, any_branch: bool) -> None:
+        if not (path / "HEAD").is_file():
+            await git.run(None, "init", "--quiet", "--bare", str(path))
+            await git.run(None, f"--git-dir={path}", "config", "gc.auto", "0")
+        if any_branch:  # an empty repository has nothing to fetch (and a glob refspec would fail)
+            fetch = ["fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head"]
+            if self._depth > 0:
+                fetch += ["--depth", str(self._depth)]
+            await git.run(None, f"--git-dir={path}", *fetch, url, "+refs/heads/*:refs/heads/*", auth=auth)
 
 
 async def _lock(descriptor: int) -> None:
