@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
 
-from coding_agent.testing.git_http import GitRepoStore
+from coding_agent.testing.git_store import GitRepoStore
 from coding_agent.testing.github.records import (
     CommentRecord,
     EventRecord,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coding_agent.testing.git_http import Files
+from coding_agent.testing.git_store import Files
 from coding_agent.testing.gitlab.models import Group, Project, User
 from coding_agent.testing.gitlab.tables import GitLabTables
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Self
 
-from coding_agent.testing.git_http import GitRepoStore
+from coding_agent.testing.git_store import GitRepoStore
 from coding_agent.testing.gitlab.models import (
     Clock,
     Group,
