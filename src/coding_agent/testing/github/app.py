@@ -184,18 +184,21 @@ class _Api:
 
     async def update_issue(self, request: Request) -> Response:
         repo = self._repo(request)
-        issue = self._issue(request, repo)
-        if issue.author.lower() != request.state.login.lower():
-            self._require(request, repo, "triage")
+        issue = await self._edit(request, repo, self._issue(request, repo), "triage", "Issue")
+        return json_reply(request, self._render(request).issue(issue))
+
+    async def _edit(self, request: Request, repo: RepoRecord, item: IssueRecord, level: str, resource: str) -> IssueRecord:
+        """Title, body or state of an issue or PR, by its author or someone holding `level`."""
+        if item.author.lower() != request.state.login.lower():
+            self._require(request, repo, level)
         body = await _body(request)
-        issue = self.state.update_issue(
+        return self.state.update_issue(
             repo.full_name,
-            issue.number,
+            item.number,
             title=body.get("title"),
-            body=_within_limit(body.get("body"), "Issue"),
+            body=_within_limit(body.get("body"), resource),
             state=body.get("state"),
         )
-        return json_reply(request, self._render(request).issue(issue))
 
     # ------------------------------------------------------------ comments
 
@@ -372,17 +375,7 @@ class _Api:
 
     async def update_pull(self, request: Request) -> Response:
         repo = self._repo(request)
-        pull = self._pull(request, repo)
-        if pull.author.lower() != request.state.login.lower():
-            self._require(request, repo, "write")
-        body = await _body(request)
-        pull = self.state.update_issue(
-            repo.full_name,
-            pull.number,
-            title=body.get("title"),
-            body=_within_limit(body.get("body"), "PullRequest"),
-            state=body.get("state"),
-        )
+        pull = await self._edit(request, repo, self._pull(request, repo), "write", "PullRequest")
         return json_reply(request, self._render(request).pull(pull))
 
     async def list_review_comments(self, request: Request) -> Response:
