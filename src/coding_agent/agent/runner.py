@@ -9,7 +9,8 @@ Its parts live beside it: `reporter.py` (the run's comments), `trust.py` (whose 
 are trusted), `ledger.py` (the run's progress writes and its lease, bound to the run as
 it starts: the loop is handed its parts, never the task), `run_setup.py` (planning's
 policy, the first turn), `publishing.py` (the final comment and label). What stays here
-is the run's order of events, `run` and `_work`, read best in one place.
+is the run's order of events, `run` and `_work`, read best in one place (hence a little
+over 300 lines).
 """
 
 from __future__ import annotations
