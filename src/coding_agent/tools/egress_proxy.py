@@ -1,8 +1,12 @@
 """The host-side egress proxy: the sandbox's only way out (SPEC 7.1).
 
-The sandbox has no network namespace of its own (`--unshare-net`); a Unix socket of
-this proxy is bound into it, and a forwarder inside turns `127.0.0.1:3128` into that
-socket (`egress_sandbox.py`). The proxy speaks plain HTTP forwarding (absolute-form
+The sandbox has a network namespace of its own with nothing but loopback
+(`--unshare-net`); a Unix socket of this proxy is bound into it, and a forwarder
+inside hands this proxy a socket listening on the sandbox's `127.0.0.1:3128` through
+it (`egress_sandbox.py`, `egress_handoff.py`): the proxy accepts the sandbox's
+connections itself, one hop between the command and the origin. (Where the sandbox
+has no python3 for that, socat relays `127.0.0.1:3128` to the Unix socket, and the
+proxy reads HTTP on it directly.) The proxy speaks plain HTTP forwarding (absolute-form
 `GET http://host/...`) and `CONNECT host:443` for TLS, and checks every request against
 the allow-list of the current phase (`setup` or `run`): once for the name the client
 asked for, and again for the address it resolves to — it connects to that checked
@@ -19,7 +23,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import os
 import re
 import shutil
 import socket
@@ -38,6 +41,7 @@ from coding_agent.domain.egress_policy import (
     normalize_host,
     split_host_port,
 )
+from coding_agent.tools.egress_handoff import ListenerHandoff
 from coding_agent.tools.egress_relay import ClientSide, UpstreamSide
 
 __all__ = ["EgressProxy", "Phase", "Refusal", "blocked_lines"]
@@ -112,7 +116,7 @@ class EgressProxy:
         self._socket_dir = socket_dir
         self._own_dir: Path | None = None
         self._resolver = resolver
-        self._server: asyncio.Server | None = None
+        self._handoff: ListenerHandoff | None = None
         self._clients: set[ClientSide] = set()
         self.phase: Phase = "setup"
         self.command = "setup"
@@ -140,15 +144,18 @@ class EgressProxy:
         else:
             directory = self._socket_dir
         self.socket_path = directory / "proxy.sock"
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(self._protocol, path=str(self.socket_path))
-        # Anyone inside the sandbox connects as the same user; nobody else needs it.
-        os.chmod(self.socket_path, 0o600)
+        self._handoff = ListenerHandoff(self._protocol)
+        self._handoff.start(self.socket_path)
         return self.socket_path
 
+    @property
+    def leases(self) -> int:
+        """How many sandboxes' listening sockets this proxy accepts on now."""
+        return self._handoff.leases if self._handoff is not None else 0
+
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._handoff is not None:
+            await self._handoff.close()
             clients = list(self._clients)
             for client in clients:
                 client.close()
@@ -156,17 +163,15 @@ class EgressProxy:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
-            self._server = None
+            self._handoff = None
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         if self._own_dir is not None:
             shutil.rmtree(self._own_dir, ignore_errors=True)
             self._own_dir = None
 
-    def _protocol(self) -> ClientSide:
-        return ClientSide(self._on_head, _HEAD_LIMIT, _HEAD_TIMEOUT_SECONDS, self._clients)
+    def _protocol(self, initial: bytes = b"") -> ClientSide:
+        return ClientSide(self._on_head, _HEAD_LIMIT, _HEAD_TIMEOUT_SECONDS, self._clients, initial)
 
     async def _on_head(self, client: ClientSide, head: bytes, rest: bytes) -> None:
         """Decide on one request head; answer it, or connect and start relaying."""
