@@ -84,6 +84,12 @@ def blocked_lines(refusals: Sequence[Refusal]) -> list[str]:
 
 
 async def _resolve(host: str, port: int) -> list[str]:
+    """The addresses of `host`; an IP literal is its own (getaddrinfo would only echo it,
+    after a hop through the executor's thread on every request)."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
