@@ -12,7 +12,9 @@ and the command runs behind a forwarder that makes that port reach the proxy:
   benchmarks/bench_egress.py). Its end of the handoff stays open in the command
   (`LEASE_FD`) and closes with the sandbox, which tells the proxy to let go of the
   socket. Started as `python3 -I -S` with only built-in modules (`_socket`, `posix`):
-  no site, no workspace file on its path, about as quick to start as socat.
+  no site, no workspace file on its path. Its start costs a few ms more than socat's
+  (interpreter start, ~6 ms of CPU against ~3; benchmarks/bench_sandbox_run.py
+  --egress), once per command; every download through it saves a relay.
 - socat, where no python3 the sandbox can run is found: it listens on the port and
   relays each connection to the Unix socket (one more hop), started before the command
   as it always was.
