@@ -76,14 +76,14 @@ def _listening_tcp_socket(fd: int) -> socket.socket | None:
     """`fd` as a socket if it is a listening TCP socket; else None, and `fd` closed."""
     try:
         candidate = socket.socket(fileno=fd)  # reads the family and type from the descriptor
-    except OSError:  # not a socket at all (a file, a pipe, an eventfd)
+    except Exception:  # not a socket at all (a file, a pipe, an eventfd), or not one Python reads
         _close_all([fd])
         return None
     try:
         listening = candidate.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
         if listening and candidate.family in (socket.AF_INET, socket.AF_INET6) and candidate.type == socket.SOCK_STREAM:
             return candidate
-    except OSError:
+    except Exception:
         pass
     candidate.close()
     return None
