@@ -108,7 +108,8 @@ async def _bench_proxy(origin_port: int, downloads: int) -> dict[str, object]:
         try:
             await wait_until(lambda: proxy.leases == 1, 10, "the forwarder's handoff")
             wait_for(lambda: _listening(socat_port), 10, "the socat forwarder")
-            paths = {"direct": None, "handoff": f"http://127.0.0.1:{port}", "socat": f"http://127.0.0.1:{socat_port}"}
+            paths = {"direct": None, "handoff": f"http://127.0.0.1:{port}",
+                     "socat": f"http://127.0.0.1:{socat_port}"}  # fmt: skip
             times: dict[str, list[float]] = {name: [] for name in paths}
             cpu: dict[str, list[float]] = {name: [] for name in paths}
             for proxy_url in paths.values():  # warm every path once

@@ -4,10 +4,17 @@ Relaying every byte through a forwarder process inside the sandbox (socat: TCP i
 Unix socket out) costs a second hop on every download (benchmarks/bench_egress.py: a
 socat hop alone is about 1.3x). Instead the forwarder (`egress_sandbox.py`) creates
 the listening socket `127.0.0.1:3128` in the sandbox's own network namespace, sends
-its descriptor here (SCM_RIGHTS) with `HANDSHAKE`, waits for the one-byte `ACK`, and
-execs the command. The proxy then accepts the sandbox's connections on that socket
-itself: a socket keeps the namespace it was made in, so the data path is client ->
-proxy -> origin, one hop, and downloads are spliced in the kernel as before.
+its descriptor here (SCM_RIGHTS) with `HANDSHAKE`, and execs the command. The proxy
+then accepts the sandbox's connections on that socket itself: a socket keeps the
+namespace it was made in, so the data path is client -> proxy -> origin, one hop, and
+downloads are spliced in the kernel as before.
+
+There is no answer to wait for: the socket listens before it is sent, so a connection
+the command makes before the proxy has taken it waits in its backlog, and the command
+never waits for the agent's event loop to come round (on a busy machine, milliseconds
+on every `run`). A handoff the proxy refuses (it never refuses the forwarder's, short
+of the caps below) leaves nobody accepting once the forwarder has exec'd: the
+command's connections are refused, and the proxy logs why.
 
 The handed-over socket is leased for as long as the forwarder's Unix connection
 stays open: the forwarder leaves it open in the command (`LEASE_FD`), so it closes
@@ -38,12 +45,11 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["ACK", "HANDSHAKE", "LEASE_FD", "MAX_LEASES", "MAX_PENDING", "ListenerHandoff", "ProtocolFactory"]
+__all__ = ["HANDSHAKE", "LEASE_FD", "MAX_LEASES", "MAX_PENDING", "ListenerHandoff", "ProtocolFactory"]
 
 logger = logging.getLogger(__name__)
 
 HANDSHAKE = b"coding-agent egress listener v1\n"
-ACK = b"+"
 # Where the forwarder keeps its end of the lease in the command: high enough that no
 # shell script's own `exec 3>...` or `{fd}>` redirections (10 and up, allocated
 # upwards) closes it by accident.
@@ -222,7 +228,6 @@ class ListenerHandoff:
                 listener.close()
                 raise
             self._leases[asyncio.current_task()] = server  # type: ignore[index]
-            connection.send(ACK)  # a few bytes into an empty socket buffer: never blocks
             await _readable(connection)  # EOF when the sandbox ends; any data ends it too
         except OSError:
             pass
