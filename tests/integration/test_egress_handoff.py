@@ -21,7 +21,7 @@ import pytest
 from coding_agent.testing.package_index import PackageIndex
 from coding_agent.testing.waiting import wait_until
 from coding_agent.tools.egress_handoff import HANDSHAKE, LEASE_FD, MAX_PENDING
-from coding_agent.tools.egress_proxy import EgressProxy, blocked_lines
+from coding_agent.tools.egress_proxy import MAX_CLIENTS, EgressProxy, blocked_lines
 from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value, python_path
 from coding_agent.tools.sandbox import bwrap_usable, run_command
 
@@ -136,6 +136,27 @@ async def test_too_many_waiting_connections_are_closed_and_the_proxy_goes_on(
     listener = socket.create_server(("127.0.0.1", 0))
     lease = await _hand_over(proxy, listener)
     assert await _curl(listener.getsockname()[1], f"{index.url}/hello") == "hello through the proxy\n"
+    listener.close()
+    lease.close()
+    await wait_until(lambda: proxy.leases == 0 and _open_fds() == before, 10, "every connection to be closed")
+
+
+async def test_too_many_client_connections_get_503_and_the_proxy_goes_on(
+    proxy: EgressProxy, index: PackageIndex
+) -> None:
+    before = _open_fds()
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    lease = await _hand_over(proxy, listener)
+    idle = []
+    for _ in range(MAX_CLIENTS):
+        idle.append(socket.create_connection(("127.0.0.1", port)))
+        await wait_until(lambda: proxy.clients == len(idle), 10, "the proxy to take the connection")
+    assert await _curl(port, f"{index.url}/hello") == "coding-agent egress proxy: too many connections at once\n"
+    for connection in idle:
+        connection.close()
+    await wait_until(lambda: proxy.clients == 0, 10, "the idle connections to be closed")
+    assert await _curl(port, f"{index.url}/hello") == "hello through the proxy\n"
     listener.close()
     lease.close()
     await wait_until(lambda: proxy.leases == 0 and _open_fds() == before, 10, "every connection to be closed")

@@ -42,9 +42,9 @@ from coding_agent.domain.egress_policy import (
     split_host_port,
 )
 from coding_agent.tools.egress_handoff import ListenerHandoff
-from coding_agent.tools.egress_relay import ClientSide, UpstreamSide
+from coding_agent.tools.egress_relay import Busy, ClientSide, UpstreamSide
 
-__all__ = ["EgressProxy", "Phase", "Refusal", "blocked_lines"]
+__all__ = ["MAX_CLIENTS", "EgressProxy", "Phase", "Refusal", "blocked_lines"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,10 @@ Phase = Literal["setup", "run"]
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 _HEAD_LIMIT = 65536
+# Connections open at once (each download holds six descriptors in the agent process:
+# two sockets, the splice's pipe and its two duplicates). Package managers open a
+# dozen or so; a command opening thousands must not run the agent out of descriptors.
+MAX_CLIENTS = 64
 _HEAD_TIMEOUT_SECONDS = 30.0
 _CONNECT_TIMEOUT_SECONDS = 15.0
 _HOP_HEADERS = frozenset({"proxy-connection", "proxy-authorization", "connection", "keep-alive", "host"})
@@ -124,6 +128,7 @@ class EgressProxy:
         self._resolver = resolver
         self._handoff: ListenerHandoff | None = None
         self._clients: set[ClientSide] = set()
+        self._busy_logged = False
         self.phase: Phase = "setup"
         self.command = "setup"
         self.refusals: list[Refusal] = []
@@ -155,6 +160,12 @@ class EgressProxy:
         return self.socket_path
 
     @property
+    def clients(self) -> int:
+        """Client connections open now (at most about `MAX_CLIENTS`: one accept burst
+        of the event loop may go over it before the first of them is counted)."""
+        return len(self._clients)
+
+    @property
     def leases(self) -> int:
         """How many sandboxes' listening sockets this proxy accepts on now."""
         return self._handoff.leases if self._handoff is not None else 0
@@ -176,7 +187,12 @@ class EgressProxy:
             shutil.rmtree(self._own_dir, ignore_errors=True)
             self._own_dir = None
 
-    def _protocol(self, initial: bytes = b"") -> ClientSide:
+    def _protocol(self, initial: bytes = b"") -> ClientSide | Busy:
+        if len(self._clients) >= MAX_CLIENTS:
+            if not self._busy_logged:
+                self._busy_logged = True
+                logger.warning("egress proxy: %d connections at once; further ones are answered 503", MAX_CLIENTS)
+            return Busy()
         return ClientSide(self._on_head, _HEAD_LIMIT, _HEAD_TIMEOUT_SECONDS, self._clients, initial)
 
     async def _on_head(self, client: ClientSide, head: bytes, rest: bytes) -> None:

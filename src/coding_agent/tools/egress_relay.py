@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Callable
 
 from coding_agent.tools.egress_splice import DownloadSplice, splice_available
 
-__all__ = ["ClientSide", "UpstreamSide", "answer_bytes"]
+__all__ = ["Busy", "ClientSide", "UpstreamSide", "answer_bytes"]
 
 _WRITE_BUFFER_HIGH = 1024 * 1024
 _REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 431: "Request Header Fields Too Large",
-            502: "Bad Gateway"}  # fmt: skip
+            502: "Bad Gateway", 503: "Service Unavailable"}  # fmt: skip
 
 
 def answer_bytes(status: int, message: str) -> bytes:
@@ -34,6 +34,15 @@ def answer_bytes(status: int, message: str) -> bytes:
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode() + body
+
+
+class Busy(asyncio.Protocol):
+    """A connection over the proxy's limit: answered 503 and closed at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(answer_bytes(503, "coding-agent egress proxy: too many connections at once"))
+        transport.close()
 
 
 class _Side(asyncio.Protocol):
