@@ -85,8 +85,8 @@ FILE_TEXT = "".join(f"line {n}: the quick brown fox jumps over the lazy dog\n" f
 BREAKDOWN: tuple[tuple[str, str, str, str], ...] = (
     ("coding_agent.context.storage", "RunContextFiles", "sync_messages", "context_sync_messages"),
     ("coding_agent.context.storage", "RunContextFiles", "record_tool_call", "context_record_tool_call"),
-    ("coding_agent.agent.runner", "TaskRunner", "_heartbeat", "state_store_heartbeat"),
-    ("coding_agent.agent.runner", "TaskRunner", "_record_usage", "state_store_usage"),
+    ("coding_agent.agent.ledger", "RunLedger", "step", "state_store_heartbeat"),
+    ("coding_agent.agent.ledger", "RunLedger", "record_usage", "state_store_usage"),
     ("coding_agent.agent.steering.state", "StateWriter", "checkpoint", "run_state_checkpoint_file"),
 )
 

@@ -3,8 +3,8 @@
 The pause commits the workspace as a WIP commit and pushes it to the task's branch; the
 saved state names the branch and the commit, no path of the machine. Here "machine A"
 and "machine B" are two workspace roots sharing the contexts directory and the state
-store (as workers on two hosts share them); A's clone and git directory are deleted
-before B resumes. The pause comes after a tool result, before it is sent: B's first
+store (as workers on two hosts share them); B never sees A's clone, which stays on A
+until A's next cleanup sweeps it (the run ended on B). The pause comes after a tool result, before it is sent: B's first
 request must carry that result (the tool is not run again), B's clone must hold A's
 edit, and the PR/MR opened at done must hold it, with the WIP commit under the final one.
 """
@@ -12,7 +12,6 @@ edit, and the PR/MR opened at done must hold it, with the WIP commit under the f
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from coding_agent.testing.replay_model import ReplaySandbox
 
 from ._forge_git import branch_file, branch_log, change_heads, task_branch
 from ._steering import run_cycle, steering_config, wait_for
-from .conftest import ForgeUnderTest, load_for_service
+from .conftest import ForgeUnderTest, load_for_service, run_cli
 
 # The edit, then a gate: the test raises the pause signal while the command runs, so the
 # run pauses at the checkpoint right after this tool result.
@@ -91,10 +90,10 @@ def test_a_run_paused_on_one_machine_resumes_on_another(forge: ForgeUnderTest, t
         assert "workspace" not in state
         assert f"pushed to `{branch}` (commit `{state['commit'][:12]}`)" in pause_notice
 
-        # Machine A goes away; nothing saved names its workspace root.
+        # Nothing saved names machine A's workspace root; A keeps the paused run's clone.
         [clone_a] = list(machine_a.iterdir())
-        shutil.rmtree(clone_a)
-        shutil.rmtree(Path(f"{machine_a}.git-dirs") / clone_a.name)
+        git_dir_a = Path(f"{machine_a}.git-dirs") / clone_a.name
+        assert git_dir_a.is_dir()
         leaks = [name for name, data in _saved_files(tmp_path).items() if str(machine_a).encode() in data]
         assert leaks == [], "the saved state names no path of machine A"
 
@@ -102,6 +101,7 @@ def test_a_run_paused_on_one_machine_resumes_on_another(forge: ForgeUnderTest, t
         on_b = steering_config(tmp_path, [forge], model, workspace={"base_dir": str(machine_b)})
         second = run_cycle(load_for_service(on_b))
         requests = model.requests
+        on_a = steering_config(tmp_path, [forge], model, workspace={"base_dir": str(machine_a)})  # A's config again
 
     assert [result.status for result in second.results] == ["done"]
     assert len(requests) == len(SCRIPT["replies"]), "no step was asked for twice"
@@ -115,3 +115,8 @@ def test_a_run_paused_on_one_machine_resumes_on_another(forge: ForgeUnderTest, t
     labels = forge.labels("issue", number)
     assert "coding agent done" in labels and "coding agent paused" not in labels
     assert not any(machine_b.iterdir()), "B's clone is deleted once the run is done"
+    # The clone the run left on A, which ended on B, goes at A's next cleanup.
+    assert clone_a.is_dir() and git_dir_a.is_dir()
+    swept = run_cli(on_a, "cleanup")
+    assert swept.returncode == 0 and "1 ended run(s)' clone(s)" in swept.stdout, swept.stdout + swept.stderr
+    assert not clone_a.exists() and not git_dir_a.exists()

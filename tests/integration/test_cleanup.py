@@ -80,4 +80,70 @@ def test_cleanup_command(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "removed 1 completed context(s)" in result.stdout and "older than 30 day(s)" in result.stdout
+    assert "0 ended run(s)' clone(s)" in result.stdout
     assert not (tmp_path / "contexts" / "completed" / "old").exists()
+
+
+def _clone(root: Path, run_uuid: str) -> tuple[Path, Path]:
+    """A run's clone as a worker leaves it: the workspace and its git directory beside it."""
+    workspace = root / "workspaces" / run_uuid
+    git_dir = root / "workspaces.git-dirs" / run_uuid
+    for directory in (workspace, git_dir):
+        directory.mkdir(parents=True)
+        (directory / "file").write_text("x")
+    return workspace, git_dir
+
+
+def test_clones_of_runs_that_ended_elsewhere_are_swept(tmp_path: Path) -> None:
+    """A run paused here keeps its clone; resumed and ended on another machine, the clone
+    left here goes at the next cleanup. Running, paused and unknown runs' clones stay, and
+    a link in the workspaces directory is never followed."""
+    data = {**_config_data(tmp_path), "workspace": {"base_dir": str(tmp_path / "workspaces")}}
+    config = parse_config(data, env={})
+    store = StateStore(config.database.url)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep me")
+    try:
+        statuses = {"r-done": "done", "r-failed": "failed", "r-stopped": "stopped", "r-abandoned": "abandoned"}
+        statuses |= {"r-paused": "paused", "r-running": "running"}
+        for run_uuid, status in statuses.items():
+            store.start_run(run_uuid, f"github:acme/widgets#{len(run_uuid)}", "machine-b", "maintainer")
+            if status != "running":
+                store.finish_run(run_uuid, status, 3)
+        clones = {run_uuid: _clone(tmp_path, run_uuid) for run_uuid in [*statuses, "r-unknown"]}
+        # Only a git directory is left of one ended run (its workspace was removed by hand).
+        orphan_git_dir = tmp_path / "workspaces.git-dirs" / "r-orphan"
+        orphan_git_dir.mkdir()
+        store.start_run("r-orphan", "github:acme/widgets#9", "machine-b", None)
+        store.finish_run("r-orphan", "done", 1)
+        # A hostile link named like an ended run must not lead the sweep outside.
+        store.start_run("r-link", "github:acme/widgets#10", "machine-b", None)
+        store.finish_run("r-link", "failed", 1)
+        (tmp_path / "workspaces" / "r-link").symlink_to(outside, target_is_directory=True)
+
+        report = Cleanup(config, store).run()
+
+        ended = {"r-done", "r-failed", "r-stopped", "r-abandoned"}
+        for run_uuid, (workspace, git_dir) in clones.items():
+            gone = run_uuid in ended
+            assert workspace.exists() is not gone and git_dir.exists() is not gone, run_uuid
+        assert not orphan_git_dir.exists()
+        assert (outside / "precious").read_text() == "keep me", "the link's target is untouched"
+        assert report.clones_removed == len(ended) + 1
+    finally:
+        store.close()
+
+
+def test_keep_finished_keeps_every_clone(tmp_path: Path) -> None:
+    data = {**_config_data(tmp_path), "workspace": {"base_dir": str(tmp_path / "workspaces"), "keep_finished": True}}
+    config = parse_config(data, env={})
+    store = StateStore(config.database.url)
+    try:
+        store.start_run("r-done", "github:acme/widgets#1", "machine-b", None)
+        store.finish_run("r-done", "done", 3)
+        workspace, git_dir = _clone(tmp_path, "r-done")
+        assert Cleanup(config, store).run().clones_removed == 0
+        assert workspace.exists() and git_dir.exists()
+    finally:
+        store.close()

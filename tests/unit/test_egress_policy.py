@@ -87,11 +87,18 @@ def test_no_proxy_keeps_the_sandbox_loopback_unless_listed() -> None:
 
 
 def test_sandbox_gets_the_socket_read_only_and_the_proxy_variables(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from coding_agent.tools.egress_sandbox import PROXY_PORT, SANDBOX_SOCKET, EgressSandbox
+    from coding_agent.tools.egress_sandbox import PROXY_PORT, SANDBOX_SOCKET, EgressSandbox, python_path, socat_path
 
     egress = EgressSandbox(tmp_path / "proxy.sock", "localhost")
     assert egress.binds() == [(str(tmp_path / "proxy.sock"), SANDBOX_SOCKET)]
     env = egress.env()
     assert env["HTTPS_PROXY"] == env["http_proxy"] == f"http://127.0.0.1:{PROXY_PORT}"
     assert env["NO_PROXY"] == env["no_proxy"] == "localhost"
-    assert egress.wrap_command("echo 'a b'").endswith("-c 'echo '\"'\"'a b'\"'\"''\n")
+    python = egress.command_argv("/bin/bash", "echo 'a b'")
+    if python_path() is not None:  # the handoff forwarder: the command's argv untouched after it
+        assert python[:3] == [python_path(), "-I", "-S"]
+        assert python[-5:] == [SANDBOX_SOCKET, str(PROXY_PORT), "/bin/bash", "-c", "echo 'a b'"]
+    socat = EgressSandbox(tmp_path / "proxy.sock", forwarder="socat").command_argv("/bin/bash", "echo 'a b'")
+    if socat_path() is not None:
+        assert socat[:2] == ["/bin/bash", "-c"]
+        assert socat[2].endswith("exec /bin/bash -c 'echo '\"'\"'a b'\"'\"''\n")

@@ -21,7 +21,7 @@ from coding_agent.errors import AgentError
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 from coding_agent.tools.egress_proxy import EgressProxy, blocked_lines
-from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value, socat_path
+from coding_agent.tools.egress_sandbox import EgressSandbox, forwarder_problem, no_proxy_value
 from coding_agent.tools.sandbox import SandboxUnavailable
 from coding_agent.tools.types import ToolResult
 from coding_agent.workspace.env_setup import REPOSITORY_SCRIPT, SetupOutcome, plan_setup, run_setup
@@ -59,8 +59,9 @@ def describe_egress(config: AgentConfig) -> list[str]:
     for name, hosts in (("setup_hosts", egress.setup_hosts), ("run_hosts", egress.run_hosts)):
         shown = ", ".join(hosts) if hosts else "none (no network)"
         lines.append(f"security.egress.{name}: {shown}")
-    if (egress.setup_hosts or egress.run_hosts) and socat_path() is None:
-        lines.append("socat: not found under /usr/bin or /bin; the sandbox cannot reach the egress proxy")
+    problem = forwarder_problem()
+    if (egress.setup_hosts or egress.run_hosts) and problem is not None:
+        lines.append(f"forwarder: {problem}")
     return lines
 
 

@@ -65,4 +65,5 @@ def first_turn_for(
     # A task whose previous run ended done is worked again: a follow-up (SPEC 3).
     previous = [run for run in runs if run.uuid != run_uuid]
     followup = bool(previous) and previous[-1].status == "done"
-    return build_first_turn(task, comments, threads, trust, settings, memories, followup, branch_rules)
+    recalled = memories.recall(task.key) if memories is not None else None
+    return build_first_turn(task, comments, threads, trust, settings, recalled, followup, branch_rules)

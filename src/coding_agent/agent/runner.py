@@ -6,31 +6,32 @@ Whatever goes wrong, the run ends with consistent labels, one comment saying wha
 happened (never a stack trace or a secret), and its context moved to `completed/`.
 
 Its parts live beside it: `reporter.py` (the run's comments), `trust.py` (whose words
-are trusted), `run_setup.py` (planning's policy, the first turn), `publishing.py` (the
-final comment and label). (About 400 lines on purpose: what stays is the run's order
-of events, `run` and `_work`, read best in one place, and the per-step progress writes
-with the lease check at each checkpoint, which share the runner's per-run state.)
+are trusted), `ledger.py` (the run's progress writes and its lease, bound to the run as
+it starts: the loop is handed its parts, never the task), `run_setup.py` (planning's
+policy, the first turn), `publishing.py` (the final comment and label). What stays here
+is the run's order of events, `run` and `_work`, read best in one place (hence a little
+over 300 lines).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from coding_agent.agent.environment import RunEnvironment
-from coding_agent.agent.loop import Checkpoint, Decision, LoopLimits, LoopOutcome, Steering, run_loop
+from coding_agent.agent.ledger import LeaseGuard, RunLedger
+from coding_agent.agent.loop import LoopLimits, LoopOutcome, run_loop
 from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
 from coding_agent.agent.planning import render_instructions
 from coding_agent.agent.publishing import give_up, publish_outcome
 from coding_agent.agent.reply_thread import request_thread
 from coding_agent.agent.reporter import IssueReporter
 from coding_agent.agent.run_setup import first_turn_for, planner_for
-from coding_agent.agent.steering import Continuation, LeaseLost, RunControl, RunControls, RunInterrupted
+from coding_agent.agent.steering import Continuation, RunControl, RunControls, RunInterrupted
 from coding_agent.agent.trust import TrustCache
 from coding_agent.config import AgentConfig
 from coding_agent.context.compression import Compressor, model_summarizer
@@ -43,7 +44,6 @@ from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
 from coding_agent.llm.protocols import create_protocol
-from coding_agent.llm.types import TokenUsage
 from coding_agent.prompts.notices import notice
 from coding_agent.prompts.prompting import render_system_prompt
 from coding_agent.redaction import Redactor
@@ -66,25 +66,6 @@ class RunResult:
     status: str
     steps: int
     context_dir: Path
-
-
-def _check_lease(lease: LeaseWatch | None, key: str, run_uuid: str) -> None:
-    if lease is not None and lease.lost:
-        raise LeaseLost(f"lease of {key} lost to another worker during run {run_uuid}")
-
-
-class _LeaseGuard:
-    """The run's steering, behind a lease check at every checkpoint: the step's progress
-    write (started when the reply came, in a thread) is awaited there, so a lease found
-    taken stops the run before the reply is acted on."""
-
-    def __init__(self, runner: TaskRunner, inner: Steering, key: str, run_uuid: str, lease: LeaseWatch | None) -> None:
-        self._runner, self._inner, self._key, self._run_uuid, self._lease = runner, inner, key, run_uuid, lease
-
-    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> Decision:
-        _check_lease(self._lease, self._key, self._run_uuid)
-        await self._runner._await_step_write(self._key, self._run_uuid)
-        return await self._inner.checkpoint(point, llm)
 
 
 class TaskRunner:
@@ -112,10 +93,6 @@ class TaskRunner:
         self._storage = ContextStorage(config.context_storage.base_dir, redactor)
         self._controls = controls or RunControls(config, store, redactor, owner)
         self._llm_factory = llm_factory or (lambda: create_llm_client(config.llm, retry_policy(config)))
-        self._pending_usage: dict[str, list[tuple[int, int]]] = {}
-        self._last_heartbeat: dict[str, float] = {}
-        self._step_writes: dict[str, asyncio.Future[bool]] = {}
-        self._lost: set[str] = set()
         self._memories = memories
         self._workspaces = workspaces
 
@@ -163,37 +140,37 @@ class TaskRunner:
         if reply_to is not None:
             reporter.answer_in(reply_to)
         control = RunControl(self._controls, source, task, files, workspace, requester, reporter, continuation)
+        ledger = RunLedger(self._store, self._owner, key, run_uuid, lease, config.scheduling.lease_seconds)
         log.info("%s: run %s %s", key, run_uuid, "continued" if continuation is not None else "started")
         outcome = LoopOutcome("failed", "", control.steps)
         llm: LLMClient | None = None
         interruption: RunInterrupted | None = None
-        try:
-            llm = self._llm_factory()
-            llm.on_usage(lambda usage: self._record_usage(run_uuid, key, usage))
-            recorded = control.recorded_outcome()
-            outcome = recorded or await self._work(
-                source, task, llm, files, reporter, workspace, requester, control, lease, reply_to
-            )
-            _check_lease(lease, key, run_uuid)  # the task is another worker's now: publish nothing
-            if self._memories is not None and recorded is None:
-                await self._memories.after_run(llm, task.key, run_uuid, outcome.status, outcome.comment)
-        except RunInterrupted as error:  # pause, stop, lease lost: steering's endings (SPEC 8)
-            interruption = error
-        except AgentError as error:
-            message = self._redactor.text(str(error))
-            log.error("%s: run %s failed: %s", key, run_uuid, message)
-            outcome = LoopOutcome("failed", notice("error", config.language, message=message), outcome.steps)
-        except Exception:
-            log.exception("%s: run %s failed with an internal error", key, run_uuid)
-            outcome = LoopOutcome(
-                "failed", notice("error", config.language, message="internal error (see the agent's log)"), 0
-            )
-        finally:
-            await self._settle_step_writes(run_uuid)
-            await asyncio.to_thread(self._flush_usage, run_uuid, key)
-            if llm is not None:
-                files.sync_messages(llm.messages)
-                await llm.aclose()
+        async with ledger:  # on leaving: the last progress write awaited, the usage written
+            try:
+                llm = self._llm_factory()
+                llm.on_usage(ledger.record_usage)
+                recorded = control.recorded_outcome()
+                outcome = recorded or await self._work(
+                    source, task, llm, files, reporter, workspace, requester, control, ledger, reply_to
+                )
+                ledger.check_lease()  # the task is another worker's now: publish nothing
+                if self._memories is not None and recorded is None:
+                    await self._memories.after_run(llm, task.key, run_uuid, outcome.status, outcome.comment)
+            except RunInterrupted as error:  # pause, stop, lease lost: steering's endings (SPEC 8)
+                interruption = error
+            except AgentError as error:
+                message = self._redactor.text(str(error))
+                log.error("%s: run %s failed: %s", key, run_uuid, message)
+                outcome = LoopOutcome("failed", notice("error", config.language, message=message), outcome.steps)
+            except Exception:
+                log.exception("%s: run %s failed with an internal error", key, run_uuid)
+                outcome = LoopOutcome(
+                    "failed", notice("error", config.language, message="internal error (see the agent's log)"), 0
+                )
+            finally:
+                if llm is not None:
+                    files.sync_messages(llm.messages)
+                    await llm.aclose()
         if interruption is not None:
             status, context_dir = await control.interrupted(interruption, llm)
             if status == "stopped":
@@ -236,7 +213,7 @@ class TaskRunner:
         workspace: Path,
         requester: str | None,
         control: RunControl,
-        lease: LeaseWatch | None = None,
+        ledger: RunLedger,
         reply_to: ThreadRef | None = None,
     ) -> LoopOutcome:
         config = self._config
@@ -302,12 +279,9 @@ class TaskRunner:
                 control.reporter(),
                 limits,
                 language=config.language,
-                steering=_LeaseGuard(self, control, str(task.key), files.run_uuid, lease),
-                on_step=lambda steps: (
-                    self._heartbeat(str(task.key), files.run_uuid, steps, lease),
-                    control.on_step(steps),
-                ),
-                compressor=self._compressor(str(task.key), files.run_uuid),
+                steering=LeaseGuard(control, ledger),
+                on_step=lambda steps: (ledger.step(steps), control.on_step(steps)),
+                compressor=self._compressor(ledger),
                 start_steps=control.steps,
                 pending_reply=control.pending_reply(llm),
                 guard=control.loop_guard,
@@ -321,71 +295,14 @@ class TaskRunner:
             outcome = replace(outcome, comment="\n\n".join(part for part in (final, blocked) if part))
         return outcome
 
-    def _compressor(self, key: str, run_uuid: str) -> Compressor:
+    def _compressor(self, ledger: RunLedger) -> Compressor:
         storage = self._config.context_storage
         return Compressor(
             self._config.llm.active.context_length,
             storage.compression_threshold,
             storage.keep_recent_messages,
-            model_summarizer(self._llm_factory, lambda usage: self._record_usage(run_uuid, key, usage)),
+            model_summarizer(self._llm_factory, ledger.record_usage),
         )
-
-    def _heartbeat(self, key: str, run_uuid: str, steps: int, lease: LeaseWatch | None = None) -> None:
-        """Record the run's progress (steps, token usage) and stop if the lease is gone.
-
-        The lease itself is kept alive by the worker's heartbeat (`runtime/lease.py`),
-        whatever the run waits on. This per-step write (which extends it too) runs in a
-        worker thread, never on the event loop; a write that finds the lease gone stops
-        the run at its next step. Written at most every tenth of the lease (10 s at
-        most), and never two at once, so a transaction is not part of every step's cost.
-        """
-        _check_lease(lease, key, run_uuid)
-        if run_uuid in self._lost:
-            raise LeaseLost(f"lease of {key} lost to another worker during run {run_uuid}")
-        now = time.monotonic()
-        interval = min(self._config.scheduling.lease_seconds / 10, 10.0)
-        pending = self._step_writes.get(run_uuid)
-        if now - self._last_heartbeat.get(run_uuid, -interval) < interval or (pending is not None and not pending.done()):
-            return
-        self._last_heartbeat[run_uuid] = now
-        usages = self._pending_usage.pop(run_uuid, [])
-        lease_seconds = self._config.scheduling.lease_seconds
-        write = asyncio.get_running_loop().run_in_executor(
-            None, self._store.heartbeat, key, self._owner, lease_seconds, run_uuid, steps, usages
-        )
-        write.add_done_callback(lambda done: self._note_step_write(run_uuid, done))
-        self._step_writes[run_uuid] = write
-
-    def _note_step_write(self, run_uuid: str, done: asyncio.Future[bool]) -> None:
-        if done.cancelled():
-            return
-        if done.exception() is not None:
-            log.warning("run %s: could not record its progress: %s", run_uuid, type(done.exception()).__name__)
-        elif not done.result():
-            self._lost.add(run_uuid)
-
-    async def _await_step_write(self, key: str, run_uuid: str) -> None:
-        pending = self._step_writes.get(run_uuid)
-        if pending is not None and not pending.done():
-            await asyncio.wait({pending})
-        if run_uuid in self._lost:
-            raise LeaseLost(f"lease of {key} lost to another worker during run {run_uuid}")
-
-    async def _settle_step_writes(self, run_uuid: str) -> None:
-        """Wait for the run's last progress write, so nothing lands after its end."""
-        pending = self._step_writes.pop(run_uuid, None)
-        if pending is not None:
-            await asyncio.wait({pending})
-        self._lost.discard(run_uuid)
-
-    def _record_usage(self, run_uuid: str, key: str, usage: TokenUsage) -> None:
-        """Queue a model call's usage; the step's heartbeat writes it in its transaction."""
-        self._pending_usage.setdefault(run_uuid, []).append((usage.prompt_tokens, usage.completion_tokens))
-
-    def _flush_usage(self, run_uuid: str, key: str) -> None:
-        """Write usage not yet written by a heartbeat (calls after the last one)."""
-        self._store.record_usages(run_uuid, key, self._pending_usage.pop(run_uuid, []))
-        self._last_heartbeat.pop(run_uuid, None)
 
     def _leave_finishing(self, key: str, run_uuid: str, files: RunContextFiles, steps: int, attempts: int) -> RunResult:
         """The outcome is recorded (run_marks) but not out: let the next cycle publish it.

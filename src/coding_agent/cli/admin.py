@@ -66,7 +66,8 @@ def cache_clear(config: ConfigOption = None) -> None:
 
 
 def cleanup(config: ConfigOption = None) -> None:
-    """Remove completed contexts (and thread memories) older than context_storage.cleanup_days."""
+    """Remove completed contexts (and thread memories) older than context_storage.cleanup_days,
+    and the clones of runs that ended (also those that ended on another machine)."""
     from coding_agent.runtime.cleanup import Cleanup
     from coding_agent.runtime.state_store import StateStore
 
@@ -78,7 +79,7 @@ def cleanup(config: ConfigOption = None) -> None:
         store.close()
     typer.echo(
         f"removed {report.contexts_removed} completed context(s) and {report.thread_memories_removed} thread memorie(s)"
-        f" older than {settings.context_storage.cleanup_days:g} day(s)"
+        f" older than {settings.context_storage.cleanup_days:g} day(s), and {report.clones_removed} ended run(s)' clone(s)"
     )
 
 

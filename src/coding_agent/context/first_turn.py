@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from coding_agent.context.channel_context import build_channel_messages
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import build_conversation
-from coding_agent.context.memory import MemoryKeeper
-from coding_agent.domain.channel import Context
+from coding_agent.domain.channel import Recollection
 from coding_agent.domain.memories import channel_of
 from coding_agent.domain.tasks import Comment, Task, Thread
 from coding_agent.prompts.context_prompts import render_task_context
@@ -42,12 +41,13 @@ def build_first_turn(
     threads: Sequence[Thread],
     is_trusted: Callable[[str], bool],
     settings: FirstTurnSettings = FirstTurnSettings(),
-    memories: MemoryKeeper | None = None,
+    memories: Recollection | None = None,
     followup: bool = False,
     branch_rules: Mapping[str, str] | None = None,
 ) -> str:
     """The first user turn.
 
+    `memories`: what the memory keeper recalled for the task (None: memories are off).
     `branch_rules`: rule files read from a PR head the task's trigger does not control
     (path -> text). They are not rules: they are shown here, wrapped as written by the
     task's author, as untrusted context.
@@ -70,10 +70,7 @@ def build_first_turn(
     channel_id, channel_name = channel_of(task.key)
     # Rendered from it: the review threads (the top-level stream is the conversation above).
     history = build_channel_messages(channel_id, channel_name, top_level, wrapped, limit)
-    if memories is not None:
-        context = memories.context_for(task.key, settings.persona, history)
-    else:
-        context = Context(persona=settings.persona, conversation_history=history, target_thread=str(task.key))
+    context = (memories or Recollection(str(task.key))).context(settings.persona, history)
     untrusted_files = {path: wrapper.wrap(task.author, text) for path, text in (branch_rules or {}).items()}
     return render_task_context(
         task, conversation, context, {t.id: t for t in threads}, followup=followup, branch_files=untrusted_files

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from coding_agent.config import MemoryConfig
-from coding_agent.domain.channel import ChannelMemory, ChannelMessages, Context
+from coding_agent.domain.channel import ChannelMemory, ChannelMessages, Context, Recollection
 from coding_agent.domain.memories import ChannelRecord, channel_of, workspace_of
 from coding_agent.domain.ports import MemoryRepository
 from coding_agent.domain.tasks import TaskKey
@@ -145,6 +145,11 @@ class MemoryKeeper:
     # -- reading --------------------------------------------------------------------------
 
     def context_for(self, key: TaskKey, persona: str | None, history: ChannelMessages) -> Context:
+        """The task's `Context`: its memories (`recall`) around `persona` and `history`."""
+        return self.recall(key).context(persona, history)
+
+    def recall(self, key: TaskKey) -> Recollection:
+        """The memories of a run on `key`, as finished data for its first turn."""
         now = self._clock()
         channel_id, _ = channel_of(key)
         active_since = now - self._config.active_channel_days * DAY
@@ -162,14 +167,12 @@ class MemoryKeeper:
         for record in self._store.thread_memories(channel_id, since=since):
             if record.thread_id not in threads and len(threads) < MAX_THREAD_MEMORIES:
                 threads[record.thread_id] = record.summary
-        return Context(
-            persona=persona,
-            conversation_history=history,
+        return Recollection(
+            target_thread=str(key),
             workspace_long_term_memory=workspace_long,
             workspace_short_term_memory=workspace_short,
             channel_memories=memories,
             thread_memories=threads,
-            target_thread=str(key),
         )
 
     # -- writing --------------------------------------------------------------------------

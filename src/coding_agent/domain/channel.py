@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from coding_agent.domain.tasks import Comment
 
-__all__ = ["ChannelMemory", "ChannelMessages", "Context", "Message"]
+__all__ = ["ChannelMemory", "ChannelMessages", "Context", "Message", "Recollection"]
 
 # A channel message is a forge comment: `created_at` is its timestamp, `thread_id` the
 # thread it belongs to (None for the top-level stream).
@@ -150,3 +150,32 @@ class Context:
         _optional_text(self.target_thread, "target_thread")
         object.__setattr__(self, "channel_memories", MappingProxyType(channels))
         object.__setattr__(self, "thread_memories", MappingProxyType(threads))
+
+
+@dataclass(frozen=True)
+class Recollection:
+    """The memories recalled for one task (SPEC 9.2): a `Context` but for its persona and
+    conversation history, which the task's first turn adds (`context`). Read from the
+    memory store before the first turn is built, so building it reads no store."""
+
+    target_thread: str
+    workspace_long_term_memory: str | None = None
+    workspace_short_term_memory: str | None = None
+    channel_memories: Mapping[str, ChannelMemory] = field(default_factory=dict)
+    thread_memories: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "channel_memories", MappingProxyType(dict(self.channel_memories)))
+        object.__setattr__(self, "thread_memories", MappingProxyType(dict(self.thread_memories)))
+
+    def context(self, persona: str | None, history: ChannelMessages) -> Context:
+        """The task's `Context`: these memories around its persona and conversation."""
+        return Context(
+            persona=persona,
+            conversation_history=history,
+            workspace_long_term_memory=self.workspace_long_term_memory,
+            workspace_short_term_memory=self.workspace_short_term_memory,
+            channel_memories=self.channel_memories,
+            thread_memories=self.thread_memories,
+            target_thread=self.target_thread,
+        )

@@ -69,54 +69,38 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n`]*\n(.*?)```", re.DOTALL)
 _PREFERRED_KEYS = frozenset({"command", "done"})
 
 
+# A JSON string, its escapes respected; an unterminated one runs to the end of the text.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)
+_BRACE = re.compile(r"[{}]")
+_TRAILING_COMMA = re.compile(r",(?=\s*[}\]])")
+
+
+def _strings_masked(text: str) -> str:
+    """`text` with every JSON string (quotes included) overwritten with quote marks: the
+    same length, and only structure left to scan."""
+    return _JSON_STRING.sub(lambda match: '"' * len(match.group()), text)
+
+
 def _object_end(text: str, start: int) -> int | None:
     """Index after the `}` closing the object that opens at `start`, strings respected."""
     depth = 0
-    in_string = False
-    escaped = False
-    for index in range(start, len(text)):
-        char = text[index]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char == "{":
+    for match in _BRACE.finditer(_strings_masked(text[start:])):
+        if match.group() == "{":
             depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return index + 1
+            continue
+        depth -= 1
+        if depth == 0:
+            return start + match.end()
     return None
 
 
 def _without_trailing_commas(text: str) -> str:
     """`{"a": 1,}` -> `{"a": 1}`, leaving commas inside strings alone."""
-    out: list[str] = []
-    in_string = False
-    escaped = False
-    for index, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-            out.append(char)
-            continue
-        if char == '"':
-            in_string = True
-        elif char == ",":
-            rest = text[index + 1 :].lstrip()
-            if rest[:1] in ("}", "]"):
-                continue
-        out.append(char)
-    return "".join(out)
+    cut = [match.start() for match in _TRAILING_COMMA.finditer(_strings_masked(text))]
+    if not cut:
+        return text
+    kept = [text[begin + 1 : end] for begin, end in zip([-1, *cut], [*cut, len(text)])]
+    return "".join(kept)
 
 
 def _load(candidate: str) -> Any:

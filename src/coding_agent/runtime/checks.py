@@ -274,9 +274,9 @@ async def _sandbox(config: AgentConfig) -> Check:
 
 async def _egress(config: AgentConfig) -> Check:
     """SPEC 7.1: where the setup comes from and what the sandbox may reach (never a failure
-    unless hosts are listed and the forwarder the sandbox needs, socat, is missing)."""
+    unless hosts are listed and the forwarder the sandbox needs, python3 or socat, is missing)."""
     lines = describe_egress(config)
-    return Check("setup and egress", not any(line.startswith("socat:") for line in lines), "; ".join(lines))
+    return Check("setup and egress", not any(line.startswith("forwarder:") for line in lines), "; ".join(lines))
 
 
 async def _database(config: AgentConfig) -> Check:

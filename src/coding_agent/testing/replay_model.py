@@ -1,52 +1,12 @@
 """The replay model server: a scripted stand-in for OpenAI, LM Studio and Ollama.
 
 (The script's steps and loading are `replay_script.py`; its names are re-exported here.
-Over 300 lines still: the three providers' wire forms are one server, read best together.)
+How a step goes over the wire, in each provider's form, is `replay_wire.py`.)
 
 Tests, benchmarks and `coding-agent demo` run the real provider clients against it over
 real HTTP. One script drives every provider and both reply protocols: a scripted tool
 call becomes a native tool call when the request offers tools, and the JSON-text reply
 of seed 003 section 8 when it does not.
-
-Script format (YAML, JSON or a dict)::
-
-    model: replay-model         # optional name reported by /v1/models and /api/tags
-    latency_seconds: 0          # optional fixed delay per reply (benchmarks)
-    replies:                    # consumed in order, per conversation
-      - tool: workspace/create
-        args: {path: hello.txt, content: "hi"}
-        comment: "Creating the file"
-      - text: "no json here"    # literal assistant text; may come with raw `tool_calls`
-        tool_calls: [{name: workspace__create, arguments: "{not json"}]
-      - done: "Finished: wrote hello.txt"
-      - status: 503             # answer with an HTTP error, then move on
-        retry_after: 1
-      - raw: '{"choices": 5}'   # the HTTP body exactly as given (200), for hostile replies:
-                                # bytes, or text encoded as UTF-8 with surrogateescape
-      - before: {post_comment: {body: "also add a README"}}   # optional on any reply:
-        tool: workspace/view    # run these registered actions when its request arrives
-        args: {path: hello.txt}
-    conversations:              # optional, chosen by a substring of the first user message
-      - match: "#7"
-        replies: [...]
-    phases:                     # planning mode (SPEC 10): replies keyed on the phase marker
-      planning:                 # of the latest `[Phase: ...]` line the agent sent; the longest
-        - plan: {goal_understanding: {...}, action_plan: {actions: [...]}}   # key it starts with
-      execution a1:             # wins ("execution a1" matches "[Phase: execution a1 (1/3)]")
-        - tool: workspace/create
-          args: {path: a.txt, content: "a"}
-        - action_done: {id: a1, status: done, summary: "wrote a.txt"}
-      reflection:
-        - reflection: {status: success, evaluation: "on track", plan_revision_needed: false}
-      verification:
-        - verification: {verification_passed: true}
-      completion:
-        - done: "All done."
-
-Phase replies (`plan`, `action_done`, `reflection`, `revision`, `verification`) become
-the native phase tool (`submit_plan`, `action_done`, `submit_reflection`, ...) when the
-request offers it, else the JSON-in-text object tagged by `phase`. A request with no
-marker, or whose phase list is used up, takes the next of `replies`.
 
 A conversation is identified by its first user message; each has its own cursor, so
 concurrent runs on one script do not interfere. An exhausted script answers `done`.
@@ -55,31 +15,27 @@ concurrent runs on one script do not interfere. An exhausted script answers `don
 registers them by name (`ReplaySandbox(script, actions={"post_comment": fn})`), and each
 is called with its arguments when the request for that reply arrives, before it is
 answered (e.g. post a comment on the sandbox forge, unassign the bot, create a file).
+
+The script's format (YAML, JSON or a dict) is described in `replay_script.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import re
 import threading
-import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse as _StarletteJSONResponse
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
-from coding_agent.llm.tool_names import match_offered_name, wire_candidates
 from coding_agent.testing.http_server import ServedApp
 from coding_agent.testing.replay_script import (
-    PHASE_FORMS,
     ConversationScript,
     RawToolCall,
     ReplayScript,
@@ -87,6 +43,16 @@ from coding_agent.testing.replay_script import (
     ScriptAction,
     ScriptSource,
     load_script,
+)
+from coding_agent.testing.replay_wire import (
+    JSONResponse,
+    Rendered,
+    error_response,
+    json_body,
+    offered_names,
+    ollama_reply,
+    openai_reply,
+    render_step,
 )
 
 __all__ = [
@@ -123,32 +89,6 @@ class RecordedRequest:
     headers: dict[str, str] = field(default_factory=dict)  # names in lower case
 
 
-@dataclass(frozen=True)
-class _Call:
-    id: str
-    name: str
-    arguments: str | dict[str, Any]
-
-    def arguments_text(self) -> str:
-        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments, ensure_ascii=False)
-
-    def arguments_object(self) -> dict[str, Any] | str:
-        """Ollama sends arguments as an object; text that is not one goes as it is."""
-        if isinstance(self.arguments, dict):
-            return self.arguments
-        try:
-            value = json.loads(self.arguments)
-        except json.JSONDecodeError:
-            return self.arguments
-        return value if isinstance(value, dict) else self.arguments
-
-
-@dataclass(frozen=True)
-class _Rendered:
-    content: str
-    calls: tuple[_Call, ...]
-
-
 def _message_text(content: Any) -> str:
     """Text of a message content: a string, or OpenAI's list of parts."""
     if isinstance(content, str):
@@ -174,10 +114,6 @@ def _last_marker(messages: Iterable[Any]) -> str | None:
             if match is not None:
                 found = match.group(1).strip()
     return found
-
-
-def _estimate_tokens(text: str) -> int:
-    return max(1, len(text) // 4)
 
 
 class ReplayModel:
@@ -253,131 +189,8 @@ class ReplayModel:
             raise ValueError(f"replay script: unregistered before action(s) {', '.join(missing)}")
         return script
 
-    @staticmethod
-    def render(step: ReplayStep, offered: list[str], call_prefix: str) -> _Rendered:
-        """The reply for a request that offered the functions `offered` (empty: JSON text)."""
-        if step.kind == "text":
-            calls = tuple(
-                _Call(f"{call_prefix}_{i}", call.name, call.arguments) for i, call in enumerate(step.tool_calls)
-            )
-            return _Rendered(step.text, calls)
-        if step.kind in PHASE_FORMS:
-            tool, tag = PHASE_FORMS[step.kind]
-            body = {**step.args, **({"comment": step.comment} if step.comment else {})}
-            name = match_offered_name(tool, offered) if offered else None
-            if name is not None:
-                return _Rendered("", (_Call(f"{call_prefix}_0", name, body),))
-            obj = {"phase": tag, **body} if tag is not None else {"action_done": body}
-            return _Rendered(json.dumps(obj, ensure_ascii=False), ())
-        if step.kind == "tool":
-            if not offered:
-                command = {"tool": step.tool, "args": step.args}
-                return _Rendered(json.dumps({"comment": step.comment, "command": command}, ensure_ascii=False), ())
-            name = match_offered_name(step.tool, offered) or wire_candidates(step.tool)[0]
-            return _Rendered(step.comment, (_Call(f"{call_prefix}_0", name, step.args),))
-        # done
-        if not offered:
-            return _Rendered(json.dumps({"done": True, "comment": step.comment}, ensure_ascii=False), ())
-        done_name = match_offered_name("done", offered)
-        if done_name is None:  # tools offered but no `done` function: a final message ends the task
-            return _Rendered(step.comment, ())
-        return _Rendered("", (_Call(f"{call_prefix}_0", done_name, {"comment": step.comment}),))
-
 
 # --- the HTTP app ---------------------------------------------------------------------
-
-
-class JSONResponse(_StarletteJSONResponse):
-    """JSON with non-ASCII escaped, as many servers send it: a lone surrogate the script
-    holds ("\\ud800") goes out as valid JSON instead of failing to encode."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
-
-
-def _offered_names(body: Mapping[str, Any]) -> list[str]:
-    names = []
-    for tool in body.get("tools") or []:
-        function = tool.get("function") if isinstance(tool, Mapping) else None
-        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
-            names.append(function["name"])
-    return names
-
-
-def _pieces(text: str, size: int = 16) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-def _usage(body: Mapping[str, Any], rendered: _Rendered) -> tuple[int, int]:
-    prompt = _estimate_tokens(json.dumps(body.get("messages") or [], ensure_ascii=False))
-    completion = _estimate_tokens(rendered.content + "".join(call.arguments_text() for call in rendered.calls))
-    return prompt, completion
-
-
-def _error_response(step: ReplayStep, openai_form: bool) -> Response:
-    headers = {"Retry-After": f"{step.retry_after:g}"} if step.retry_after is not None else {}
-    if openai_form:
-        body: dict[str, Any] = {"error": {"message": step.message, "type": "replay_error", "code": step.status}}
-    else:
-        body = {"error": step.message}
-    return JSONResponse(body, status_code=step.status, headers=headers)
-
-
-async def _json_body(request: Request) -> dict[str, Any] | Response:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return JSONResponse({"error": {"message": "request body is not JSON"}}, status_code=400)
-    if not isinstance(body, dict):
-        return JSONResponse({"error": {"message": "request body must be a JSON object"}}, status_code=400)
-    return body
-
-
-def _openai_message(rendered: _Rendered) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": rendered.content or None}
-    if rendered.calls:
-        message["tool_calls"] = [
-            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments_text()}}
-            for call in rendered.calls
-        ]
-    return message
-
-
-async def _openai_stream(
-    base: dict[str, Any], rendered: _Rendered, usage: dict[str, int] | None
-) -> AsyncIterator[str]:
-    """Chat-completion chunks as OpenAI streams them: role, text and tool-call deltas, usage."""
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
-        payload = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        return f"data: {json.dumps(payload)}\n\n"
-
-    yield chunk({"role": "assistant", "content": ""})
-    for piece in _pieces(rendered.content):
-        yield chunk({"content": piece})
-    for index, call in enumerate(rendered.calls):
-        head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
-        yield chunk({"tool_calls": [head]})
-        for piece in _pieces(call.arguments_text()):
-            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    yield chunk({}, "tool_calls" if rendered.calls else "stop")
-    if usage is not None:
-        yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
-    yield "data: [DONE]\n\n"
-
-
-def _ollama_message(rendered: _Rendered, content: str) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if rendered.calls:
-        message["tool_calls"] = [
-            {"function": {"name": call.name, "arguments": call.arguments_object()}} for call in rendered.calls
-        ]
-    return message
-
-
-async def _ndjson(lines: list[dict[str, Any]]) -> AsyncIterator[str]:
-    for line in lines:
-        yield json.dumps(line) + "\n"
 
 
 def create_replay_app(model: ReplayModel) -> Starlette:
@@ -387,75 +200,34 @@ def create_replay_app(model: ReplayModel) -> Starlette:
         if model.script.latency_seconds > 0:
             await asyncio.sleep(model.script.latency_seconds)  # simulated model latency
 
-    async def next_reply(request: Request, openai_form: bool) -> Response | tuple[dict[str, Any], str, int, _Rendered]:
+    async def next_reply(request: Request, openai_form: bool) -> Response | tuple[dict[str, Any], str, int, Rendered]:
         """The request's body and its conversation's next scripted reply, rendered for the
         tools it offers; or the response to send instead (bad body, scripted HTTP error)."""
-        body = await _json_body(request)
+        body = await json_body(request)
         if isinstance(body, Response):
             return body
         conversation, index, step = model.take_step(request.url.path, body, body.get("messages") or [], request.headers)
         await delay()
         if step.kind == "status":
-            return _error_response(step, openai_form=openai_form)
+            return error_response(step, openai_form=openai_form)
         if step.kind == "raw":
             media = "application/json" if openai_form or not body.get("stream", True) else "application/x-ndjson"
             return Response(step.raw, media_type=media)
-        return body, conversation, index, model.render(step, _offered_names(body), f"call_{conversation[:8]}_{index}")
+        return body, conversation, index, render_step(step, offered_names(body), f"call_{conversation[:8]}_{index}")
 
     async def chat_completions(request: Request) -> Response:
         reply = await next_reply(request, openai_form=True)
         if isinstance(reply, Response):
             return reply
         body, conversation, index, rendered = reply
-        prompt, completion = _usage(body, rendered)
-        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-        base = {
-            "id": f"chatcmpl-{conversation}-{index}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": str(body.get("model") or model.script.model),
-        }
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            stream_base = {**base, "object": "chat.completion.chunk"}
-            return StreamingResponse(
-                _openai_stream(stream_base, rendered, usage if include_usage else None), media_type="text/event-stream"
-            )
-        finish = "tool_calls" if rendered.calls else "stop"
-        choice = {"index": 0, "message": _openai_message(rendered), "finish_reason": finish, "logprobs": None}
-        return JSONResponse({**base, "choices": [choice], "usage": usage})
+        return openai_reply(body, conversation, index, rendered, model.script.model)
 
     async def ollama_chat(request: Request) -> Response:
         reply = await next_reply(request, openai_form=False)
         if isinstance(reply, Response):
             return reply
         body, _, _, rendered = reply
-        prompt, completion = _usage(body, rendered)
-        base = {
-            "model": str(body.get("model") or model.script.model),
-            "created_at": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
-        }
-        final = {
-            **base,
-            "done": True,
-            "done_reason": "stop",
-            "total_duration": 0,
-            "load_duration": 0,
-            "prompt_eval_count": prompt,
-            "prompt_eval_duration": 0,
-            "eval_count": completion,
-            "eval_duration": 0,
-        }
-        if not body.get("stream", True):  # Ollama streams unless told otherwise
-            return JSONResponse({**final, "message": _ollama_message(rendered, rendered.content)})
-        lines = [
-            {**base, "message": {"role": "assistant", "content": piece}, "done": False}
-            for piece in _pieces(rendered.content)
-        ]
-        if rendered.calls:
-            lines.append({**base, "message": _ollama_message(rendered, ""), "done": False})
-        lines.append({**final, "message": {"role": "assistant", "content": ""}})
-        return StreamingResponse(_ndjson(lines), media_type="application/x-ndjson")
+        return ollama_reply(body, rendered, model.script.model)
 
     async def openai_models(request: Request) -> Response:
         entry = {"id": model.script.model, "object": "model", "created": 0, "owned_by": "replay"}

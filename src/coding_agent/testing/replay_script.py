@@ -1,6 +1,47 @@
-"""The replay model's script (see `replay_model.py` for its format): the steps, the
+"""The replay model's script (served by `replay_model.py`): the steps, the
 conversations and phases they are keyed on, and loading a script from a dict or a file,
-with a clear error naming the bad entry."""
+with a clear error naming the bad entry.
+
+Script format (YAML, JSON or a dict)::
+
+    model: replay-model         # optional name reported by /v1/models and /api/tags
+    latency_seconds: 0          # optional fixed delay per reply (benchmarks)
+    replies:                    # consumed in order, per conversation
+      - tool: workspace/create
+        args: {path: hello.txt, content: "hi"}
+        comment: "Creating the file"
+      - text: "no json here"    # literal assistant text; may come with raw `tool_calls`
+        tool_calls: [{name: workspace__create, arguments: "{not json"}]
+      - done: "Finished: wrote hello.txt"
+      - status: 503             # answer with an HTTP error, then move on
+        retry_after: 1
+      - raw: '{"choices": 5}'   # the HTTP body exactly as given (200), for hostile replies:
+                                # bytes, or text encoded as UTF-8 with surrogateescape
+      - before: {post_comment: {body: "also add a README"}}   # optional on any reply:
+        tool: workspace/view    # run these registered actions when its request arrives
+        args: {path: hello.txt}
+    conversations:              # optional, chosen by a substring of the first user message
+      - match: "#7"
+        replies: [...]
+    phases:                     # planning mode (SPEC 10): replies keyed on the phase marker
+      planning:                 # of the latest `[Phase: ...]` line the agent sent; the longest
+        - plan: {goal_understanding: {...}, action_plan: {actions: [...]}}   # key it starts with
+      execution a1:             # wins ("execution a1" matches "[Phase: execution a1 (1/3)]")
+        - tool: workspace/create
+          args: {path: a.txt, content: "a"}
+        - action_done: {id: a1, status: done, summary: "wrote a.txt"}
+      reflection:
+        - reflection: {status: success, evaluation: "on track", plan_revision_needed: false}
+      verification:
+        - verification: {verification_passed: true}
+      completion:
+        - done: "All done."
+
+Phase replies (`plan`, `action_done`, `reflection`, `revision`, `verification`) become
+the native phase tool (`submit_plan`, `action_done`, `submit_reflection`, ...) when the
+request offers it, else the JSON-in-text object tagged by `phase`. A request with no
+marker, or whose phase list is used up, takes the next of `replies`.
+"""
 
 from __future__ import annotations
 

@@ -18,28 +18,31 @@ T = TypeVar("T")
 POLL_SECONDS = 0.02
 
 
+def _poll(condition: Callable[[], T], deadline: float, timeout: float, what: str) -> T | None:
+    """The condition's value when it is truthy, None while it is not; past the deadline an
+    AssertionError naming `what`."""
+    value = condition()
+    if value:
+        return value
+    if time.monotonic() > deadline:
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    return None
+
+
 def wait_for(condition: Callable[[], T], timeout: float, what: str) -> T:
     """Poll `condition` until it returns something truthy, and return that.
 
     Raises AssertionError naming `what` after `timeout` seconds.
     """
     deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    while (value := _poll(condition, deadline, timeout, what)) is None:
         time.sleep(POLL_SECONDS)
+    return value
 
 
 async def wait_until(condition: Callable[[], T], timeout: float, what: str) -> T:
     """`wait_for` for async tests: polls without blocking the event loop the awaited work runs on."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    while (value := _poll(condition, deadline, timeout, what)) is None:
         await asyncio.sleep(POLL_SECONDS)
+    return value

@@ -1,8 +1,12 @@
 """The host-side egress proxy: the sandbox's only way out (SPEC 7.1).
 
-The sandbox has no network namespace of its own (`--unshare-net`); a Unix socket of
-this proxy is bound into it, and a forwarder inside turns `127.0.0.1:3128` into that
-socket (`egress_sandbox.py`). The proxy speaks plain HTTP forwarding (absolute-form
+The sandbox has a network namespace of its own with nothing but loopback
+(`--unshare-net`); a Unix socket of this proxy is bound into it, and a forwarder
+inside hands this proxy a socket listening on the sandbox's `127.0.0.1:3128` through
+it (`egress_sandbox.py`, `egress_handoff.py`): the proxy accepts the sandbox's
+connections itself, one hop between the command and the origin. (Where the sandbox
+has no python3 for that, socat relays `127.0.0.1:3128` to the Unix socket, and the
+proxy reads HTTP on it directly.) The proxy speaks plain HTTP forwarding (absolute-form
 `GET http://host/...`) and `CONNECT host:443` for TLS, and checks every request against
 the allow-list of the current phase (`setup` or `run`): once for the name the client
 asked for, and again for the address it resolves to — it connects to that checked
@@ -19,7 +23,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import os
 import re
 import shutil
 import socket
@@ -38,9 +41,10 @@ from coding_agent.domain.egress_policy import (
     normalize_host,
     split_host_port,
 )
-from coding_agent.tools.egress_relay import ClientSide, UpstreamSide
+from coding_agent.tools.egress_handoff import ListenerHandoff
+from coding_agent.tools.egress_relay import Busy, ClientSide, UpstreamSide
 
-__all__ = ["EgressProxy", "Phase", "Refusal", "blocked_lines"]
+__all__ = ["MAX_CLIENTS", "EgressProxy", "Phase", "Refusal", "blocked_lines"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +52,10 @@ Phase = Literal["setup", "run"]
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 _HEAD_LIMIT = 65536
+# Connections open at once (each download holds six descriptors in the agent process:
+# two sockets, the splice's pipe and its two duplicates). Package managers open a
+# dozen or so; a command opening thousands must not run the agent out of descriptors.
+MAX_CLIENTS = 64
 _HEAD_TIMEOUT_SECONDS = 30.0
 _CONNECT_TIMEOUT_SECONDS = 15.0
 _HOP_HEADERS = frozenset({"proxy-connection", "proxy-authorization", "connection", "keep-alive", "host"})
@@ -80,6 +88,12 @@ def blocked_lines(refusals: Sequence[Refusal]) -> list[str]:
 
 
 async def _resolve(host: str, port: int) -> list[str]:
+    """The addresses of `host`; an IP literal is its own (getaddrinfo would only echo it,
+    after a hop through the executor's thread on every request)."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
@@ -112,8 +126,9 @@ class EgressProxy:
         self._socket_dir = socket_dir
         self._own_dir: Path | None = None
         self._resolver = resolver
-        self._server: asyncio.Server | None = None
+        self._handoff: ListenerHandoff | None = None
         self._clients: set[ClientSide] = set()
+        self._busy_logged = False
         self.phase: Phase = "setup"
         self.command = "setup"
         self.refusals: list[Refusal] = []
@@ -140,15 +155,24 @@ class EgressProxy:
         else:
             directory = self._socket_dir
         self.socket_path = directory / "proxy.sock"
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(self._protocol, path=str(self.socket_path))
-        # Anyone inside the sandbox connects as the same user; nobody else needs it.
-        os.chmod(self.socket_path, 0o600)
+        self._handoff = ListenerHandoff(self._protocol)
+        self._handoff.start(self.socket_path)
         return self.socket_path
 
+    @property
+    def clients(self) -> int:
+        """Client connections open now (at most about `MAX_CLIENTS`: one accept burst
+        of the event loop may go over it before the first of them is counted)."""
+        return len(self._clients)
+
+    @property
+    def leases(self) -> int:
+        """How many sandboxes' listening sockets this proxy accepts on now."""
+        return self._handoff.leases if self._handoff is not None else 0
+
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._handoff is not None:
+            await self._handoff.close()
             clients = list(self._clients)
             for client in clients:
                 client.close()
@@ -156,17 +180,20 @@ class EgressProxy:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
-            self._server = None
+            self._handoff = None
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         if self._own_dir is not None:
             shutil.rmtree(self._own_dir, ignore_errors=True)
             self._own_dir = None
 
-    def _protocol(self) -> ClientSide:
-        return ClientSide(self._on_head, _HEAD_LIMIT, _HEAD_TIMEOUT_SECONDS, self._clients)
+    def _protocol(self, initial: bytes = b"") -> ClientSide | Busy:
+        if len(self._clients) >= MAX_CLIENTS:
+            if not self._busy_logged:
+                self._busy_logged = True
+                logger.warning("egress proxy: %d connections at once; further ones are answered 503", MAX_CLIENTS)
+            return Busy()
+        return ClientSide(self._on_head, _HEAD_LIMIT, _HEAD_TIMEOUT_SECONDS, self._clients, initial)
 
     async def _on_head(self, client: ClientSide, head: bytes, rest: bytes) -> None:
         """Decide on one request head; answer it, or connect and start relaying."""

@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Callable
 
 from coding_agent.tools.egress_splice import DownloadSplice, splice_available
 
-__all__ = ["ClientSide", "UpstreamSide", "answer_bytes"]
+__all__ = ["Busy", "ClientSide", "UpstreamSide", "answer_bytes"]
 
 _WRITE_BUFFER_HIGH = 1024 * 1024
 _REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 431: "Request Header Fields Too Large",
-            502: "Bad Gateway"}  # fmt: skip
+            502: "Bad Gateway", 503: "Service Unavailable"}  # fmt: skip
 
 
 def answer_bytes(status: int, message: str) -> bytes:
@@ -34,6 +34,15 @@ def answer_bytes(status: int, message: str) -> bytes:
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode() + body
+
+
+class Busy(asyncio.Protocol):
+    """A connection over the proxy's limit: answered 503 and closed at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(answer_bytes(503, "coding-agent egress proxy: too many connections at once"))
+        transport.close()
 
 
 class _Side(asyncio.Protocol):
@@ -100,20 +109,29 @@ HeadHandler = Callable[["ClientSide", bytes, bytes], Awaitable[None]]
 class ClientSide(_Side):
     """The connection from the sandbox: reads the head, then relays."""
 
-    def __init__(self, on_head: HeadHandler, limit: int, timeout: float, registry: set[ClientSide]) -> None:
+    def __init__(
+        self, on_head: HeadHandler, limit: int, timeout: float, registry: set[ClientSide], initial: bytes = b""
+    ) -> None:
         super().__init__()
         self._on_head = on_head
         self._limit = limit
         self._timeout = timeout
         self._registry = registry
+        self._initial = initial
         self._buffer = bytearray()
         self._timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """`initial`: what was read before this protocol took the connection over (the
+        proxy's socket reads a first message to tell a handshake from HTTP); it is taken
+        here, before the transport's first read, so nothing overtakes it."""
         super().connection_made(transport)
         self._registry.add(self)
         self._timer = asyncio.get_running_loop().call_later(self._timeout, self.answer, 408, "no request head in time")
+        if self._initial:
+            initial, self._initial = self._initial, b""
+            self.data_received(initial)
 
     def data_received(self, data: bytes) -> None:
         if self.peer is not None or self.task is not None:

@@ -24,6 +24,7 @@ __all__ = ["DownloadSplice", "splice_available"]
 
 _CHUNK = 1024 * 1024
 _PIPE_SIZE = 1024 * 1024
+_BURST = 4
 _FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
 
 
@@ -61,18 +62,24 @@ class DownloadSplice:
         self._loop.add_reader(self._source, self._readable)
 
     def _readable(self) -> None:
-        try:
-            moved = os.splice(self._source, self._write_end, _CHUNK, flags=_FLAGS)
-        except BlockingIOError:
-            return
-        except OSError:
-            self._fail()
-            return
-        if moved == 0:
-            self._finish()
-            return
-        self._pending += moved
-        self._flush()
+        """Move what the origin has sent until it has nothing more right now (one wake-up
+        of the loop per burst, not per pipe-full), at most `_BURST` pipe-fulls: the loop
+        is the agent's, and other work waits while this runs."""
+        for _ in range(_BURST):
+            if self._pending or self._stopped:
+                return
+            try:
+                moved = os.splice(self._source, self._write_end, _CHUNK, flags=_FLAGS)
+            except BlockingIOError:
+                return
+            except OSError:
+                self._fail()
+                return
+            if moved == 0:
+                self._finish()
+                return
+            self._pending += moved
+            self._flush()
 
     def _flush(self) -> None:
         while self._pending:

@@ -26,7 +26,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["ATTRIBUTES", "HARDENING", "git_dir_for", "hardened_git_environment", "install_attributes"]
+__all__ = ["ATTRIBUTES", "HARDENING", "git_dir_for", "git_dirs_beside", "hardened_git_environment", "install_attributes"]
 
 HARDENING: tuple[tuple[str, str], ...] = (
     ("core.hooksPath", os.devnull),
@@ -57,7 +57,12 @@ def git_dir_for(workspace: Path) -> Path:
     The workspaces' base directory holds only workspaces (one per run, as before); the
     git directories are in a directory beside it, which no sandbox binds.
     """
-    return Path(f"{workspace.parent}.git-dirs") / workspace.name
+    return git_dirs_beside(workspace.parent) / workspace.name
+
+
+def git_dirs_beside(workspaces: Path) -> Path:
+    """The directory of the git directories of the workspaces under `workspaces`."""
+    return Path(f"{workspaces}.git-dirs")
 
 
 def install_attributes(git_dir: Path) -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from coding_agent.tools.bwrap import SANDBOX_PATH, Bind, bwrap_argv
-from coding_agent.tools.egress_sandbox import EgressSandbox
+from coding_agent.tools.egress_sandbox import EgressSandbox, forwarder_problem
 
 __all__ = [
     "ALLOWED_ENV_VARS",
@@ -122,14 +122,21 @@ def sandbox_argv(
     extra_env: Mapping[str, str] | None = None,
     tmp_size_bytes: int | None = None,
     source_env: Mapping[str, str] | None = None,
+    egress: EgressSandbox | None = None,
 ) -> list[str]:
     """The bwrap command line that runs `command` through the shell with `root` writable.
 
-    `source_env` (default `os.environ`): where LANG comes from.
+    `source_env` (default `os.environ`): where LANG comes from. `egress`: the proxy's
+    socket bound in, its variables set, and the command started behind its forwarder.
     """
     shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+    argv = [shell, "-c", command]
+    if egress is not None:
+        argv = egress.command_argv(shell, command)
+        extra_binds = [*extra_binds, *(Bind(source, dest) for source, dest in egress.binds())]
+        extra_env = {**(extra_env or {}), **egress.env()}
     return bwrap_argv(
-        [shell, "-c", command],
+        argv,
         root,
         bwrap=shutil.which("bwrap") or "bwrap",
         extra_binds=extra_binds,
@@ -253,6 +260,12 @@ class _CappedBuffer:
         return f"{head}\n[... {cut} bytes of output cut ...]\n{tail}", cut
 
 
+@functools.lru_cache(maxsize=1)
+def _warn_no_forwarder() -> None:
+    """Once per process: `doctor` says it too, as a failed check, when hosts are listed."""
+    logger.warning("sandboxed commands run without network: %s", forwarder_problem())
+
+
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
@@ -310,11 +323,10 @@ async def run_command(
         problem = bwrap_problem()
         if problem is not None:
             raise SandboxUnavailable(f"the command was not run: {problem} (security.sandbox is bwrap)")
-        if egress is not None and egress.available:
-            command = egress.wrap_command(command)
-            extra_binds = [*extra_binds, *(Bind(source, dest) for source, dest in egress.binds())]
-            extra_env = {**(extra_env or {}), **egress.env()}
-        argv = sandbox_argv(command, root, extra_binds, extra_env, tmp_size_bytes, source_env)
+        if egress is not None and not egress.available:
+            _warn_no_forwarder()
+            egress = None
+        argv = sandbox_argv(command, root, extra_binds, extra_env, tmp_size_bytes, source_env, egress)
     else:
         argv = [_shell(), "-c", command]
     env = command_environment(sandboxed, source_env)

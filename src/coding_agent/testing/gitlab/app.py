@@ -1,4 +1,5 @@
-"""The ASGI application of the GitLab testing server: faults, auth, routing, request log.
+"""The ASGI application of the GitLab testing server: faults, auth, routing (the route
+table of the endpoint modules), request log.
 
 Routing works on the raw (still percent-encoded) path because GitLab, and python-gitlab,
 name projects and groups by URL-encoded full path (`group%2Fproject`): decoding first, as
@@ -17,14 +18,72 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from coding_agent.testing.faults import FaultInjector
-from coding_agent.testing.gitlab.endpoints import ROUTES, Handler
+from coding_agent.testing.gitlab.endpoints import (
+    Handler,
+    create_label,
+    current_user,
+    get_group,
+    get_member_all,
+    get_project,
+    get_repository_file,
+    list_label_events,
+    list_labels,
+    list_members_all,
+    list_users,
+)
+from coding_agent.testing.gitlab.item_endpoints import (
+    create_item,
+    get_item,
+    list_group_items,
+    list_project_items,
+    update_item,
+)
 from coding_agent.testing.gitlab.models import RequestRecord, User
+from coding_agent.testing.gitlab.note_endpoints import (
+    create_discussion,
+    create_note,
+    get_discussion,
+    get_note,
+    list_discussions,
+    list_notes,
+    reply_discussion,
+    update_note,
+)
 from coding_agent.testing.gitlab.state import GitLabState
 from coding_agent.testing.gitlab.web import ApiError, Call, error_response, parse_body
 
-__all__ = ["create_gitlab_app", "GitLabApp", "API_PREFIX"]
+__all__ = ["create_gitlab_app", "GitLabApp", "API_PREFIX", "ROUTES"]
 
 API_PREFIX = "/api/v4"
+
+_P = "/projects/{pid}"
+_I = _P + "/{kind}/{iid}"
+
+ROUTES: list[tuple[str, str, Handler]] = [
+    ("GET", "/user", current_user),
+    ("GET", "/users", list_users),
+    ("GET", "/groups/{gid}", get_group),
+    ("GET", "/groups/{gid}/{kind}", list_group_items),
+    ("GET", _P, get_project),
+    ("GET", _P + "/repository/files/{file_path}", get_repository_file),
+    ("GET", _P + "/{kind}", list_project_items),
+    ("POST", _P + "/{kind}", create_item),
+    ("GET", _I, get_item),
+    ("PUT", _I, update_item),
+    ("GET", _I + "/notes", list_notes),
+    ("POST", _I + "/notes", create_note),
+    ("GET", _I + "/notes/{nid}", get_note),
+    ("PUT", _I + "/notes/{nid}", update_note),
+    ("GET", _I + "/discussions", list_discussions),
+    ("POST", _I + "/discussions", create_discussion),
+    ("GET", _I + "/discussions/{did}", get_discussion),
+    ("POST", _I + "/discussions/{did}/notes", reply_discussion),
+    ("GET", _I + "/resource_label_events", list_label_events),
+    ("GET", _P + "/labels", list_labels),
+    ("POST", _P + "/labels", create_label),
+    ("GET", _P + "/members/all", list_members_all),
+    ("GET", _P + "/members/all/{uid}", get_member_all),
+]
 
 _SEGMENT_PATTERNS = {"kind": "issues|merge_requests"}
 
