@@ -217,6 +217,25 @@ async def test_list_comments_returns_all_150_in_order_and_rereads_cheaply(
     assert [r.status for r in sandbox.state.requests()] == [304, 200]
 
 
+async def test_an_edited_comment_is_listed_edited_though_unchanged_pages_are_not_parsed_again(
+    sandbox: GitHubSandbox, source: GitHubSource
+) -> None:
+    # Listings whose body did not change reuse what they parsed to; an edit changes no
+    # count and no id, only the body, so it is the change such reuse would miss.
+    number = sandbox.state.create_issue(REPO, "edited")
+    first = sandbox.state.add_comment(REPO, number, "alice", "before")
+    sandbox.state.add_comment(REPO, number, "alice", "other")
+    assert [c.body for c in await source.list_comments(_issue_key(number))] == ["before", "other"]
+    assert [c.body for c in await source.list_comments(_issue_key(number))] == ["before", "other"]
+    assert sandbox.state.requests()[-1].not_modified
+
+    sandbox.state.edit_comment(first, "after")
+    edited = await source.list_comments(_issue_key(number))
+    assert [c.body for c in edited] == ["after", "other"]
+    assert not sandbox.state.requests()[-1].not_modified
+    assert [c.body for c in await source.list_comments(_issue_key(number))] == ["after", "other"]
+
+
 async def test_assignees_and_labels_are_never_served_stale(sandbox: GitHubSandbox, source: GitHubSource) -> None:
     number = sandbox.state.create_issue(REPO, "steer", assignees=["coding-bot"])
     assert await source.get_assignees(_issue_key(number)) == ["coding-bot"]

@@ -10,11 +10,17 @@ githubkit's own HTTP cache (hishel) is off: it dropped the request timeout. The 
 `CachingTransport` does its job instead (sources/http.py): every GET revalidates with
 `If-None-Match`, GitHub answers 304 (free of rate limit) when nothing changed, and every
 request has a deadline. Each client has its own cache, never shared between tokens.
+
+A list page whose body is byte for byte the one parsed last time (the usual answer to a
+steering checkpoint's comment listing: a 304, served from that cache) is not parsed
+again: githubkit's pydantic parse of a page of comments costs more than the rest of the
+request, and it ran at every checkpoint.
 """
 
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -36,6 +42,9 @@ T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
 
 PER_PAGE = 100
+# Parsed list pages remembered per client (least recently used go first): a few per task
+# a worker is running is enough for the pages steering reads at every checkpoint.
+PARSED_PAGES = 64
 _NEXT_LINK = re.compile(r'<[^>]*>\s*;\s*rel="next"')
 
 
@@ -84,6 +93,8 @@ class GitHubClient:
             http_cache=False,
             async_transport=self._transport,
         )
+        # "path?page=n" -> (the body as received, what it parsed to): see the module's doc.
+        self._pages: OrderedDict[str, tuple[bytes, Any]] = OrderedDict()
 
     @property
     def rest(self) -> RestVersionSwitcher:
@@ -155,11 +166,30 @@ class GitHubClient:
         page = 1
         while True:
             response = await self.call("GET", path, lambda number=page: fetch(number))  # type: ignore[misc]
-            chunk = self.data(response, "GET", path)
+            chunk = self._page_data(f"{path}?page={page}", response, path)
             items.extend(chunk)
             if not has_next_page(response, len(chunk)):
                 return items
             page += 1
+
+    def _page_data(self, key: str, response: Response[list[T]], path: str) -> list[T]:
+        """`response`'s parsed items; the same list as last time when its body is unchanged.
+
+        Keyed on the body's bytes, not on the ETag, so that no validator GitHub hands out
+        (weak ones included) can make a changed page look unchanged. The list and its
+        models are shared between calls: callers read them, never change them."""
+        body = response.raw_response.content
+        cached = self._pages.get(key)
+        if cached is not None and cached[0] == body:
+            self._pages.move_to_end(key)
+            parsed: list[T] = cached[1]
+            return parsed
+        parsed = self.data(response, "GET", path)
+        self._pages[key] = (body, parsed)
+        self._pages.move_to_end(key)
+        while len(self._pages) > PARSED_PAGES:
+            self._pages.popitem(last=False)
+        return parsed
 
     async def get_json(self, path: str, send: Callable[[], Awaitable[Response[Any]]]) -> Any:
         """A GET read as plain JSON: for answers githubkit's models do not cover whole."""
