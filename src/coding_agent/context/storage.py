@@ -5,6 +5,11 @@
 (what is sent to the model now), `summaries.jsonl` (compressions), `tools.jsonl`
 (every tool call). Everything written
 passes through the redactor: a secret in a tool's output never lands on disk.
+
+A message's redacted JSON line is made once (`message_line`) and kept for the latest
+messages: the crash checkpoint (agent/steering/state.py) appends the same lines to its
+own history file, and redacting and encoding every message twice per step was a large
+part of a step's host time.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ __all__ = ["ContextStorage", "RunContextFiles"]
 
 RUNNING, COMPLETED, PAUSED = "running", "completed", "paused"
 RESULT_PREVIEW_CHARS = 500
+# Encoded lines kept for the latest messages (by identity): more than one step appends.
+RECENT_LINES = 64
 
 
 class RunContextFiles:
@@ -33,11 +40,28 @@ class RunContextFiles:
         self._redactor = redactor
         self._written_messages = 0
         self._metadata: dict[str, Any] = {}
+        # id(message) -> (message, its line): the message is held so that its id is not reused.
+        self._lines: dict[int, tuple[dict[str, Any], str]] = {}
+
+    def _line(self, record: dict[str, Any]) -> str:
+        return json.dumps(self._redactor.data(record), ensure_ascii=False, default=str) + "\n"
 
     def _jsonl(self, records: list[dict[str, Any]]) -> str:
-        return "".join(
-            json.dumps(self._redactor.data(record), ensure_ascii=False, default=str) + "\n" for record in records
-        )
+        return "".join(self._line(record) for record in records)
+
+    def message_line(self, message: dict[str, Any]) -> str:
+        """`message` as one redacted JSON line (with its newline), made once per message.
+
+        Messages are never changed once in the history (a new one replaces an old one),
+        so the line of the same object stays right."""
+        known = self._lines.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        line = self._line(message)
+        self._lines[id(message)] = (message, line)
+        if len(self._lines) > RECENT_LINES:
+            del self._lines[next(iter(self._lines))]
+        return line
 
     def _append_jsonl(self, name: str, records: list[dict[str, Any]], text: str | None = None) -> None:
         with (self.directory / name).open("a", encoding="utf-8") as handle:
@@ -64,7 +88,7 @@ class RunContextFiles:
         """
         new = messages[self._written_messages :]
         if new:
-            text = self._jsonl(new)
+            text = "".join(self.message_line(message) for message in new)
             self._append_jsonl("messages.jsonl", new, text)
             self._append_jsonl("current.jsonl", new, text)
             self._written_messages = len(messages)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -89,8 +90,11 @@ def _write_atomically(path: Path, text: str) -> None:
 class StateWriter:
     """Writes one run's checkpoints into its context directory (wherever it has moved)."""
 
-    def __init__(self, redactor: Redactor) -> None:
+    def __init__(self, redactor: Redactor, message_line: Callable[[Message], str] | None = None) -> None:
+        """`message_line`: a message as its redacted JSON line (with its newline), from
+        whoever already made it (the run's context files); by default made here."""
         self._redactor = redactor
+        self._message_line = message_line or (lambda message: self._encode(message) + "\n")
         self._directory: Path | None = None  # None: the next checkpoint starts afresh
         self._written = 0
         self._last: Message | None = None
@@ -110,7 +114,7 @@ class StateWriter:
         return json.dumps(self._redactor.data(value), ensure_ascii=False, indent=indent, default=str)
 
     def _lines(self, messages: list[Message]) -> str:
-        return "".join(self._encode(message) + "\n" for message in messages)
+        return "".join(self._message_line(message) for message in messages)
 
     def checkpoint(self, directory: Path, state: RunState) -> None:
         """The per-iteration checkpoint: append new history and a state record.
