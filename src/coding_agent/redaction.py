@@ -7,6 +7,7 @@ somewhere the config does not know about (a tool's output, an error message).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -44,6 +45,9 @@ class Redactor:
         # Longest first, so a secret that contains another is masked whole.
         self._secrets = sorted(unique, key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(s) for s in self._secrets)) if self._secrets else None
+        # JSON text shows a string's characters as they are, except these (escaped): a
+        # secret holding one of them may be in a string and not in the text.
+        self._json_checkable = not any(c in '"\\' or ord(c) < 0x20 for secret in self._secrets for c in secret)
 
     @property
     def secrets(self) -> list[str]:
@@ -55,6 +59,21 @@ class Redactor:
         if _may_hold_a_token(value):
             value = _TOKEN_SHAPES.sub(REDACTED, value)
         return value
+
+    def json(self, value: Any, indent: int | None = None) -> str:
+        """`json.dumps(self.data(value), ensure_ascii=False, indent=indent, default=str)`,
+        the form of every JSON file the agent writes, mostly without walking `value`.
+
+        `value` is encoded as it is, and the text searched for a secret or a token marker:
+        a string that redaction would change holds one, and holds it unchanged in the
+        text (no secret has a character JSON escapes, nor has a marker), so a text
+        without any is exactly what the redacted value encodes to. Otherwise (a rare
+        text, or a secret JSON would escape) the value is redacted first, as always."""
+        text = json.dumps(value, ensure_ascii=False, indent=indent, default=str)
+        if self._json_checkable and not (self._pattern is not None and self._pattern.search(text)):
+            if not _may_hold_a_token(text):
+                return text
+        return json.dumps(self.data(value), ensure_ascii=False, indent=indent, default=str)
 
     def data(self, value: Any) -> Any:
         """Redact every string inside a JSON-like structure."""

@@ -51,3 +51,40 @@ def test_the_marker_check_never_skips_a_text_the_pattern_would_change() -> None:
         assert marked == any(marker in text for marker in redaction._TOKEN_MARKERS), text
         if not marked:
             assert redaction._TOKEN_SHAPES.sub(REDACTED, text) == text, text
+
+
+def test_json_is_the_redacted_value_encoded_whatever_the_secrets_and_values() -> None:
+    """`Redactor.json` skips the walk over values whose text shows nothing to redact: it
+    must give exactly what encoding the redacted value gives, for secrets JSON escapes
+    (quotes, backslashes, newlines), non-ASCII ones, secrets met in keys or numbers, and
+    values with token shapes, checked over generated structures."""
+    import json
+    import random
+
+    token = "ghp_" + "Q" * 24
+    secret_sets = [[], ["s3cr3t-v4lue"], ['quo"te-secret'], ["back\\slash-secret"], ["line\nbreak-secret"], ["ünï-cödé-secret"], ["1234"]]
+    words = ["plain", "s3cr3t-v4lue", 'quo"te-secret', "back\\slash-secret", "line\nbreak-secret", "ünï-cödé-secret",
+             f"Bearer {token}", token, "token " + "t" * 31, "1234", "é", "", " "]  # fmt: skip
+    chance = random.Random(8)
+
+    def value(depth: int) -> object:
+        kind = chance.randrange(6 if depth < 3 else 3)
+        if kind == 0:
+            return "".join(chance.choice(words) for _ in range(chance.randint(0, 3)))
+        if kind == 1:
+            return chance.choice([0, 1234, 1.5, None, True])
+        if kind == 2:
+            return chance.choice(words)
+        if kind == 3:
+            return [value(depth + 1) for _ in range(chance.randint(0, 3))]
+        if kind == 4:
+            return tuple(value(depth + 1) for _ in range(chance.randint(0, 2)))
+        return {chance.choice(words): value(depth + 1) for _ in range(chance.randint(0, 3))}
+
+    for secrets in secret_sets:
+        redactor = Redactor(secrets)
+        for _ in range(1500):
+            item = value(0)
+            for indent in (None, 1):
+                expected = json.dumps(redactor.data(item), ensure_ascii=False, indent=indent, default=str)
+                assert redactor.json(item, indent=indent) == expected, (secrets, item)

@@ -44,7 +44,7 @@ class RunContextFiles:
         self._lines: dict[int, tuple[dict[str, Any], str]] = {}
 
     def _line(self, record: dict[str, Any]) -> str:
-        return json.dumps(self._redactor.data(record), ensure_ascii=False, default=str) + "\n"
+        return self._redactor.json(record) + "\n"
 
     def _jsonl(self, records: list[dict[str, Any]]) -> str:
         return "".join(self._line(record) for record in records)
@@ -77,7 +77,7 @@ class RunContextFiles:
         self._metadata.update(fields)
         self._metadata["updated_at"] = time.time()
         path = self.directory / "metadata.json"
-        path.write_text(json.dumps(self._redactor.data(self._metadata), ensure_ascii=False, indent=2, default=str))
+        path.write_text(self._redactor.json(self._metadata, indent=2))
 
     def sync_messages(self, messages: list[dict[str, Any]]) -> None:
         """Append the messages not yet written to messages.jsonl and to current.jsonl.

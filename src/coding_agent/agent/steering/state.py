@@ -111,7 +111,7 @@ class StateWriter:
         return data
 
     def _encode(self, value: Any, indent: int | None = None) -> str:
-        return json.dumps(self._redactor.data(value), ensure_ascii=False, indent=indent, default=str)
+        return self._redactor.json(value, indent=indent)
 
     def _lines(self, messages: list[Message]) -> str:
         return "".join(self._message_line(message) for message in messages)
