@@ -9,7 +9,7 @@ import pytest
 
 from coding_agent.agent.steering.control import pending_reply
 from coding_agent.agent.steering.state import HISTORY_FILE, STATE_FILE, RunState, StateWriter, load_state
-from coding_agent.context.storage import ContextStorage
+from coding_agent.context.storage import ContextStorage, append_text
 from coding_agent.redaction import Redactor
 
 SECRET = "ghp_" + "StateFileSecret0123456789abcdef"
@@ -180,3 +180,11 @@ def test_history_lines_shared_with_the_context_files_hold_every_message(tmp_path
     StateWriter(Redactor([SECRET]), files.message_line).checkpoint(files.directory, _state(messages, steps=80))
     again = load_state(files.directory)
     assert again is not None and again.messages == loaded.messages
+
+
+def test_append_text_creates_appends_and_writes_utf8_whole(tmp_path: Path) -> None:
+    path = tmp_path / "lines.jsonl"
+    append_text(path, '{"a": "ü"}\n')
+    big = json.dumps({"b": "日本語" * 300_000}, ensure_ascii=False) + "\n"
+    append_text(path, big)
+    assert path.read_text(encoding="utf-8") == '{"a": "ü"}\n' + big

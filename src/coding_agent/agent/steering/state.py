@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from coding_agent.context.storage import append_text
 from coding_agent.llm.types import Message
 from coding_agent.redaction import Redactor
 from coding_agent.tools.host_git import git_dir_for
@@ -128,12 +129,10 @@ class StateWriter:
             self._start_afresh(directory, state)
             return
         if len(messages) > self._written:
-            with (directory / HISTORY_FILE).open("a", encoding="utf-8") as handle:
-                handle.write(self._lines(messages[self._written :]))
+            append_text(directory / HISTORY_FILE, self._lines(messages[self._written :]))
             self._note_written(messages)
         record = self._encode(self._document(state, inline=False)) + "\n"
-        with (directory / JOURNAL_FILE).open("a", encoding="utf-8") as handle:
-            handle.write(record)
+        append_text(directory / JOURNAL_FILE, record)
         self._journal_bytes += len(record)
 
     def _start_afresh(self, directory: Path, state: RunState) -> None:
