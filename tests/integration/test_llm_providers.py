@@ -134,6 +134,24 @@ async def test_scripted_conversation(replay: Replay, provider: str, function_cal
         assert '"previous_output"' in bodies[1]["messages"][-1]["content"]
 
 
+@pytest.mark.parametrize("function_calling", [False, True], ids=["json_text", "tool_calls"])
+async def test_the_request_body_is_the_one_the_sdks_typed_create_sends(replay: Replay, function_calling: bool) -> None:
+    """The client sends all but `model` as `extra_body`, skipping the SDK's typed walk of
+    the history: the body must be exactly (key order too) what `create(**body)` sends."""
+    sandbox = replay({"replies": [*SCRIPT["replies"], {"done": "again"}]})
+    llm = create_llm_client(llm_config("openai", sandbox, function_calling), FAST_RETRY)
+    assert isinstance(llm, OpenAICompatibleClient)
+    try:
+        await run_two_steps(llm, function_calling, "Issue #1: create hello.txt ✓ \"quoted\"")
+        sent = sandbox.requests[-1].body
+        await llm._client.chat.completions.create(**sent)
+    finally:
+        await llm.aclose()
+    reference = sandbox.requests[-1].body
+    assert len(sandbox.requests) == 3 and list(sent) == list(reference) and sent == reference
+    assert [m["role"] for m in sent["messages"]][-2:] == (["assistant", "tool"] if function_calling else ["assistant", "user"])
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_transient_errors_are_retried(replay: Replay, provider: str) -> None:
     script = {"replies": [{"status": 503}, {"status": 503, "retry_after": 0}, *SCRIPT["replies"]]}
