@@ -15,6 +15,7 @@ from coding_agent.errors import ForgeError, TransientError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.base import Source
 from coding_agent.sources.github import GitHubNotFoundError, GitHubSource, build_search_query
+from coding_agent.sources.github.mapping import to_comment
 from coding_agent.sources.writes import strip_marker
 from coding_agent.testing.faults import Fault
 from coding_agent.testing.github import GitHubSandbox
@@ -215,6 +216,120 @@ async def test_list_comments_returns_all_150_in_order_and_rereads_cheaply(
     latest = await source.list_comments(_issue_key(number))
     assert latest[-1].body == "one more" and len(latest) == 151
     assert [r.status for r in sandbox.state.requests()] == [304, 200]
+
+
+async def test_an_edited_comment_is_listed_edited_though_unchanged_pages_are_not_parsed_again(
+    sandbox: GitHubSandbox, source: GitHubSource
+) -> None:
+    # Listings whose body did not change reuse what they parsed to; an edit changes no
+    # count and no id, only the body, so it is the change such reuse would miss.
+    number = sandbox.state.create_issue(REPO, "edited")
+    first = sandbox.state.add_comment(REPO, number, "alice", "before")
+    sandbox.state.add_comment(REPO, number, "alice", "other")
+    assert [c.body for c in await source.list_comments(_issue_key(number))] == ["before", "other"]
+    assert [c.body for c in await source.list_comments(_issue_key(number))] == ["before", "other"]
+    assert sandbox.state.requests()[-1].not_modified
+
+    sandbox.state.edit_comment(first, "after")
+    edited = await source.list_comments(_issue_key(number))
+    assert [c.body for c in edited] == ["after", "other"]
+    assert not sandbox.state.requests()[-1].not_modified
+    assert [c.body for c in await source.list_comments(_issue_key(number))] == ["after", "other"]
+
+
+async def test_the_checkpoint_listing_reads_the_comments_githubkit_reads(sandbox: GitHubSandbox, source: GitHubSource) -> None:
+    """`list_comments` (every steering checkpoint) reads plain JSON past githubkit: the
+    comments must be the ones githubkit's models give, the bot's marker stripped."""
+    number = sandbox.state.create_issue(REPO, "two readers")
+    sandbox.state.add_comment(REPO, number, "alice", "**markdown** ✓ and\nlines")
+    await source.post_comment(_issue_key(number), "from the bot")
+    sandbox.state.add_comment(REPO, number, "alice", "")
+    plain = await source.list_comments(_issue_key(number))
+    models = [to_comment(c) for c in await source._raw_comments(_issue_key(number))]
+    assert plain == sorted(models, key=lambda c: (c.created_at, int(c.id)))
+    assert [c.body for c in plain] == ["**markdown** ✓ and\nlines", "from the bot", ""]
+    assert [c.author for c in plain] == ["alice", "coding-bot", "alice"]
+    assert all(c.created_at.utcoffset() is not None and c.created_at.utcoffset().total_seconds() == 0 for c in plain)
+
+
+async def test_the_checkpoint_listing_is_retried_and_fails_as_githubkit_calls_do(
+    sandbox: GitHubSandbox, source: GitHubSource
+) -> None:
+    number = sandbox.state.create_issue(REPO, "flaky comments")
+    sandbox.state.add_comment(REPO, number, "alice", "hello")
+    sandbox.faults.add(Fault(pattern=rf"GET /repos/{REPO}/issues/{number}/comments$", count=2, status=503))
+    assert [c.body for c in await source.list_comments(_issue_key(number))] == ["hello"]
+    assert [r.status for r in sandbox.state.requests()] == [503, 503, 200]
+    assert sandbox.state.requests()[-1].login == "coding-bot"
+
+    sandbox.state.clear_requests()
+    with pytest.raises(GitHubNotFoundError) as failure:
+        await source.list_comments(_issue_key(9999))
+    assert f"GET /repos/{REPO}/issues/9999/comments" in str(failure.value) and TOKEN not in str(failure.value)
+    assert len(sandbox.state.requests()) == 1  # a 404 is not retried
+
+
+def test_the_plain_calls_send_the_requests_githubkit_sends() -> None:
+    """The comment listing and the comment post past githubkit (client.py) send the same
+    headers (auth, user agent, accept, API version), query and body as githubkit's own
+    calls of those endpoints: seen by a server that records them."""
+    import asyncio
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[tuple[str, str, dict[str, str], bytes]] = []
+    created = {"id": 5, "body": "x", "user": {"login": "coding-bot"}, "created_at": "2026-01-02T03:04:05Z"}
+
+    class Recorder(BaseHTTPRequestHandler):
+        def _answer(self, status: int, body: bytes) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, self.rfile.read(length)))
+            self.send_response(status)
+            self.send_header("Set-Cookie", "session=1; Path=/")  # never to be sent back
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self._answer(200, b"[]")
+
+        def do_POST(self) -> None:  # noqa: N802
+            self._answer(201, json.dumps(created).encode())
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/api/v3"
+    config = GitHubConfig(api_url=url, token=SecretStr(TOKEN), owner="acme", bot_name="coding-bot")
+
+    async def both() -> None:
+        github = GitHubSource(config, RetryPolicy())
+        try:
+            assert await github.list_comments(_issue_key(7)) == []
+            assert await github._raw_comments(_issue_key(7)) == []
+            posted = await github.post_comment(_issue_key(7), "hi ✓")
+            assert (posted.id, posted.author, posted.created_at.isoformat()) == ("5", "coding-bot", "2026-01-02T03:04:05+00:00")
+            owner, repo = REPO.split("/")
+            sent = seen[-1][3].decode()
+            await github._rest.issues.async_create_comment(owner, repo, 7, body=json.loads(sent)["body"])
+        finally:
+            await github.aclose()
+
+    try:
+        asyncio.run(both())
+    finally:
+        server.shutdown()
+    (_, plain_path, plain, _), (_, kit_path, kit, _), plain_post, kit_post = seen
+    assert plain_path == kit_path == f"/api/v3/repos/{REPO}/issues/7/comments?per_page=100&page=1"
+    assert plain == kit and plain["authorization"].endswith(TOKEN) and "x-github-api-version" in plain
+    assert plain_post[0] == kit_post[0] == "POST" and plain_post[1] == kit_post[1] == f"/api/v3/repos/{REPO}/issues/7/comments"
+    assert plain_post[2] == kit_post[2] and plain_post[3] == kit_post[3]
+    assert not any("cookie" in headers for _, _, headers, _ in seen)
+    assert json.loads(plain_post[3])["body"].startswith("hi ✓")
 
 
 async def test_assignees_and_labels_are_never_served_stale(sandbox: GitHubSandbox, source: GitHubSource) -> None:
@@ -451,7 +566,9 @@ async def test_connection_refused_is_transient() -> None:
     try:
         with pytest.raises(TransientError, match="connection error") as failure:
             await github.discover()
+        with pytest.raises(TransientError, match="connection error") as listing:  # the plain read path
+            await github.list_comments(_issue_key(1))
     finally:
         await github.aclose()
-    assert len(sleep.waits) == 2 and time.monotonic() - started < 10
-    assert TOKEN not in str(failure.value)
+    assert len(sleep.waits) == 4 and time.monotonic() - started < 10
+    assert TOKEN not in str(failure.value) + str(listing.value)

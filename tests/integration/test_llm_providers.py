@@ -134,6 +134,53 @@ async def test_scripted_conversation(replay: Replay, provider: str, function_cal
         assert '"previous_output"' in bodies[1]["messages"][-1]["content"]
 
 
+@pytest.mark.parametrize("function_calling", [False, True], ids=["json_text", "tool_calls"])
+async def test_the_request_body_is_the_one_the_sdks_typed_create_sends(replay: Replay, function_calling: bool) -> None:
+    """The client sends all but `model` as `extra_body`, skipping the SDK's typed walk of
+    the history: the body must be exactly (key order too) what `create(**body)` sends."""
+    sandbox = replay({"replies": [*SCRIPT["replies"], {"done": "again"}]})
+    llm = create_llm_client(llm_config("openai", sandbox, function_calling), FAST_RETRY)
+    assert isinstance(llm, OpenAICompatibleClient)
+    try:
+        await run_two_steps(llm, function_calling, "Issue #1: create hello.txt ✓ \"quoted\"")
+        sent = sandbox.requests[-1].body
+        await llm._client.chat.completions.create(**sent)
+    finally:
+        await llm.aclose()
+    reference = sandbox.requests[-1].body
+    assert len(sandbox.requests) == 3 and list(sent) == list(reference) and sent == reference
+    assert [m["role"] for m in sent["messages"]][-2:] == (["assistant", "tool"] if function_calling else ["assistant", "user"])
+
+
+async def test_history_sent_again_follows_a_changed_tool_list(replay: Replay) -> None:
+    """Each message's wire form is made once and reused (by identity) while the tool list
+    stays; a new tool list can rename earlier calls on the wire (here a name colliding
+    with `workspace/create`'s plain form gives both a hash suffix), and the history sent
+    must then carry the new names."""
+    sandbox = replay({"replies": [{"done": "one"}, {"done": "two"}, {"done": "three"}]})
+    llm = create_llm_client(llm_config("openai", sandbox, True), FAST_RETRY)
+    call = {"id": "c1", "type": "function", "function": {"name": "workspace/create", "arguments": {"path": "a"}}}
+    llm.messages[:] = [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "name": "workspace/create", "content": "ok"},
+    ]
+    try:
+        llm.set_tools(TOOLS)
+        await llm.get_response()
+        await llm.get_response()
+        llm.set_tools([*TOOLS, ToolSpec("workspace__create", "Collides", CREATE_SCHEMA)])
+        await llm.get_response()
+    finally:
+        await llm.aclose()
+    names = [request.body["messages"][2]["tool_calls"][0]["function"]["name"] for request in sandbox.requests]
+    offered = [tool["function"]["name"] for tool in sandbox.requests[2].body["tools"]]
+    assert names[0] == names[1] == "workspace__create"
+    assert names[2] != "workspace__create" and names[2] in offered
+    assert sandbox.requests[1].body["messages"][:4] == sandbox.requests[0].body["messages"][:4]
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_transient_errors_are_retried(replay: Replay, provider: str) -> None:
     script = {"replies": [{"status": 503}, {"status": 503, "retry_after": 0}, *SCRIPT["replies"]]}

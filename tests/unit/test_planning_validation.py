@@ -122,3 +122,36 @@ def test_the_state_round_trips_and_bad_state_is_named() -> None:
     broken["plan"]["actions"][0]["status"] = "exploded"
     with pytest.raises(PlanningStateError, match=r"plan.actions\[0\].status 'exploded' is unknown"):
         load_planning_state(broken)
+
+
+def test_the_dumped_state_is_asdict_and_shares_nothing_with_the_live_state() -> None:
+    """dump_state runs at every crash checkpoint: written out for speed, it must give
+    what `dataclasses.asdict` gives, in fresh containers, so that the state changing
+    after the checkpoint never changes what was saved."""
+    import dataclasses
+    from collections import OrderedDict, namedtuple
+
+    from coding_agent.agent.planning.models import Action, Goal, Plan
+
+    pair = namedtuple("pair", "a b")
+    actions = [Action(id=f"a{n}", description=f"read {n}", tool_hints=["workspace/view"], status="done") for n in range(3)]
+    plan = Plan(goal=Goal("read", ["all read"], ["none"]), subtasks=[{"id": "s1", "dependencies": ["s0"]}], reasoning="r", actions=actions)
+    state = PlanningState(
+        phase="execution",
+        plan=plan,
+        action_index=1,
+        reflections=[{"status": "success", "issues_identified": ["x"], "ordered": OrderedDict(k=[1])}],
+        pending_tool_result={"call_id": "c1", "text": "out", "pair": pair([1], (2, [3])), "n": 1.5, "ok": None},
+    )
+    dumped = dump_state(state)
+    assert dumped == dataclasses.asdict(state)
+    assert type(dumped["pending_tool_result"]["pair"]) is pair and type(dumped["reflections"][0]["ordered"]) is OrderedDict
+    state.plan.actions[0].tool_hints.append("workspace/create")  # type: ignore[union-attr]
+    state.plan.subtasks[0]["dependencies"].append("s2")  # type: ignore[union-attr]
+    state.reflections[0]["issues_identified"].append("y")
+    state.pending_tool_result["pair"].a.append(9)  # type: ignore[index]
+    assert dumped["plan"]["actions"][0]["tool_hints"] == ["workspace/view"]
+    assert dumped["plan"]["subtasks"][0]["dependencies"] == ["s0"]
+    assert dumped["reflections"][0]["issues_identified"] == ["x"]
+    assert dumped["pending_tool_result"]["pair"].a == [1]
+    assert load_planning_state(dump_state(state)) == state

@@ -9,6 +9,7 @@ import pytest
 
 from coding_agent.agent.steering.control import pending_reply
 from coding_agent.agent.steering.state import HISTORY_FILE, STATE_FILE, RunState, StateWriter, load_state
+from coding_agent.context.storage import ContextStorage, append_text
 from coding_agent.redaction import Redactor
 
 SECRET = "ghp_" + "StateFileSecret0123456789abcdef"
@@ -141,3 +142,49 @@ def test_a_pause_after_checkpoints_is_what_loads(tmp_path: Path) -> None:
     writer.save_complete(tmp_path, _state(messages, steps=2, paused={"reason": "signal", "hold": False}))
     loaded = load_state(tmp_path)
     assert loaded is not None and loaded.steps == 2 and loaded.paused == {"reason": "signal", "hold": False}
+
+
+def test_history_lines_shared_with_the_context_files_hold_every_message(tmp_path: Path) -> None:
+    """The crash checkpoint appends the lines messages.jsonl got (made once per message):
+    messages the context files never saw (a correction appended after the last sync),
+    messages older than the files' cache of recent lines (a writer starting afresh) and
+    a fresh dict equal to an old one must all be on disk, redacted, exactly as a writer
+    of its own would have put them."""
+    files = ContextStorage(tmp_path / "contexts", Redactor([SECRET])).start_run("run-1")
+    shared = StateWriter(Redactor([SECRET]), files.message_line)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    own = StateWriter(Redactor([SECRET]))
+
+    def checkpoint(messages: list[dict], steps: int) -> None:  # type: ignore[type-arg]
+        shared.checkpoint(files.directory, _state(messages, steps=steps))
+        own.checkpoint(alone, _state(messages, steps=steps))
+
+    messages: list[dict] = [{"role": "system", "content": "s"}, {"role": "user", "content": f"task {SECRET}"}]  # type: ignore[type-arg]
+    files.sync_messages(messages)
+    checkpoint(messages, 0)
+    for step in range(1, 80):  # past the context files' cache of recent lines
+        messages.append({"role": "assistant", "content": f"reply {step} {SECRET}"})
+        files.sync_messages(messages)
+        messages.append({"role": "user", "content": f"correction {step}"})  # not synced before the checkpoint
+        checkpoint(messages, step)
+    messages.append({"role": "user", "content": "correction 79"})  # equal to an earlier message, new object
+    checkpoint(messages, 80)
+
+    loaded = load_state(files.directory)
+    assert loaded is not None and loaded.steps == 80
+    assert loaded.messages == Redactor([SECRET]).data(messages)
+    assert (files.directory / HISTORY_FILE).read_text() == (alone / HISTORY_FILE).read_text()
+    assert SECRET not in (files.directory / HISTORY_FILE).read_text()
+    # A new writer (a takeover) writes the whole history afresh, most of it not cached.
+    StateWriter(Redactor([SECRET]), files.message_line).checkpoint(files.directory, _state(messages, steps=80))
+    again = load_state(files.directory)
+    assert again is not None and again.messages == loaded.messages
+
+
+def test_append_text_creates_appends_and_writes_utf8_whole(tmp_path: Path) -> None:
+    path = tmp_path / "lines.jsonl"
+    append_text(path, '{"a": "ü"}\n')
+    big = json.dumps({"b": "日本語" * 300_000}, ensure_ascii=False) + "\n"
+    append_text(path, big)
+    assert path.read_text(encoding="utf-8") == '{"a": "ü"}\n' + big

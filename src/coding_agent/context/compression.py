@@ -45,17 +45,23 @@ def _text_tokens(text: str) -> int:
 
 def estimate_tokens(messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
     """A server-independent estimate of a request's prompt tokens (no tokenizer needed)."""
-    total = 0
-    for message in messages:
-        total += 4  # role and framing
-        content = message.get("content")
-        if isinstance(content, str):
-            total += _text_tokens(content)
-        for call in message.get("tool_calls") or []:
-            total += _text_tokens(json.dumps(call, ensure_ascii=False))
-    for tool in tools:
-        total += _text_tokens(tool.name + tool.description + json.dumps(tool.input_schema, ensure_ascii=False))
+    return sum(_message_tokens(message) for message in messages) + _tools_tokens(tools)
+
+
+def _message_tokens(message: Message) -> int:
+    total = 4  # role and framing
+    content = message.get("content")
+    if isinstance(content, str):
+        total += _text_tokens(content)
+    for call in message.get("tool_calls") or []:
+        total += _text_tokens(json.dumps(call, ensure_ascii=False))
     return total
+
+
+def _tools_tokens(tools: Sequence[ToolSpec]) -> int:
+    return sum(
+        _text_tokens(tool.name + tool.description + json.dumps(tool.input_schema, ensure_ascii=False)) for tool in tools
+    )
 
 
 def fallback_summary(messages: Sequence[Message]) -> str:
@@ -96,11 +102,34 @@ class Compressor:
         self._summarize = summarize
         self._clock = clock
         self.compressions = 0
+        # `estimate_tokens` of the history before every request, each message estimated
+        # once (by identity: a message is never changed once in the history) and the tool
+        # list once: the whole history (its tool calls JSON-encoded) and every tool's
+        # schema were encoded again at every step.
+        self._message_estimates: dict[int, tuple[Message, int]] = {}
+        self._tools_estimate: tuple[tuple[ToolSpec, ...], int] = ((), 0)
+
+    def _estimate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
+        """`estimate_tokens(messages, tools)`, from what the last call estimated."""
+        known, kept = self._message_estimates, {}
+        total = 0
+        for message in messages:
+            entry = known.get(id(message))
+            if entry is None or entry[0] is not message:
+                entry = (message, _message_tokens(message))
+            kept[id(message)] = entry
+            total += entry[1]
+        self._message_estimates = kept
+        listed, estimate = self._tools_estimate
+        if len(listed) != len(tools) or any(a is not b for a, b in zip(listed, tools)):
+            listed, estimate = tuple(tools), _tools_tokens(tools)
+            self._tools_estimate = (listed, estimate)
+        return total + estimate
 
     async def maybe_compress(self, llm: LLMClient, files: RunContextFiles) -> bool:
         """Compress `llm.messages` in place when over the limit; True when it did."""
         messages = llm.messages
-        before = estimate_tokens(messages, llm.tools)
+        before = self._estimate(messages, llm.tools)
         if before <= self.limit:
             return False
         head = _head_length(messages)
@@ -118,7 +147,7 @@ class Compressor:
         kept = len(messages) - cut
         compressed = [*messages[:head], {"role": "user", "content": f"{SUMMARY_HEADING}\n{summary}"}, *messages[cut:]]
         llm.messages[:] = compressed
-        after = estimate_tokens(compressed, llm.tools)
+        after = self._estimate(compressed, llm.tools)
         self.compressions += 1
         files.record_summary(
             {

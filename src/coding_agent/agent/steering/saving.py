@@ -26,10 +26,16 @@ class RunSaver:
         self._detector = detector
         self._stop = stop
         self._guard = guard
-        self._writer = StateWriter(scope.redactor)
+        # The history lines are the ones messages.jsonl got: each message is redacted and
+        # encoded once per run, not once per file.
+        self._writer = StateWriter(scope.redactor, scope.files.message_line)
         state = scope.continuation.state if scope.continuation is not None else None
         # The paused work the run stands on: a takeover after a crash restores from it too.
         self._work = PausedWork(state.branch, state.commit) if state is not None and state.branch and state.commit else None
+        # The clone's branch, once read: only the host's git moves HEAD (checkout before the
+        # loop, delivery after it; the sandbox has no git dir), and reading it from disk at
+        # every crash checkpoint was a file read a step.
+        self._branch: str | None = None
 
     def checkpoint(self, llm: LLMClient) -> None:
         """The crash checkpoint, at the start of an iteration (history appended, not rewritten)."""
@@ -42,13 +48,18 @@ class RunSaver:
             self._work = work
         self._writer.save_complete(self._scope.files.directory, self.snapshot(llm, paused))
 
+    def _clone_branch(self) -> str | None:
+        if self._branch is None:
+            self._branch = workspace_branch(self._scope.workspace)
+        return self._branch
+
     def snapshot(self, llm: LLMClient, paused: dict[str, Any] | None = None) -> RunState:
         scope = self._scope
         return RunState(
             run_uuid=scope.run_uuid,
             task_key=scope.key,
             requester=scope.requester,
-            branch=self._work.branch if self._work is not None else workspace_branch(scope.workspace) or scope.task.head_branch,
+            branch=self._work.branch if self._work is not None else self._clone_branch() or scope.task.head_branch,
             commit=self._work.commit if self._work is not None else None,
             steps=scope.steps,
             messages=llm.messages,

@@ -29,11 +29,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from coding_agent.context.storage import append_text
 from coding_agent.llm.types import Message
 from coding_agent.redaction import Redactor
 from coding_agent.tools.host_git import git_dir_for
@@ -89,8 +91,11 @@ def _write_atomically(path: Path, text: str) -> None:
 class StateWriter:
     """Writes one run's checkpoints into its context directory (wherever it has moved)."""
 
-    def __init__(self, redactor: Redactor) -> None:
+    def __init__(self, redactor: Redactor, message_line: Callable[[Message], str] | None = None) -> None:
+        """`message_line`: a message as its redacted JSON line (with its newline), from
+        whoever already made it (the run's context files); by default made here."""
         self._redactor = redactor
+        self._message_line = message_line or (lambda message: self._encode(message) + "\n")
         self._directory: Path | None = None  # None: the next checkpoint starts afresh
         self._written = 0
         self._last: Message | None = None
@@ -107,10 +112,10 @@ class StateWriter:
         return data
 
     def _encode(self, value: Any, indent: int | None = None) -> str:
-        return json.dumps(self._redactor.data(value), ensure_ascii=False, indent=indent, default=str)
+        return self._redactor.json(value, indent=indent)
 
     def _lines(self, messages: list[Message]) -> str:
-        return "".join(self._encode(message) + "\n" for message in messages)
+        return "".join(self._message_line(message) for message in messages)
 
     def checkpoint(self, directory: Path, state: RunState) -> None:
         """The per-iteration checkpoint: append new history and a state record.
@@ -124,12 +129,10 @@ class StateWriter:
             self._start_afresh(directory, state)
             return
         if len(messages) > self._written:
-            with (directory / HISTORY_FILE).open("a", encoding="utf-8") as handle:
-                handle.write(self._lines(messages[self._written :]))
+            append_text(directory / HISTORY_FILE, self._lines(messages[self._written :]))
             self._note_written(messages)
         record = self._encode(self._document(state, inline=False)) + "\n"
-        with (directory / JOURNAL_FILE).open("a", encoding="utf-8") as handle:
-            handle.write(record)
+        append_text(directory / JOURNAL_FILE, record)
         self._journal_bytes += len(record)
 
     def _start_afresh(self, directory: Path, state: RunState) -> None:

@@ -27,6 +27,7 @@ from coding_agent.sources.github.mapping import (
     MAX_BODY_LENGTH,
     MAX_TITLE_LENGTH,
     build_search_query,
+    comment_from_json,
     comment_id as parse_comment_id,
     given,
     logins,
@@ -161,7 +162,9 @@ class GitHubSource:
         )
 
     async def list_comments(self, key: TaskKey) -> list[Comment]:
-        result = [to_comment(c) for c in await self._raw_comments(key)]
+        # Every steering checkpoint asks this: the plain path, converted once per page body.
+        path = f"/repos/{key.project}/issues/{key.number}/comments"
+        result = await self._http.get_plain_pages(path, comment_from_json)
         return sorted(result, key=lambda c: (c.created_at, int(c.id)))
 
     async def list_threads(self, key: TaskKey) -> list[Thread]:
@@ -184,18 +187,16 @@ class GitHubSource:
         return threads
 
     async def post_comment(self, key: TaskKey, body: str) -> Comment:
-        owner, repo = split_project(key.project)
         path = f"/repos/{key.project}/issues/{key.number}/comments"
         marker = new_marker()
         text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
 
-        async def find() -> Any | None:
-            return next((c for c in await self._raw_comments(key) if has_marker(given(c.body), marker)), None)
+        async def find() -> Comment | None:
+            found = next((c for c in await self._raw_comments(key) if has_marker(given(c.body), marker)), None)
+            return to_comment(found) if found is not None else None
 
-        created = await self._http.create(
-            path, lambda: self._rest.issues.async_create_comment(owner, repo, key.number, body=text), find
-        )
-        return to_comment(created)
+        # Posted at every step when the progress comment is off: the plain path (client.py).
+        return await self._http.create_plain(path, {"body": text}, comment_from_json, find)
 
     async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
         owner, repo = split_project(key.project)

@@ -1,7 +1,8 @@
 """The GitHub request path: githubkit over the shared `CachingTransport`, under the retry policy.
 
-Every call goes through `call` (reads and idempotent writes: `retry_async`) or `create`
-(a POST that creates something: `write_once`, which checks before it retries). 5xx,
+Every call goes through `call` (reads and idempotent writes: `retry_async`), `create`
+(a POST that creates something: `write_once`, which checks before it retries) or, for
+the hot calls, `get_plain_pages` and `create_plain` (below; the same policies). 5xx,
 429, a rate-limit 403, timeouts and dropped connections become `TransientError` (with
 the server's wait hint); anything else is a `ForgeError` naming the method, path and
 status, never the token.
@@ -10,11 +11,27 @@ githubkit's own HTTP cache (hishel) is off: it dropped the request timeout. The 
 `CachingTransport` does its job instead (sources/http.py): every GET revalidates with
 `If-None-Match`, GitHub answers 304 (free of rate limit) when nothing changed, and every
 request has a deadline. Each client has its own cache, never shared between tokens.
+
+A list page whose body is byte for byte the one parsed last time (the usual answer to a
+steering checkpoint's comment listing: a 304, served from that cache) is not parsed
+again: githubkit's pydantic parse of a page of comments costs more than the rest of the
+request, and it ran at every checkpoint.
+
+The one read every steering checkpoint makes (the task's comments, SPEC 8.1), and the
+step comment posted at every step when the progress comment is off, go past githubkit
+(`get_plain_pages`, `create_plain`): through one long-lived httpx client built from
+githubkit's own client settings (auth, headers, base URL) with the REST version header
+githubkit sends, on the same transport, so the wire request is the same; its answers
+are plain JSON, converted by the caller once per page body. githubkit's per-call
+client, request models and response wrapper cost about as much host time as the rest
+of a step's steering. Errors are translated exactly as for githubkit's calls.
 """
 
 from __future__ import annotations
 
+import http.cookiejar
 import re
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -36,6 +53,9 @@ T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
 
 PER_PAGE = 100
+# Parsed list pages remembered per client (least recently used go first): a few per task
+# a worker is running is enough for the pages steering reads at every checkpoint.
+PARSED_PAGES = 64
 _NEXT_LINK = re.compile(r'<[^>]*>\s*;\s*rel="next"')
 
 
@@ -60,11 +80,25 @@ def _error_detail(response: httpx.Response) -> str:
     return detail[:200]
 
 
-def has_next_page(response: Response[Any], count: int) -> bool:
+def has_next_page(response: Response[Any] | httpx.Response, count: int) -> bool:
     """A `rel="next"` link, or a full page (in case a cached page kept an old Link)."""
     if count == 0:
         return False
     return bool(_NEXT_LINK.search(response.headers.get("link", ""))) or count >= PER_PAGE
+
+
+def _converted_page(response: httpx.Response, convert: Callable[[dict[str, Any]], T], path: str) -> tuple[list[T], int]:
+    """A list page's objects as `convert` makes them, and how many items the page held."""
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    if not isinstance(answer, list):
+        raise ForgeError(f"github GET {path}: unexpected response shape")
+    try:
+        return [convert(item) for item in answer if isinstance(item, dict)], len(answer)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise ForgeError(f"github GET {path}: unexpected response shape") from None
 
 
 class GitHubClient:
@@ -84,6 +118,16 @@ class GitHubClient:
             http_cache=False,
             async_transport=self._transport,
         )
+        # "path?page=n" -> (the body as received, what it parsed to): see the module's doc.
+        self._pages: OrderedDict[str, tuple[bytes, Any]] = OrderedDict()
+        # githubkit's own settings for the client it would open per call (a private method
+        # of githubkit's: if it goes, the tests of the comment listing fail at once).
+        self._plain = httpx.AsyncClient(**self._github._get_client_defaults(), transport=self._transport)
+        # githubkit's clients live for one call, so no cookie a server sets is ever sent
+        # back; this one lives on, and must not start doing so.
+        self._plain.cookies.jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+        self._plain_headers = {"X-GitHub-Api-Version": self._github.rest.issues._REST_API_VERSION}
+        self._plain_requests: dict[str, tuple[httpx.URL, httpx.Headers]] = {}
 
     @property
     def rest(self) -> RestVersionSwitcher:
@@ -120,6 +164,35 @@ class GitHubClient:
                 raise TransientError(f"{what} failed: connection error ({cause})") from None
             raise ForgeError(f"{what} failed: {cause}") from None
 
+    async def _plain_send(
+        self, method: str, path: str, params: dict[str, Any] | None = None, payload: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        """One request past githubkit, its failures translated as `_attempt` does githubkit's.
+
+        httpx's merge of base URL, query and headers is made once per method and URL (it
+        cost more than the rest of the request); the auth header is added by `send`, the
+        JSON body (`payload`) encoded by httpx as for githubkit's calls."""
+        what = f"github {method} {path}"
+        key = f"{method} {path}?{params}"
+        built = self._plain_requests.get(key)
+        if built is None:
+            template = self._plain.build_request(method, path, params=params, headers=self._plain_headers)
+            template.headers.pop("Content-Length", None)  # the body's own, set per request
+            built = self._plain_requests[key] = (template.url, template.headers)
+            if len(self._plain_requests) > PARSED_PAGES:
+                del self._plain_requests[next(iter(self._plain_requests))]
+        try:
+            response = await self._plain.send(httpx.Request(method, built[0], headers=built[1], json=payload))
+        except httpx.TimeoutException:
+            raise TransientError(f"{what} timed out") from None
+        except httpx.TransportError as error:
+            raise TransientError(f"{what} failed: connection error ({type(error).__name__})") from None
+        except Exception as error:
+            raise ForgeError(f"{what} failed: {type(error).__name__}") from None
+        if response.is_error:
+            raise self._failure(method, path, response)
+        return response
+
     async def call(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
         """One REST call with the retry policy (for reads and idempotent writes)."""
         return await retry_async(
@@ -139,6 +212,28 @@ class GitHubClient:
 
         return await write_once(f"github POST {path}", post, find, self._retry, self._sleep)
 
+    async def create_plain(
+        self,
+        path: str,
+        payload: dict[str, Any],
+        convert: Callable[[dict[str, Any]], T],
+        find: Callable[[], Awaitable[T | None]],
+    ) -> T:
+        """`create` past githubkit (a comment posted at every step when the progress
+        comment is off): the answer's JSON object as `convert` makes it."""
+
+        async def post() -> T:
+            response = await self._plain_send("POST", path, payload=payload)
+            try:
+                answer = response.json()
+                if not isinstance(answer, dict):
+                    raise TypeError("not an object")
+                return convert(answer)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise ForgeError(f"github POST {path}: unexpected response shape") from None
+
+        return await write_once(f"github POST {path}", post, find, self._retry, self._sleep)
+
     @staticmethod
     def data(response: Response[T], method: str, path: str) -> T:
         try:
@@ -155,9 +250,55 @@ class GitHubClient:
         page = 1
         while True:
             response = await self.call("GET", path, lambda number=page: fetch(number))  # type: ignore[misc]
-            chunk = self.data(response, "GET", path)
+            chunk = self._page_data(f"{path}?page={page}", response, path)
             items.extend(chunk)
             if not has_next_page(response, len(chunk)):
+                return items
+            page += 1
+
+    def _page_data(self, key: str, response: Response[list[T]], path: str) -> list[T]:
+        """`response`'s parsed items; the same list as last time when its body is unchanged.
+
+        Keyed on the body's bytes, not on the ETag, so that no validator GitHub hands out
+        (weak ones included) can make a changed page look unchanged. The list and its
+        models are shared between calls: callers read them, never change them."""
+        body = response.raw_response.content
+        cached = self._pages.get(key)
+        if cached is not None and cached[0] == body:
+            self._pages.move_to_end(key)
+            parsed: list[T] = cached[1]
+            return parsed
+        parsed = self.data(response, "GET", path)
+        self._remember_page(key, body, parsed)
+        return parsed
+
+    def _remember_page(self, key: str, body: bytes, parsed: Any) -> None:
+        self._pages[key] = (body, parsed)
+        self._pages.move_to_end(key)
+        while len(self._pages) > PARSED_PAGES:
+            self._pages.popitem(last=False)
+
+    async def get_plain_pages(self, path: str, convert: Callable[[dict[str, Any]], T]) -> list[T]:
+        """Every page of a list endpoint, past githubkit (see the module's doc), each JSON
+        object as `convert` makes it; a page whose body is unchanged is not converted again,
+        so what `convert` returns is shared between calls and must not be changed."""
+        items: list[T] = []
+        page = 1
+        while True:
+            params = {"per_page": PER_PAGE, "page": page}
+            response = await retry_async(
+                lambda: self._plain_send("GET", path, params), self._retry, f"github GET {path}", sleep=self._sleep
+            )
+            key, body = f"plain {convert.__module__}.{convert.__qualname__} {path}?page={page}", response.content
+            cached = self._pages.get(key)
+            if cached is not None and cached[0] == body:
+                self._pages.move_to_end(key)
+                chunk, count = cached[1]
+            else:
+                chunk, count = _converted_page(response, convert, path)
+                self._remember_page(key, body, (chunk, count))
+            items.extend(chunk)
+            if not has_next_page(response, count):
                 return items
             page += 1
 
@@ -187,4 +328,5 @@ class GitHubClient:
             page += 1
 
     async def aclose(self) -> None:
+        await self._plain.aclose()  # the shared transport ignores it: the pool closes below
         await self._transport.close_pool()
