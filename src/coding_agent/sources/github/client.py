@@ -29,7 +29,6 @@ of a step's steering. Errors are translated exactly as for githubkit's calls.
 
 from __future__ import annotations
 
-import http.cookiejar
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -123,9 +122,6 @@ class GitHubClient:
         # githubkit's own settings for the client it would open per call (a private method
         # of githubkit's: if it goes, the tests of the comment listing fail at once).
         self._plain = httpx.AsyncClient(**self._github._get_client_defaults(), transport=self._transport)
-        # githubkit's clients live for one call, so no cookie a server sets is ever sent
-        # back; this one lives on, and must not start doing so.
-        self._plain.cookies.jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
         self._plain_headers = {"X-GitHub-Api-Version": self._github.rest.issues._REST_API_VERSION}
         self._plain_requests: dict[str, tuple[httpx.URL, httpx.Headers]] = {}
 
@@ -289,7 +285,7 @@ class GitHubClient:
             response = await retry_async(
                 lambda: self._plain_send("GET", path, params), self._retry, f"github GET {path}", sleep=self._sleep
             )
-            key, body = f"plain {convert.__module__}.{convert.__qualname__} {path}?page={page}", response.content
+            key, body = f"plain {path}?page={page}", response.content
             cached = self._pages.get(key)
             if cached is not None and cached[0] == body:
                 self._pages.move_to_end(key)
