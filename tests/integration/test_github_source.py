@@ -269,33 +269,23 @@ async def test_the_checkpoint_listing_is_retried_and_fails_as_githubkit_calls_do
     assert len(sandbox.state.requests()) == 1  # a 404 is not retried
 
 
-def test_the_plain_calls_send_the_requests_githubkit_sends() -> None:
-    """The comment listing and the comment post past githubkit (client.py) send the same
-    headers (auth, user agent, accept, API version), query and body as githubkit's own
-    calls of those endpoints: seen by a server that records them."""
+def test_the_checkpoint_listing_sends_the_request_githubkit_sends() -> None:
+    """Same headers (auth, user agent, accept, API version) and query as githubkit's own
+    call of the endpoint: seen by a server that records them."""
     import asyncio
-    import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    seen: list[tuple[str, str, dict[str, str], bytes]] = []
-    created = {"id": 5, "body": "x", "user": {"login": "coding-bot"}, "created_at": "2026-01-02T03:04:05Z"}
+    seen: list[tuple[str, dict[str, str]]] = []
 
     class Recorder(BaseHTTPRequestHandler):
-        def _answer(self, status: int, body: bytes) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, self.rfile.read(length)))
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            self._answer(200, b"[]")
-
-        def do_POST(self) -> None:  # noqa: N802
-            self._answer(201, json.dumps(created).encode())
+            seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"[]")
 
         def log_message(self, *args: object) -> None:
             return None
@@ -310,11 +300,6 @@ def test_the_plain_calls_send_the_requests_githubkit_sends() -> None:
         try:
             assert await github.list_comments(_issue_key(7)) == []
             assert await github._raw_comments(_issue_key(7)) == []
-            posted = await github.post_comment(_issue_key(7), "hi ✓")
-            assert (posted.id, posted.author, posted.created_at.isoformat()) == ("5", "coding-bot", "2026-01-02T03:04:05+00:00")
-            owner, repo = REPO.split("/")
-            sent = seen[-1][3].decode()
-            await github._rest.issues.async_create_comment(owner, repo, 7, body=json.loads(sent)["body"])
         finally:
             await github.aclose()
 
@@ -322,12 +307,9 @@ def test_the_plain_calls_send_the_requests_githubkit_sends() -> None:
         asyncio.run(both())
     finally:
         server.shutdown()
-    (_, plain_path, plain, _), (_, kit_path, kit, _), plain_post, kit_post = seen
+    (plain_path, plain), (kit_path, kit) = seen
     assert plain_path == kit_path == f"/api/v3/repos/{REPO}/issues/7/comments?per_page=100&page=1"
     assert plain == kit and plain["authorization"].endswith(TOKEN) and "x-github-api-version" in plain
-    assert plain_post[0] == kit_post[0] == "POST" and plain_post[1] == kit_post[1] == f"/api/v3/repos/{REPO}/issues/7/comments"
-    assert plain_post[2] == kit_post[2] and plain_post[3] == kit_post[3]
-    assert json.loads(plain_post[3])["body"].startswith("hi ✓")
 
 
 async def test_assignees_and_labels_are_never_served_stale(sandbox: GitHubSandbox, source: GitHubSource) -> None:

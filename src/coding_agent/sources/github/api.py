@@ -187,16 +187,18 @@ class GitHubSource:
         return threads
 
     async def post_comment(self, key: TaskKey, body: str) -> Comment:
+        owner, repo = split_project(key.project)
         path = f"/repos/{key.project}/issues/{key.number}/comments"
         marker = new_marker()
         text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
 
-        async def find() -> Comment | None:
-            found = next((c for c in await self._raw_comments(key) if has_marker(given(c.body), marker)), None)
-            return to_comment(found) if found is not None else None
+        async def find() -> Any | None:
+            return next((c for c in await self._raw_comments(key) if has_marker(given(c.body), marker)), None)
 
-        # Posted at every step when the progress comment is off: the plain path (client.py).
-        return await self._http.create_plain(path, {"body": text}, comment_from_json, find)
+        created = await self._http.create(
+            path, lambda: self._rest.issues.async_create_comment(owner, repo, key.number, body=text), find
+        )
+        return to_comment(created)
 
     async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
         owner, repo = split_project(key.project)

@@ -2,7 +2,7 @@
 
 Every call goes through `call` (reads and idempotent writes: `retry_async`), `create`
 (a POST that creates something: `write_once`, which checks before it retries) or, for
-the hot calls, `get_plain_pages` and `create_plain` (below; the same policies). 5xx,
+the one hot read, `get_plain_pages` (below; `retry_async` too). 5xx,
 429, a rate-limit 403, timeouts and dropped connections become `TransientError` (with
 the server's wait hint); anything else is a `ForgeError` naming the method, path and
 status, never the token.
@@ -17,9 +17,8 @@ steering checkpoint's comment listing: a 304, served from that cache) is not par
 again: githubkit's pydantic parse of a page of comments costs more than the rest of the
 request, and it ran at every checkpoint.
 
-The one read every steering checkpoint makes (the task's comments, SPEC 8.1), and the
-step comment posted at every step when the progress comment is off, go past githubkit
-(`get_plain_pages`, `create_plain`): through one long-lived httpx client built from
+The one read every steering checkpoint makes (the task's comments, SPEC 8.1) goes past
+githubkit (`get_plain_pages`): through one long-lived httpx client built from
 githubkit's own client settings (auth, headers, base URL) with the REST version header
 githubkit sends, on the same transport, so the wire request is the same; its answers
 are plain JSON, converted by the caller once per page body. githubkit's per-call
@@ -160,25 +159,20 @@ class GitHubClient:
                 raise TransientError(f"{what} failed: connection error ({cause})") from None
             raise ForgeError(f"{what} failed: {cause}") from None
 
-    async def _plain_send(
-        self, method: str, path: str, params: dict[str, Any] | None = None, payload: dict[str, Any] | None = None
-    ) -> httpx.Response:
-        """One request past githubkit, its failures translated as `_attempt` does githubkit's.
-
-        httpx's merge of base URL, query and headers is made once per method and URL (it
-        cost more than the rest of the request); the auth header is added by `send`, the
-        JSON body (`payload`) encoded by httpx as for githubkit's calls."""
-        what = f"github {method} {path}"
-        key = f"{method} {path}?{params}"
+    async def _plain_get(self, path: str, params: dict[str, Any]) -> httpx.Response:
+        """One GET past githubkit, its failures translated as `_attempt` does githubkit's."""
+        what = f"github GET {path}"
+        key = f"{path}?{params}"
         built = self._plain_requests.get(key)
         if built is None:
-            template = self._plain.build_request(method, path, params=params, headers=self._plain_headers)
-            template.headers.pop("Content-Length", None)  # the body's own, set per request
+            # httpx's merge of base URL, query and headers, made once per URL: it cost
+            # more than the rest of the request. The auth header is added by `send`.
+            template = self._plain.build_request("GET", path, params=params, headers=self._plain_headers)
             built = self._plain_requests[key] = (template.url, template.headers)
             if len(self._plain_requests) > PARSED_PAGES:
                 del self._plain_requests[next(iter(self._plain_requests))]
         try:
-            response = await self._plain.send(httpx.Request(method, built[0], headers=built[1], json=payload))
+            response = await self._plain.send(httpx.Request("GET", built[0], headers=built[1]))
         except httpx.TimeoutException:
             raise TransientError(f"{what} timed out") from None
         except httpx.TransportError as error:
@@ -186,7 +180,7 @@ class GitHubClient:
         except Exception as error:
             raise ForgeError(f"{what} failed: {type(error).__name__}") from None
         if response.is_error:
-            raise self._failure(method, path, response)
+            raise self._failure("GET", path, response)
         return response
 
     async def call(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
@@ -205,28 +199,6 @@ class GitHubClient:
 
         async def post() -> Any:
             return self.data(await self._attempt("POST", path, send), "POST", path)
-
-        return await write_once(f"github POST {path}", post, find, self._retry, self._sleep)
-
-    async def create_plain(
-        self,
-        path: str,
-        payload: dict[str, Any],
-        convert: Callable[[dict[str, Any]], T],
-        find: Callable[[], Awaitable[T | None]],
-    ) -> T:
-        """`create` past githubkit (a comment posted at every step when the progress
-        comment is off): the answer's JSON object as `convert` makes it."""
-
-        async def post() -> T:
-            response = await self._plain_send("POST", path, payload=payload)
-            try:
-                answer = response.json()
-                if not isinstance(answer, dict):
-                    raise TypeError("not an object")
-                return convert(answer)
-            except (KeyError, TypeError, ValueError, AttributeError):
-                raise ForgeError(f"github POST {path}: unexpected response shape") from None
 
         return await write_once(f"github POST {path}", post, find, self._retry, self._sleep)
 
@@ -283,7 +255,7 @@ class GitHubClient:
         while True:
             params = {"per_page": PER_PAGE, "page": page}
             response = await retry_async(
-                lambda: self._plain_send("GET", path, params), self._retry, f"github GET {path}", sleep=self._sleep
+                lambda: self._plain_get(path, params), self._retry, f"github GET {path}", sleep=self._sleep
             )
             key, body = f"plain {path}?page={page}", response.content
             cached = self._pages.get(key)
