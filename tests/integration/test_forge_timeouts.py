@@ -139,18 +139,3 @@ async def test_hung_forge_fails_cleanly_when_retries_run_out(forge: Forge) -> No
         await source.aclose()
     assert forge.token not in str(failure.value)
     assert forge.box.faults.injected == 2  # the first attempt and its one retry
-
-
-async def test_a_hung_comment_listing_times_out_cleanly(forge: Forge) -> None:
-    """The listing every steering checkpoint makes (GitHub: past githubkit) has the same
-    deadline and the same error as every other read."""
-    key = forge.new_issue("hung comments")
-    forge.box.faults.add(Fault(pattern=forge.api_path, count=5, status=None, delay=HANG_SECONDS))
-    source = forge.source(1, RecordingSleep())
-    try:
-        with pytest.raises(TransientError, match="timed out") as failure:
-            await source.list_comments(key)
-    finally:
-        await source.aclose()
-    assert forge.token not in str(failure.value)
-    assert forge.box.faults.injected == 2

@@ -15,7 +15,6 @@ from coding_agent.errors import ForgeError, TransientError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.base import Source
 from coding_agent.sources.github import GitHubNotFoundError, GitHubSource, build_search_query
-from coding_agent.sources.github.mapping import to_comment
 from coding_agent.sources.writes import strip_marker
 from coding_agent.testing.faults import Fault
 from coding_agent.testing.github import GitHubSandbox
@@ -235,81 +234,6 @@ async def test_an_edited_comment_is_listed_edited_though_unchanged_pages_are_not
     assert [c.body for c in edited] == ["after", "other"]
     assert not sandbox.state.requests()[-1].not_modified
     assert [c.body for c in await source.list_comments(_issue_key(number))] == ["after", "other"]
-
-
-async def test_the_checkpoint_listing_reads_the_comments_githubkit_reads(sandbox: GitHubSandbox, source: GitHubSource) -> None:
-    """`list_comments` (every steering checkpoint) reads plain JSON past githubkit: the
-    comments must be the ones githubkit's models give, the bot's marker stripped."""
-    number = sandbox.state.create_issue(REPO, "two readers")
-    sandbox.state.add_comment(REPO, number, "alice", "**markdown** ✓ and\nlines")
-    await source.post_comment(_issue_key(number), "from the bot")
-    sandbox.state.add_comment(REPO, number, "alice", "")
-    plain = await source.list_comments(_issue_key(number))
-    models = [to_comment(c) for c in await source._raw_comments(_issue_key(number))]
-    assert plain == sorted(models, key=lambda c: (c.created_at, int(c.id)))
-    assert [c.body for c in plain] == ["**markdown** ✓ and\nlines", "from the bot", ""]
-    assert [c.author for c in plain] == ["alice", "coding-bot", "alice"]
-    assert all(c.created_at.utcoffset() is not None and c.created_at.utcoffset().total_seconds() == 0 for c in plain)
-
-
-async def test_the_checkpoint_listing_is_retried_and_fails_as_githubkit_calls_do(
-    sandbox: GitHubSandbox, source: GitHubSource
-) -> None:
-    number = sandbox.state.create_issue(REPO, "flaky comments")
-    sandbox.state.add_comment(REPO, number, "alice", "hello")
-    sandbox.faults.add(Fault(pattern=rf"GET /repos/{REPO}/issues/{number}/comments$", count=2, status=503))
-    assert [c.body for c in await source.list_comments(_issue_key(number))] == ["hello"]
-    assert [r.status for r in sandbox.state.requests()] == [503, 503, 200]
-    assert sandbox.state.requests()[-1].login == "coding-bot"
-
-    sandbox.state.clear_requests()
-    with pytest.raises(GitHubNotFoundError) as failure:
-        await source.list_comments(_issue_key(9999))
-    assert f"GET /repos/{REPO}/issues/9999/comments" in str(failure.value) and TOKEN not in str(failure.value)
-    assert len(sandbox.state.requests()) == 1  # a 404 is not retried
-
-
-def test_the_checkpoint_listing_sends_the_request_githubkit_sends() -> None:
-    """Same headers (auth, user agent, accept, API version) and query as githubkit's own
-    call of the endpoint: seen by a server that records them."""
-    import asyncio
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    seen: list[tuple[str, dict[str, str]]] = []
-
-    class Recorder(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"[]")
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/api/v3"
-    config = GitHubConfig(api_url=url, token=SecretStr(TOKEN), owner="acme", bot_name="coding-bot")
-
-    async def both() -> None:
-        github = GitHubSource(config, RetryPolicy())
-        try:
-            assert await github.list_comments(_issue_key(7)) == []
-            assert await github._raw_comments(_issue_key(7)) == []
-        finally:
-            await github.aclose()
-
-    try:
-        asyncio.run(both())
-    finally:
-        server.shutdown()
-    (plain_path, plain), (kit_path, kit) = seen
-    assert plain_path == kit_path == f"/api/v3/repos/{REPO}/issues/7/comments?per_page=100&page=1"
-    assert plain == kit and plain["authorization"].endswith(TOKEN) and "x-github-api-version" in plain
 
 
 async def test_assignees_and_labels_are_never_served_stale(sandbox: GitHubSandbox, source: GitHubSource) -> None:
@@ -546,9 +470,7 @@ async def test_connection_refused_is_transient() -> None:
     try:
         with pytest.raises(TransientError, match="connection error") as failure:
             await github.discover()
-        with pytest.raises(TransientError, match="connection error") as listing:  # the plain read path
-            await github.list_comments(_issue_key(1))
     finally:
         await github.aclose()
-    assert len(sleep.waits) == 4 and time.monotonic() - started < 10
-    assert TOKEN not in str(failure.value) + str(listing.value)
+    assert len(sleep.waits) == 2 and time.monotonic() - started < 10
+    assert TOKEN not in str(failure.value)

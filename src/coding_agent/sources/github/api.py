@@ -27,7 +27,6 @@ from coding_agent.sources.github.mapping import (
     MAX_BODY_LENGTH,
     MAX_TITLE_LENGTH,
     build_search_query,
-    comment_from_json,
     comment_id as parse_comment_id,
     given,
     logins,
@@ -162,9 +161,7 @@ class GitHubSource:
         )
 
     async def list_comments(self, key: TaskKey) -> list[Comment]:
-        # Every steering checkpoint asks this: the plain path, converted once per page body.
-        path = f"/repos/{key.project}/issues/{key.number}/comments"
-        result = await self._http.get_plain_pages(path, comment_from_json)
+        result = [to_comment(c) for c in await self._raw_comments(key)]
         return sorted(result, key=lambda c: (c.created_at, int(c.id)))
 
     async def list_threads(self, key: TaskKey) -> list[Thread]:

@@ -1,8 +1,7 @@
 """The GitHub request path: githubkit over the shared `CachingTransport`, under the retry policy.
 
-Every call goes through `call` (reads and idempotent writes: `retry_async`), `create`
-(a POST that creates something: `write_once`, which checks before it retries) or, for
-the one hot read, `get_plain_pages` (below; `retry_async` too). 5xx,
+Every call goes through `call` (reads and idempotent writes: `retry_async`) or `create`
+(a POST that creates something: `write_once`, which checks before it retries). 5xx,
 429, a rate-limit 403, timeouts and dropped connections become `TransientError` (with
 the server's wait hint); anything else is a `ForgeError` naming the method, path and
 status, never the token.
@@ -16,14 +15,6 @@ A list page whose body is byte for byte the one parsed last time (the usual answ
 steering checkpoint's comment listing: a 304, served from that cache) is not parsed
 again: githubkit's pydantic parse of a page of comments costs more than the rest of the
 request, and it ran at every checkpoint.
-
-The one read every steering checkpoint makes (the task's comments, SPEC 8.1) goes past
-githubkit (`get_plain_pages`): through one long-lived httpx client built from
-githubkit's own client settings (auth, headers, base URL) with the REST version header
-githubkit sends, on the same transport, so the wire request is the same; its answers
-are plain JSON, converted by the caller once per page body. githubkit's per-call
-client, request models and response wrapper cost about as much host time as the rest
-of a step's steering. Errors are translated exactly as for githubkit's calls.
 """
 
 from __future__ import annotations
@@ -78,25 +69,11 @@ def _error_detail(response: httpx.Response) -> str:
     return detail[:200]
 
 
-def has_next_page(response: Response[Any] | httpx.Response, count: int) -> bool:
+def has_next_page(response: Response[Any], count: int) -> bool:
     """A `rel="next"` link, or a full page (in case a cached page kept an old Link)."""
     if count == 0:
         return False
     return bool(_NEXT_LINK.search(response.headers.get("link", ""))) or count >= PER_PAGE
-
-
-def _converted_page(response: httpx.Response, convert: Callable[[dict[str, Any]], T], path: str) -> tuple[list[T], int]:
-    """A list page's objects as `convert` makes them, and how many items the page held."""
-    try:
-        answer = response.json()
-    except ValueError:
-        answer = None
-    if not isinstance(answer, list):
-        raise ForgeError(f"github GET {path}: unexpected response shape")
-    try:
-        return [convert(item) for item in answer if isinstance(item, dict)], len(answer)
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise ForgeError(f"github GET {path}: unexpected response shape") from None
 
 
 class GitHubClient:
@@ -118,11 +95,6 @@ class GitHubClient:
         )
         # "path?page=n" -> (the body as received, what it parsed to): see the module's doc.
         self._pages: OrderedDict[str, tuple[bytes, Any]] = OrderedDict()
-        # githubkit's own settings for the client it would open per call (a private method
-        # of githubkit's: if it goes, the tests of the comment listing fail at once).
-        self._plain = httpx.AsyncClient(**self._github._get_client_defaults(), transport=self._transport)
-        self._plain_headers = {"X-GitHub-Api-Version": self._github.rest.issues._REST_API_VERSION}
-        self._plain_requests: dict[str, tuple[httpx.URL, httpx.Headers]] = {}
 
     @property
     def rest(self) -> RestVersionSwitcher:
@@ -158,30 +130,6 @@ class GitHubClient:
             if isinstance(error.exc, httpx.TransportError):
                 raise TransientError(f"{what} failed: connection error ({cause})") from None
             raise ForgeError(f"{what} failed: {cause}") from None
-
-    async def _plain_get(self, path: str, params: dict[str, Any]) -> httpx.Response:
-        """One GET past githubkit, its failures translated as `_attempt` does githubkit's."""
-        what = f"github GET {path}"
-        key = f"{path}?{params}"
-        built = self._plain_requests.get(key)
-        if built is None:
-            # httpx's merge of base URL, query and headers, made once per URL: it cost
-            # more than the rest of the request. The auth header is added by `send`.
-            template = self._plain.build_request("GET", path, params=params, headers=self._plain_headers)
-            built = self._plain_requests[key] = (template.url, template.headers)
-            if len(self._plain_requests) > PARSED_PAGES:
-                del self._plain_requests[next(iter(self._plain_requests))]
-        try:
-            response = await self._plain.send(httpx.Request("GET", built[0], headers=built[1]))
-        except httpx.TimeoutException:
-            raise TransientError(f"{what} timed out") from None
-        except httpx.TransportError as error:
-            raise TransientError(f"{what} failed: connection error ({type(error).__name__})") from None
-        except Exception as error:
-            raise ForgeError(f"{what} failed: {type(error).__name__}") from None
-        if response.is_error:
-            raise self._failure("GET", path, response)
-        return response
 
     async def call(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
         """One REST call with the retry policy (for reads and idempotent writes)."""
@@ -237,38 +185,11 @@ class GitHubClient:
             parsed: list[T] = cached[1]
             return parsed
         parsed = self.data(response, "GET", path)
-        self._remember_page(key, body, parsed)
-        return parsed
-
-    def _remember_page(self, key: str, body: bytes, parsed: Any) -> None:
         self._pages[key] = (body, parsed)
         self._pages.move_to_end(key)
         while len(self._pages) > PARSED_PAGES:
             self._pages.popitem(last=False)
-
-    async def get_plain_pages(self, path: str, convert: Callable[[dict[str, Any]], T]) -> list[T]:
-        """Every page of a list endpoint, past githubkit (see the module's doc), each JSON
-        object as `convert` makes it; a page whose body is unchanged is not converted again,
-        so what `convert` returns is shared between calls and must not be changed."""
-        items: list[T] = []
-        page = 1
-        while True:
-            params = {"per_page": PER_PAGE, "page": page}
-            response = await retry_async(
-                lambda: self._plain_get(path, params), self._retry, f"github GET {path}", sleep=self._sleep
-            )
-            key, body = f"plain {path}?page={page}", response.content
-            cached = self._pages.get(key)
-            if cached is not None and cached[0] == body:
-                self._pages.move_to_end(key)
-                chunk, count = cached[1]
-            else:
-                chunk, count = _converted_page(response, convert, path)
-                self._remember_page(key, body, (chunk, count))
-            items.extend(chunk)
-            if not has_next_page(response, count):
-                return items
-            page += 1
+        return parsed
 
     async def get_json(self, path: str, send: Callable[[], Awaitable[Response[Any]]]) -> Any:
         """A GET read as plain JSON: for answers githubkit's models do not cover whole."""
@@ -296,5 +217,4 @@ class GitHubClient:
             page += 1
 
     async def aclose(self) -> None:
-        await self._plain.aclose()  # the shared transport ignores it: the pool closes below
         await self._transport.close_pool()

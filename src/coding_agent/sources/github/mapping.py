@@ -7,7 +7,6 @@ means for a `Task`, a `Comment` or a `Permission`, and the one search query of a
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from githubkit.utils import UNSET
@@ -24,7 +23,6 @@ __all__ = [
     "MAX_TITLE_LENGTH",
     "author",
     "build_search_query",
-    "comment_from_json",
     "comment_id",
     "given",
     "label_names",
@@ -114,21 +112,6 @@ def to_comment(c: Any, thread_id: str | None = None) -> Comment:
         body=strip_marker(given(c.body) or ""),
         created_at=c.created_at,
         thread_id=thread_id,
-    )
-
-
-def comment_from_json(data: dict[str, Any]) -> Comment:
-    """`to_comment` of an issue comment read as plain JSON (the checkpoints' listing,
-    client.get_plain_pages): the same `Comment` githubkit's model would give."""
-    user = data.get("user")
-    created = data["created_at"]
-    if not isinstance(created, str):
-        raise ValueError("created_at is not a string")
-    return Comment(
-        id=str(data["id"]),
-        author=str(user["login"]) if isinstance(user, dict) else "ghost",
-        body=strip_marker(data.get("body") or ""),
-        created_at=datetime.fromisoformat(created),
     )
 
 
