@@ -6,20 +6,34 @@ and `import _common` works without packaging the benchmarks.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import multiprocessing
 import os
 import platform
 import statistics
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from coding_agent.domain.tasks import Forge, TaskKey, TaskKind
 from coding_agent.testing.github import GitHubState
 from coding_agent.testing.gitlab import GitLabState
 
-__all__ = ["summary_ms", "percentile", "emit", "seed_github", "seed_gitlab", "open_labelled_issues", "TRIGGER_LABEL"]
+__all__ = [
+    "summary_ms",
+    "percentile",
+    "emit",
+    "seed_github",
+    "seed_gitlab",
+    "open_labelled_issues",
+    "ServerProcess",
+    "TRIGGER_LABEL",
+]
 
 TRIGGER_LABEL = "coding agent"
 
@@ -89,3 +103,56 @@ def open_labelled_issues(
         state.add_label(project, number, TRIGGER_LABEL, actor=author)
         keys.append(TaskKey(forge, project, TaskKind.ISSUE, number))
     return keys
+
+
+class ServerProcess:
+    """The sandbox servers a benchmark talks to, in a child process (or, `in_process`, a
+    thread of this one).
+
+    In real use the forge and the model are remote; in the measured process their server
+    threads would compete with the host for the GIL and show up as its overhead or its
+    event loop's lag. `serve(conn)`, a module-level function (the child is spawned),
+    starts the servers, sends one first message (their URLs, as a dict), then answers
+    each message it receives until `("stop",)`.
+    """
+
+    def __init__(self, serve: Callable[[Connection], None], in_process: bool = False) -> None:
+        self._conn, child_conn = multiprocessing.Pipe()
+        self._runner: threading.Thread | BaseProcess
+        if in_process:
+            self._runner = threading.Thread(target=serve, args=(child_conn,), daemon=True)
+        else:
+            context = multiprocessing.get_context("spawn")
+            self._runner = context.Process(target=serve, args=(child_conn,), daemon=True)
+        self._lock = threading.Lock()
+        self.urls: dict[str, str] = {}
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None in process): what a CPU count of the host leaves out."""
+        return self._runner.pid if isinstance(self._runner, BaseProcess) else None
+
+    def __enter__(self) -> ServerProcess:
+        self._runner.start()
+        try:
+            if not self._conn.poll(60):
+                raise SystemExit("the sandbox servers did not start within 60 s")
+            self.urls = self._conn.recv()
+        except EOFError:
+            raise SystemExit("the sandbox servers' process ended before it started them") from None
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._lock:
+            self._conn.send(("stop",))
+        self._runner.join(timeout=30)
+
+    def ask(self, *message: Any) -> Any:
+        """Send `message`, return the answer (one question at a time)."""
+        with self._lock:
+            self._conn.send(message)
+            return self._conn.recv()
+
+    async def ask_async(self, *message: Any) -> Any:
+        """`ask` from an event loop, the wait in a thread (the loop goes on meanwhile)."""
+        return await asyncio.to_thread(self.ask, *message)

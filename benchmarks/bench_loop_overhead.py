@@ -40,22 +40,19 @@ import functools
 import importlib
 import inspect
 import logging
-import multiprocessing
 import re
 import statistics
 import tempfile
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import emit, open_labelled_issues, seed_github, summary_ms
+from _common import ServerProcess, emit, open_labelled_issues, seed_github, summary_ms
 
 import coding_agent.agent.runner as runner_module
 from coding_agent.agent.loop import Checkpoint, Decision, LoopOutcome, NoSteering, Steering
@@ -354,41 +351,18 @@ def _report(forge: GitHubSandbox, number: int) -> dict[str, Any]:
     }
 
 
-class Servers:
-    """The forge and the model, in a child process or (`in_process`) in threads of this one."""
+class Servers(ServerProcess):
+    """The forge and the model (`serve_forge_and_model`), in a child process or in threads."""
 
     def __init__(self, in_process: bool) -> None:
-        self._conn, child_conn = multiprocessing.Pipe()
-        self._runner: threading.Thread | BaseProcess
-        if in_process:
-            self._runner = threading.Thread(target=serve_forge_and_model, args=(child_conn,), daemon=True)
-        else:
-            context = multiprocessing.get_context("spawn")
-            self._runner = context.Process(target=serve_forge_and_model, args=(child_conn,), daemon=True)
-        self.urls: dict[str, str] = {}
-
-    def __enter__(self) -> Servers:
-        self._runner.start()
-        try:
-            if not self._conn.poll(60):
-                raise SystemExit("the sandbox servers did not start within 60 s")
-            self.urls = self._conn.recv()
-        except EOFError:
-            raise SystemExit("the sandbox servers' process ended before it started them") from None
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._conn.send(("stop",))
-        self._runner.join(timeout=30)
+        super().__init__(serve_forge_and_model, in_process)
 
     def open_task(self, script: dict[str, Any]) -> int:
-        self._conn.send(("task", script))
-        number: int = self._conn.recv()
+        number: int = self.ask("task", script)
         return number
 
     def report(self, number: int) -> dict[str, Any]:
-        self._conn.send(("report", number))
-        outcome: dict[str, Any] = self._conn.recv()
+        outcome: dict[str, Any] = self.ask("report", number)
         return outcome
 
 

@@ -10,10 +10,16 @@ while they run, and how soon a task labelled while another runs is picked up.
    second is labelled; the time from the label to the second task's first model
    request. Target: under one poll interval + 1 s.
 4. CPU-seconds per task until every task's first model request (this process, its
-   live descendants and its reaped children; less sensitive to other load than wall
-   time): what a task pays before it starts working. Budget: about 0.1 CPU-s.
+   live descendants and its reaped children, the servers' process left out; less
+   sensitive to other load than wall time): what a task pays before it starts working.
+   Budget: about 0.1 CPU-s.
 
-Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--no-mirror]`
+The forge and the model run in a child process (`_common.ServerProcess`), as a remote
+forge and model would: in this process their threads (and the forge's `git
+http-backend` children) would compete with the agent for the GIL and the CPU count, and
+show up as the agent's event-loop lag. `--servers-in-process` keeps them in threads here.
+
+Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--no-mirror] [--servers-in-process]`
 (`--no-mirror`: `workspace.mirror: false`, every run cloning from the forge)
 """
 
@@ -27,7 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import emit, percentile
+from multiprocessing.connection import Connection
+
+from _common import ServerProcess, emit, percentile
 
 from coding_agent.config import AgentConfig, parse_config
 from coding_agent.runtime.service import AgentService
@@ -38,6 +46,7 @@ REPO = "bench/runtime"
 BOT = "bench-bot"
 TOKEN = "ghp_" + "BenchRuntimeToken0123456789abcdef"
 MIRROR = True
+SERVERS_IN_PROCESS = False
 
 
 def _script(latency: float) -> dict[str, Any]:
@@ -58,11 +67,39 @@ def _sandbox() -> GitHubSandbox:
     return sandbox
 
 
-def _config(directory: Path, sandbox: GitHubSandbox, model: ReplaySandbox, **extra: Any) -> AgentConfig:
+def serve_forge_and_model(conn: Connection) -> None:
+    """The sandbox GitHub and the replay model, answering the benchmark's messages:
+
+    `("load", script)` a new script and a clean request log; `("open", title, count)`
+    labelled issues; `("conversations", n)` answers once the model has seen `n` (polled
+    here, so the measured process only waits); `("stop",)` ends.
+    """
+    sandbox = _sandbox()
+    try:
+        with ReplaySandbox({"replies": []}) as model:
+            conn.send({"forge_url": sandbox.url, "model_url": model.openai_base_url})
+            while (message := conn.recv())[0] != "stop":
+                if message[0] == "load":
+                    model.model.load(message[1])
+                    conn.send(None)
+                elif message[0] == "open":
+                    for n in range(message[2]):
+                        number = sandbox.state.create_issue(REPO, f"{message[1]} {n}", "Write the files.", author="maintainer")
+                        sandbox.state.add_label(REPO, number, "coding agent", actor="maintainer")
+                    conn.send(None)
+                else:
+                    while len({r.conversation for r in model.requests}) < message[1]:
+                        time.sleep(0.005)
+                    conn.send(None)
+    finally:
+        sandbox.stop()
+
+
+def _config(directory: Path, urls: dict[str, str], **extra: Any) -> AgentConfig:
     data: dict[str, Any] = {
         "task_source": ["github"],
-        "github": {"api_url": sandbox.url, "token": TOKEN, "owner": "bench", "bot_name": BOT},
-        "llm": {"provider": "openai", "openai": {"model": "replay", "base_url": model.openai_base_url, "api_key": "k"}},
+        "github": {"api_url": urls["forge_url"], "token": TOKEN, "owner": "bench", "bot_name": BOT},
+        "llm": {"provider": "openai", "openai": {"model": "replay", "base_url": urls["model_url"], "api_key": "k"}},
         "workspace": {"base_dir": str(directory / "workspaces"), "mirror": MIRROR},
         "context_storage": {"base_dir": str(directory / "contexts")},
         "database": {"url": f"sqlite:///{directory / 'state.db'}"},
@@ -84,8 +121,11 @@ async def _lag_sampler(samples: list[float], stop: asyncio.Event) -> None:
         samples.append(loop.time() - before - 0.01)
 
 
-def _tree_cpu_seconds() -> float:
-    """CPU time of this process, its live descendants and the children it reaped."""
+def _tree_cpu_seconds(leave_out: int | None) -> float:
+    """CPU time of this process, its live descendants and the children it reaped, but
+    for the process `leave_out` (the servers') and its descendants. (A servers' process
+    is reaped only after its measurement; an earlier one's CPU, in this process's
+    reaped-children time, is the same at the start and at the end of a measurement.)"""
     tick = os.sysconf("SC_CLK_TCK")
     stats: dict[int, list[str]] = {}
     for entry in os.scandir("/proc"):
@@ -98,7 +138,7 @@ def _tree_cpu_seconds() -> float:
     me = os.getpid()
     tree, changed = {me}, True
     while changed:
-        found = {pid for pid, fields in stats.items() if int(fields[1]) in tree} - tree
+        found = {pid for pid, fields in stats.items() if int(fields[1]) in tree and pid != leave_out} - tree
         tree |= found
         changed = bool(found)
     total = 0
@@ -108,74 +148,65 @@ def _tree_cpu_seconds() -> float:
     return total / tick
 
 
-async def _first_requests_cpu(model: ReplaySandbox, tasks: int, started_cpu: float) -> float:
+async def _first_requests_cpu(servers: ServerProcess, tasks: int, started_cpu: float) -> float:
     """CPU-seconds per task spent until every task has sent its first model request."""
-    while len({r.conversation for r in model.requests}) < tasks:
-        await asyncio.sleep(0.01)
-    return (_tree_cpu_seconds() - started_cpu) / tasks
+    await servers.ask_async("conversations", tasks)
+    return (_tree_cpu_seconds(servers.pid) - started_cpu) / tasks
 
 
-async def _once(tasks: int, latency: float) -> tuple[float, list[float], float]:
+async def _once(servers: ServerProcess, tasks: int, latency: float) -> tuple[float, list[float], float]:
+    """`tasks` labelled issues worked at once by one `run --once` cycle with as many slots."""
+    await servers.ask_async("load", _script(latency))
+    await servers.ask_async("open", "Task", tasks)
     with tempfile.TemporaryDirectory() as scratch:
-        sandbox = _sandbox()
-        try:
-            for n in range(tasks):
-                number = sandbox.state.create_issue(REPO, f"Task {n}", "Write the files.", author="maintainer")
-                sandbox.state.add_label(REPO, number, "coding agent", actor="maintainer")
-            with ReplaySandbox(_script(latency)) as model:
-                service = AgentService(_config(Path(scratch), sandbox, model, workers=tasks))
-                samples: list[float] = []
-                stop = asyncio.Event()
-                sampler = asyncio.create_task(_lag_sampler(samples, stop))
-                first = asyncio.create_task(_first_requests_cpu(model, tasks, _tree_cpu_seconds()))
-                started = time.perf_counter()
-                report = await service.run_cycle()
-                elapsed = time.perf_counter() - started
-                stop.set()
-                await sampler
-                await service.aclose()
-            assert [r.status for r in report.results] == ["done"] * tasks, report
-            return elapsed, samples, await first
-        finally:
-            sandbox.stop()
+        service = AgentService(_config(Path(scratch), servers.urls, workers=tasks))
+        samples: list[float] = []
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(_lag_sampler(samples, stop))
+        first = asyncio.create_task(_first_requests_cpu(servers, tasks, _tree_cpu_seconds(servers.pid)))
+        started = time.perf_counter()
+        report = await service.run_cycle()
+        elapsed = time.perf_counter() - started
+        stop.set()
+        await sampler
+        await service.aclose()
+    assert [r.status for r in report.results] == ["done"] * tasks, report
+    return elapsed, samples, await first
 
 
-async def _pickup(latency: float, interval: float) -> float:
+async def _pickup(servers: ServerProcess, latency: float, interval: float) -> float:
+    """`serve` with two slots: a long task runs; a second is labelled; until it starts."""
+    await servers.ask_async("load", _script(latency))
+    await servers.ask_async("open", "Long", 1)
     with tempfile.TemporaryDirectory() as scratch:
-        sandbox = _sandbox()
-        try:
-            state = sandbox.state
-            long = state.create_issue(REPO, "Long", "Write the files.", author="maintainer")
-            state.add_label(REPO, long, "coding agent", actor="maintainer")
-            with ReplaySandbox(_script(latency)) as model:
-                config = _config(Path(scratch), sandbox, model, workers=2, scheduling={"interval_seconds": interval})
-                service = AgentService(config)
-                stop = asyncio.Event()
-                serving = asyncio.create_task(service.serve(stop))
-                while not model.requests:
-                    await asyncio.sleep(0.01)
-                labelled = time.perf_counter()
-                second = state.create_issue(REPO, "Second", "Write the files.", author="maintainer")
-                state.add_label(REPO, second, "coding agent", actor="maintainer")
-                while len({r.conversation for r in model.requests}) < 2:
-                    await asyncio.sleep(0.01)
-                picked = time.perf_counter() - labelled
-                stop.set()
-                await serving
-                await service.aclose()
-            return picked
-        finally:
-            sandbox.stop()
+        config = _config(Path(scratch), servers.urls, workers=2, scheduling={"interval_seconds": interval})
+        service = AgentService(config)
+        stop = asyncio.Event()
+        serving = asyncio.create_task(service.serve(stop))
+        await servers.ask_async("conversations", 1)
+        labelled = time.perf_counter()
+        await servers.ask_async("open", "Second", 1)
+        await servers.ask_async("conversations", 2)
+        picked = time.perf_counter() - labelled
+        stop.set()
+        await serving
+        await service.aclose()
+    return picked
 
 
 async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
-    one, _, one_cpu = await _once(1, latency)
-    many, lag, many_cpu = await _once(tasks, latency)
-    pickup = await _pickup(latency * 4, interval)
+    # A fresh forge and model for each measurement: issues and conversations start empty.
+    with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
+        one, _, one_cpu = await _once(servers, 1, latency)
+    with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
+        many, lag, many_cpu = await _once(servers, tasks, latency)
+    with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
+        pickup = await _pickup(servers, latency * 4, interval)
     return {
         "benchmark": "runtime",
         "reply_latency_s": latency,
         "workspace_mirror": MIRROR,
+        "servers": "in this process" if SERVERS_IN_PROCESS else "a child process",
         "one_task_s": round(one, 3),
         f"{tasks}_tasks_s": round(many, 3),
         "ratio": round(many / one, 3),
@@ -198,6 +229,8 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--interval", type=float, default=2.0)
     parser.add_argument("--no-mirror", action="store_true", help="workspace.mirror: false")
+    parser.add_argument("--servers-in-process", action="store_true", help="the forge and the model in threads here")
     options = parser.parse_args()
     MIRROR = not options.no_mirror
+    SERVERS_IN_PROCESS = options.servers_in_process
     emit(asyncio.run(main(options.tasks, options.latency, options.interval)))
