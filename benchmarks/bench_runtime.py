@@ -154,8 +154,10 @@ async def _first_requests_cpu(servers: ServerProcess, tasks: int, started_cpu: f
     return (_tree_cpu_seconds(servers.pid) - started_cpu) / tasks
 
 
-async def _once(servers: ServerProcess, tasks: int, latency: float) -> tuple[float, list[float], float]:
-    """`tasks` labelled issues worked at once by one `run --once` cycle with as many slots."""
+async def _once(servers: ServerProcess, tasks: int, latency: float) -> tuple[float, list[float], float, float]:
+    """`tasks` labelled issues worked at once by one `run --once` cycle with as many slots:
+    wall seconds, the loop's lag samples, CPU-s per task before the first model requests,
+    and the agent's CPU-s for the whole cycle."""
     await servers.ask_async("load", _script(latency))
     await servers.ask_async("open", "Task", tasks)
     with tempfile.TemporaryDirectory() as scratch:
@@ -164,14 +166,14 @@ async def _once(servers: ServerProcess, tasks: int, latency: float) -> tuple[flo
         stop = asyncio.Event()
         sampler = asyncio.create_task(_lag_sampler(samples, stop))
         first = asyncio.create_task(_first_requests_cpu(servers, tasks, _tree_cpu_seconds(servers.pid)))
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), _tree_cpu_seconds(servers.pid)
         report = await service.run_cycle()
-        elapsed = time.perf_counter() - started
+        elapsed, cycle_cpu = time.perf_counter() - started, _tree_cpu_seconds(servers.pid) - started_cpu
         stop.set()
         await sampler
         await service.aclose()
     assert [r.status for r in report.results] == ["done"] * tasks, report
-    return elapsed, samples, await first
+    return elapsed, samples, await first, cycle_cpu
 
 
 async def _pickup(servers: ServerProcess, latency: float, interval: float) -> float:
@@ -194,12 +196,28 @@ async def _pickup(servers: ServerProcess, latency: float, interval: float) -> fl
     return picked
 
 
+def _process_cpu_seconds(pid: int | None) -> float:
+    """CPU time of process `pid` and its reaped children (0 without one)."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
+    # A task first that is not counted: this process's first run imports what runs need
+    # (the model client, the MCP server, ...), which would make the one-task time look
+    # slower and the ratio better than they are.
+    with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
+        await _once(servers, 1, 0.0)
     # A fresh forge and model for each measurement: issues and conversations start empty.
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
-        one, _, one_cpu = await _once(servers, 1, latency)
+        one, _, one_cpu, one_cycle_cpu = await _once(servers, 1, latency)
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
-        many, lag, many_cpu = await _once(servers, tasks, latency)
+        servers_cpu = _process_cpu_seconds(servers.pid)
+        many, lag, many_cpu, many_cycle_cpu = await _once(servers, tasks, latency)
+        servers_cpu = _process_cpu_seconds(servers.pid) - servers_cpu
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
         pickup = await _pickup(servers, latency * 4, interval)
     return {
@@ -220,6 +238,10 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
         "pickup_while_busy_s": round(pickup, 3),
         "pickup_target_s": interval + 1,
         "cpu_s_per_task_before_first_request": {"one_task": round(one_cpu, 3), f"{tasks}_tasks": round(many_cpu, 3)},
+        "agent_cpu_s_per_task": {"one_task": round(one_cycle_cpu, 3), f"{tasks}_tasks": round(many_cycle_cpu / tasks, 3)},
+        # On this machine the forge (API, git http-backend) and the model share the
+        # agent's cores; in real use they are remote. What they took during the N tasks:
+        f"servers_cpu_s_during_{tasks}_tasks": round(servers_cpu, 3) if servers.pid else None,
     }
 
 
