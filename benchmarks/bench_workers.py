@@ -42,7 +42,7 @@ from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.services import amqp_url, fresh_postgres_database, postgres_admin_url, reachable
+from coding_agent.testing.services import amqp_url, delete_queues, fresh_postgres_database, postgres_admin_url, reachable
 
 REPO = "bench/workers"
 BOT = "bench-bot"
@@ -86,16 +86,6 @@ async def _queue_all(config_path: Path) -> int:
         return len((await service.producer.cycle(await service.queue())).enqueued)
     finally:
         await service.aclose()
-
-
-async def _delete_queues(name: str) -> None:
-    import aio_pika
-
-    connection = await aio_pika.connect_robust(amqp_url())
-    async with connection:
-        channel = await connection.channel()
-        for queue in (name, f"{name}.dead"):
-            await channel.queue_delete(queue)
 
 
 def _work(processes: int, tasks: int, slots: int, latency: float) -> dict[str, Any]:
@@ -144,7 +134,7 @@ def _work(processes: int, tasks: int, slots: int, latency: float) -> dict[str, A
                 cpu = _children_cpu() - cpu_before
         finally:
             sandbox.stop()
-            asyncio.run(_delete_queues(queue))
+            asyncio.run(delete_queues(queue))
     keys = [run.task_key for run in runs]
     assert len(keys) == len(set(keys)) == tasks and {run.status for run in runs} == {"done"}, "each task done once"
     per_process: dict[str, int] = {}

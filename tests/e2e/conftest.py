@@ -27,7 +27,7 @@ from coding_agent.sources.writes import strip_marker
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.gitlab import GitLabSandbox
 from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.services import amqp_url, fresh_postgres_database, postgres_admin_url, reachable
+from coding_agent.testing.services import amqp_url, delete_queues, fresh_postgres_database, postgres_admin_url, reachable
 
 # Random strings no built-in redaction pattern matches (no ghp_/glpat-/sk- shapes): a
 # test that finds none of them anywhere proves the configured secrets are masked, not
@@ -170,17 +170,7 @@ def distributed() -> Iterator[tuple[str, str]]:
     name = f"coding-agent.test.{uuid.uuid4().hex[:10]}"
     with fresh_postgres_database() as url:
         yield url, name
-    asyncio.run(_delete_queues(name))
-
-
-async def _delete_queues(name: str) -> None:
-    import aio_pika
-
-    connection = await aio_pika.connect_robust(amqp_url())
-    async with connection:
-        channel = await connection.channel()
-        for queue in (name, f"{name}.dead"):
-            await channel.queue_delete(queue)
+    asyncio.run(delete_queues(name))
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-__all__ = ["postgres_admin_url", "amqp_url", "reachable", "fresh_postgres_database"]
+__all__ = ["postgres_admin_url", "amqp_url", "reachable", "fresh_postgres_database", "delete_queues"]
 
 
 def postgres_admin_url() -> str:
@@ -52,3 +52,14 @@ def fresh_postgres_database() -> Iterator[str]:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+async def delete_queues(name: str) -> None:
+    """Delete the queue `name` and its dead-letter queue from the test RabbitMQ."""
+    import aio_pika
+
+    connection = await aio_pika.connect_robust(amqp_url())
+    async with connection:
+        channel = await connection.channel()
+        for queue in (name, f"{name}.dead"):
+            await channel.queue_delete(queue)
