@@ -32,3 +32,12 @@ def test_importing_leaves_the_heavy_libraries_out(module: str) -> None:
 def test_a_run_imports_only_the_configured_models_sdk() -> None:
     loaded = _loaded_after("import coding_agent.llm.factory")
     assert "openai" not in loaded and "ollama" not in loaded
+
+
+def test_a_poll_imports_the_mcp_sdk_only_when_a_run_starts_its_tools() -> None:
+    """`run --once` from cron mostly finds nothing to do: the service, its runner and the
+    preflight load without the MCP SDK (about a second of CPU); a run imports it as it
+    starts the task's tools, and `doctor` in its MCP server check."""
+    loaded = _loaded_after("import coding_agent.cli.serving, coding_agent.runtime.service, coding_agent.runtime.checks")
+    assert "coding_agent" in loaded
+    assert "mcp" not in loaded
