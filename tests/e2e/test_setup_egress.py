@@ -65,11 +65,14 @@ def index() -> Iterator[PackageIndex]:
         yield served
 
 
-def _setup_script(index: PackageIndex, marker: str = MARKER) -> str:
+def _setup_script(index: PackageIndex, marker: str = MARKER, retries: int | None = None) -> str:
+    """`retries`: pip's own retries of a failed connection (default 5, with backoff: about
+    8 s of waiting when the proxy refuses, which tells nothing more than the first refusal)."""
+    retry = "" if retries is None else f"--retries {retries} "
     return (
         "set -e\n"
         f"echo {marker}\n"
-        f"{PYTHON} -m pip install --disable-pip-version-check --no-cache-dir --index-url {index.simple_url} "
+        f"{PYTHON} -m pip install --disable-pip-version-check --no-cache-dir {retry}--index-url {index.simple_url} "
         "--target .deps tinypkg\n"
     )
 
@@ -166,7 +169,7 @@ def test_empty_allow_list_fails_setup_cleanly_and_the_model_is_told(
     github_forge: GitHubForge, index: PackageIndex, tmp_path: Path
 ) -> None:
     state = github_forge.sandbox.state
-    state.init_repo(REPO, files={"README.md": "# widgets\n", SCRIPT_PATH: _setup_script(index)})
+    state.init_repo(REPO, files={"README.md": "# widgets\n", SCRIPT_PATH: _setup_script(index, retries=1)})
     number = github_forge.open_task("issue", "Use tinypkg", "Check that tinypkg imports.")
     with ReplaySandbox({"replies": [{"done": "Could not install."}]}) as model:
         setup = _config(tmp_path, github_forge, model, [], [])

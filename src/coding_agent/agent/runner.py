@@ -49,7 +49,6 @@ from coding_agent.prompts.prompting import render_system_prompt
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import retry_policy
-from coding_agent.tools.hub import ToolHub
 
 __all__ = ["TaskRunner", "RunResult", "IssueReporter"]
 
@@ -240,6 +239,10 @@ class TaskRunner:
         instructions = protocol.instructions()
         if planner is not None:
             instructions += "\n\n" + render_instructions(protocol.uses_native_tools, config.planning.max_actions)
+        # The MCP SDK (about a second of CPU to import) only when a run starts its tools:
+        # a poll that finds nothing to do never loads it (`run --once` from cron).
+        from coding_agent.tools.hub import ToolHub
+
         # SPEC 7.1: the egress proxy and the setup, before the servers and the first request.
         async with RunEnvironment(config, source, task, workspace, self._redactor) as environment, ToolHub(
             environment.servers(config.mcp_servers), config.tools, workspace, self._redactor.secrets

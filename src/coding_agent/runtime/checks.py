@@ -31,7 +31,6 @@ from coding_agent.agent.environment import describe_egress
 from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServerConfig
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.tools.hub import ToolHub
 from coding_agent.tools.sandbox import bwrap_usable
 
 __all__ = ["Check", "forge_checks", "llm_check", "preflight", "run_doctor"]
@@ -246,6 +245,8 @@ def _ollama_num_ctx(shown: Any) -> int | None:
 
 
 async def _mcp_server(config: AgentConfig, server: MCPServerConfig) -> Check:
+    from coding_agent.tools.hub import ToolHub  # the MCP SDK: doctor's check only, never the preflight
+
     name = f"mcp server {server.mcp_server_name}"
     with tempfile.TemporaryDirectory(prefix="coding-agent-doctor-") as workspace:
         async with ToolHub([server], config.tools, Path(workspace), config.secrets()) as hub:

@@ -18,16 +18,23 @@ import logging
 import threading
 import weakref
 from importlib import resources
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-__all__ = ["migrate", "schema_version", "head_version"]
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+__all__ = ["HEAD", "migrate", "schema_version", "head_version"]
+
+# The newest revision in migrations/versions/, known without loading Alembic: a store
+# already at it opens with one SELECT, and Alembic (with Mako and Pygments, about a tenth
+# of every process start: each `run --once`, `status`, `memory`) is imported only to
+# migrate. A new migration moves it; tests/unit/test_lazy_imports.py checks it is
+# Alembic's head.
+HEAD = "0002"
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +47,8 @@ _lock = threading.Lock()
 
 
 def _config() -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(resources.files("coding_agent.runtime") / "migrations"))
     return config
@@ -47,6 +56,8 @@ def _config() -> Config:
 
 def head_version() -> str:
     """The newest revision this code knows."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None
     return head
@@ -54,6 +65,8 @@ def head_version() -> str:
 
 def schema_version(engine: Engine) -> str | None:
     """The revision the database is at (None: never migrated, e.g. an unversioned one)."""
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
 
@@ -62,11 +75,25 @@ def migrate(engine: Engine) -> None:
     """Bring the database to the newest revision; cheap when it is there already."""
     with _lock:
         if engine not in _migrated:
-            _migrate(engine)
+            if not _at_head(engine):
+                _migrate(engine)
             _migrated.add(engine)
 
 
+def _at_head(engine: Engine) -> bool:
+    """The database is at `HEAD` already (read-only; False when unversioned or unsure)."""
+    try:
+        with engine.connect() as connection:
+            versions = connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    except (OperationalError, ProgrammingError):
+        return False  # no version table yet: a fresh (or a previous version's) database
+    return list(versions) == [HEAD]
+
+
 def _migrate(engine: Engine) -> None:
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
     config = _config()
     head = head_version()
     for attempt in range(_ATTEMPTS):
