@@ -29,12 +29,25 @@ if TYPE_CHECKING:
 
 __all__ = ["HEAD", "migrate", "schema_version", "head_version"]
 
-# The newest revision in migrations/versions/, known without loading Alembic: a store
-# already at it opens with one SELECT, and Alembic (with Mako and Pygments, about a tenth
-# of every process start: each `run --once`, `status`, `memory`) is imported only to
-# migrate. A new migration moves it; tests/unit/test_lazy_imports.py checks it is
-# Alembic's head.
-HEAD = "0002"
+
+
+def _newest_revision() -> str:
+    """The newest revision in migrations/versions/, from the file names alone.
+
+    Each migration is `NNNN_<what>.py` with revision "NNNN" (tests/unit/test_lazy_imports.py
+    checks that the newest is Alembic's head). Read from the directory, not written down
+    here: a constant forgotten at a new migration would leave every database one step
+    behind, since a store "at HEAD" is not migrated.
+    """
+    versions = resources.files("coding_agent.runtime") / "migrations" / "versions"
+    revisions = [entry.name[:4] for entry in versions.iterdir() if entry.name[:4].isdigit() and entry.name.endswith(".py")]
+    return max(revisions)
+
+
+# Known without loading Alembic: a store already at it opens with one SELECT, and Alembic
+# (with Mako and Pygments, about a tenth of every process start: each `run --once`,
+# `status`, `memory`) is imported only to migrate.
+HEAD = _newest_revision()
 
 log = logging.getLogger(__name__)
 
