@@ -8,7 +8,9 @@ while they run, and how soon a task labelled while another runs is picked up.
    records how late it wakes. Target: p99 under 50 ms.
 3. Pickup while busy: `serve` with two slots and a poll interval; a long task runs, a
    second is labelled; the time from the label to the second task's first model
-   request. Target: under one poll interval + 1 s.
+   request. Target: under one poll interval + 1 s. And the same with the label's
+   webhook (`issues` labeled, signed, POSTed to `/webhooks/github` of `serve`, polling
+   an hour apart): from the delivery to the first model request. Target: under 1 s.
 4. CPU-seconds per task until every task's first model request (this process, its
    live descendants and its reaped children, the servers' process left out; less
    sensitive to other load than wall time): what a task pays before it starts working.
@@ -30,22 +32,25 @@ import asyncio
 import os
 import tempfile
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from multiprocessing.connection import Connection
-
+import httpx
 from _common import ServerProcess, emit, percentile
 
 from coding_agent.config import AgentConfig, parse_config
 from coding_agent.runtime.service import AgentService
+from coding_agent.web.server import bind_socket, serving_http
 from coding_agent.testing.github import GitHubSandbox
+from coding_agent.testing.github.webhooks import GitHubWebhooks
 from coding_agent.testing.replay_model import ReplaySandbox
 
 REPO = "bench/runtime"
 BOT = "bench-bot"
 TOKEN = "ghp_" + "BenchRuntimeToken0123456789abcdef"
 MIRROR = True
+WEBHOOK_SECRET = "whsec-" + "bench0123456789abcdef"
 SERVERS_IN_PROCESS = False
 
 
@@ -87,6 +92,13 @@ def serve_forge_and_model(conn: Connection) -> None:
                         number = sandbox.state.create_issue(REPO, f"{message[1]} {n}", "Write the files.", author="maintainer")
                         sandbox.state.add_label(REPO, number, "coding agent", actor="maintainer")
                     conn.send(None)
+                elif message[0] == "open_by_webhook":  # (url, secret): labelled, then delivered
+                    number = sandbox.state.create_issue(REPO, "By webhook", "Write the files.", author="maintainer")
+                    sandbox.state.add_label(REPO, number, "coding agent", actor="maintainer")
+                    hooks = GitHubWebhooks(sandbox.state, sandbox.url)
+                    body = hooks.body(hooks.issues(REPO, number, "labeled", "maintainer", label="coding agent"))
+                    headers = hooks.headers("issues", body, message[2])
+                    conn.send(httpx.post(f"{message[1]}/webhooks/github", content=body, headers=headers).status_code)
                 else:
                     while len({r.conversation for r in model.requests}) < message[1]:
                         time.sleep(0.005)
@@ -205,6 +217,36 @@ def _process_cpu_seconds(pid: int | None) -> float:
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+async def _webhook_pickup(servers: ServerProcess, latency: float) -> float:
+    """`serve` with two slots and webhooks, polling an hour apart: a long task runs; a
+    second is labelled and its webhook delivered; until its first model request."""
+    await servers.ask_async("load", _script(latency))
+    await servers.ask_async("open", "Long", 1)
+    with tempfile.TemporaryDirectory() as scratch:
+        config = _config(
+            Path(scratch),
+            servers.urls,
+            workers=2,
+            scheduling={"interval_seconds": 3600},
+            webhooks={"github_secret": WEBHOOK_SECRET},
+        )
+        service = AgentService(config)
+        stop = asyncio.Event()
+        async with serving_http(config, service, bind_socket("127.0.0.1", 0)) as url:
+            serving = asyncio.create_task(service.serve(stop))
+            await servers.ask_async("conversations", 1)  # the first poll found the long one
+            delivered = time.perf_counter()
+            status = await servers.ask_async("open_by_webhook", url, WEBHOOK_SECRET)
+            if status != 202:
+                raise SystemExit(f"the webhook was answered {status}")
+            await servers.ask_async("conversations", 2)
+            picked = time.perf_counter() - delivered
+            stop.set()
+            await serving
+        await service.aclose()
+    return picked
+
+
 async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
     # A task first that is not counted: this process's first run imports what runs need
     # (the model client, the MCP server, ...), which would make the one-task time look
@@ -220,6 +262,8 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
         servers_cpu = _process_cpu_seconds(servers.pid) - servers_cpu
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
         pickup = await _pickup(servers, latency * 4, interval)
+    with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
+        webhook_pickup = await _webhook_pickup(servers, latency * 4)
     return {
         "benchmark": "runtime",
         "reply_latency_s": latency,
@@ -237,6 +281,8 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
         },
         "pickup_while_busy_s": round(pickup, 3),
         "pickup_target_s": interval + 1,
+        "webhook_pickup_while_busy_s": round(webhook_pickup, 3),
+        "webhook_pickup_target_s": 1.0,
         "cpu_s_per_task_before_first_request": {"one_task": round(one_cpu, 3), f"{tasks}_tasks": round(many_cpu, 3)},
         "agent_cpu_s_per_task": {"one_task": round(one_cycle_cpu, 3), f"{tasks}_tasks": round(many_cycle_cpu / tasks, 3)},
         # On this machine the forge (API, git http-backend) and the model share the
