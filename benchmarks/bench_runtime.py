@@ -188,22 +188,32 @@ async def _once(servers: ServerProcess, tasks: int, latency: float) -> tuple[flo
     return elapsed, samples, await first, cycle_cpu
 
 
-async def _pickup(servers: ServerProcess, latency: float, interval: float) -> float:
-    """`serve` with two slots: a long task runs; a second is labelled; until it starts."""
+async def _pickup(servers: ServerProcess, latency: float, interval: float, by_webhook: bool = False) -> float:
+    """`serve` with two slots: a long task runs; a second is labelled; until its first
+    model request. `by_webhook`: with webhooks on and polling an hour apart, the label's
+    webhook is delivered (by the forge's process) and timed from the delivery."""
     await servers.ask_async("load", _script(latency))
     await servers.ask_async("open", "Long", 1)
+    hooks = {"webhooks": {"github_secret": WEBHOOK_SECRET}} if by_webhook else {}
     with tempfile.TemporaryDirectory() as scratch:
-        config = _config(Path(scratch), servers.urls, workers=2, scheduling={"interval_seconds": interval})
+        scheduling = {"interval_seconds": 3600 if by_webhook else interval}
+        config = _config(Path(scratch), servers.urls, workers=2, scheduling=scheduling, **hooks)
         service = AgentService(config)
         stop = asyncio.Event()
-        serving = asyncio.create_task(service.serve(stop))
-        await servers.ask_async("conversations", 1)
-        labelled = time.perf_counter()
-        await servers.ask_async("open", "Second", 1)
-        await servers.ask_async("conversations", 2)
-        picked = time.perf_counter() - labelled
-        stop.set()
-        await serving
+        async with serving_http(config, service, bind_socket("127.0.0.1", 0)) as url:
+            serving = asyncio.create_task(service.serve(stop))
+            await servers.ask_async("conversations", 1)  # the first poll found the long one
+            started = time.perf_counter()
+            if by_webhook:
+                status = await servers.ask_async("open_by_webhook", url, WEBHOOK_SECRET)
+                if status != 202:
+                    raise SystemExit(f"the webhook was answered {status}")
+            else:
+                await servers.ask_async("open", "Second", 1)
+            await servers.ask_async("conversations", 2)
+            picked = time.perf_counter() - started
+            stop.set()
+            await serving
         await service.aclose()
     return picked
 
@@ -215,36 +225,6 @@ def _process_cpu_seconds(pid: int | None) -> float:
     with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
         fields = handle.read().rsplit(")", 1)[1].split()
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
-async def _webhook_pickup(servers: ServerProcess, latency: float) -> float:
-    """`serve` with two slots and webhooks, polling an hour apart: a long task runs; a
-    second is labelled and its webhook delivered; until its first model request."""
-    await servers.ask_async("load", _script(latency))
-    await servers.ask_async("open", "Long", 1)
-    with tempfile.TemporaryDirectory() as scratch:
-        config = _config(
-            Path(scratch),
-            servers.urls,
-            workers=2,
-            scheduling={"interval_seconds": 3600},
-            webhooks={"github_secret": WEBHOOK_SECRET},
-        )
-        service = AgentService(config)
-        stop = asyncio.Event()
-        async with serving_http(config, service, bind_socket("127.0.0.1", 0)) as url:
-            serving = asyncio.create_task(service.serve(stop))
-            await servers.ask_async("conversations", 1)  # the first poll found the long one
-            delivered = time.perf_counter()
-            status = await servers.ask_async("open_by_webhook", url, WEBHOOK_SECRET)
-            if status != 202:
-                raise SystemExit(f"the webhook was answered {status}")
-            await servers.ask_async("conversations", 2)
-            picked = time.perf_counter() - delivered
-            stop.set()
-            await serving
-        await service.aclose()
-    return picked
 
 
 async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
@@ -263,7 +243,7 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
         pickup = await _pickup(servers, latency * 4, interval)
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
-        webhook_pickup = await _webhook_pickup(servers, latency * 4)
+        webhook_pickup = await _pickup(servers, latency * 4, interval, by_webhook=True)
     return {
         "benchmark": "runtime",
         "reply_latency_s": latency,
