@@ -133,6 +133,16 @@ async def _lag_sampler(samples: list[float], stop: asyncio.Event) -> None:
         samples.append(loop.time() - before - 0.01)
 
 
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """/proc/`pid`/stat after the command name (field 3 onwards); None once it is gone.
+    utime, stime, cutime and cstime, fields 14-17, are items 11-14."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def _tree_cpu_seconds(leave_out: int | None) -> float:
     """CPU time of this process, its live descendants and the children it reaped, but
     for the process `leave_out` (the servers') and its descendants. (A servers' process
@@ -141,12 +151,8 @@ def _tree_cpu_seconds(leave_out: int | None) -> float:
     tick = os.sysconf("SC_CLK_TCK")
     stats: dict[int, list[str]] = {}
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as handle:
-                    stats[int(entry.name)] = handle.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
+        if entry.name.isdigit() and (fields := _stat_fields(entry.name)) is not None:
+            stats[int(entry.name)] = fields
     me = os.getpid()
     tree, changed = {me}, True
     while changed:
@@ -155,7 +161,7 @@ def _tree_cpu_seconds(leave_out: int | None) -> float:
         changed = bool(found)
     total = 0
     for pid in tree & set(stats):
-        fields = stats[pid]  # utime, stime, cutime, cstime are fields 14-17
+        fields = stats[pid]
         total += sum(int(value) for value in fields[11:15]) if pid == me else int(fields[11]) + int(fields[12])
     return total / tick
 
@@ -220,11 +226,8 @@ async def _pickup(servers: ServerProcess, latency: float, interval: float, by_we
 
 def _process_cpu_seconds(pid: int | None) -> float:
     """CPU time of process `pid` and its reaped children (0 without one)."""
-    if pid is None:
-        return 0.0
-    with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    fields = _stat_fields(pid) if pid is not None else None
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK") if fields else 0.0
 
 
 async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
