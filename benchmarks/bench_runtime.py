@@ -21,8 +21,9 @@ forge and model would: in this process their threads (and the forge's `git
 http-backend` children) would compete with the agent for the GIL and the CPU count, and
 show up as the agent's event-loop lag. `--servers-in-process` keeps them in threads here.
 
-Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--no-mirror] [--servers-in-process]`
-(`--no-mirror`: `workspace.mirror: false`, every run cloning from the forge)
+Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--no-mirror] [--servers-in-process] [--timeline]`
+(`--no-mirror`: `workspace.mirror: false`, every run cloning from the forge; `--timeline`:
+where the one- and N-task cycles' wall time went, from the servers' receive times)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import tempfile
 import time
 from multiprocessing.connection import Connection
@@ -52,6 +54,8 @@ TOKEN = "ghp_" + "BenchRuntimeToken0123456789abcdef"
 MIRROR = True
 WEBHOOK_SECRET = "whsec-" + "bench0123456789abcdef"
 SERVERS_IN_PROCESS = False
+TIMELINE = False
+TIMELINES: dict[int, dict[str, Any]] = {}
 
 
 def _script(latency: float) -> dict[str, Any]:
@@ -99,6 +103,13 @@ def serve_forge_and_model(conn: Connection) -> None:
                     body = hooks.body(hooks.issues(REPO, number, "labeled", "maintainer", label="coding agent"))
                     headers = hooks.headers("issues", body, message[2])
                     conn.send(httpx.post(f"{message[1]}/webhooks/github", content=body, headers=headers).status_code)
+                elif message[0] == "timeline":  # receive times of the model's and the forge's requests
+                    conn.send(
+                        {
+                            "model": [(r.conversation, r.received_at) for r in model.model.requests],
+                            "forge": [(r.method, r.path, r.answered_at) for r in sandbox.state.requests()],
+                        }
+                    )
                 else:
                     while len({r.conversation for r in model.requests}) < message[1]:
                         time.sleep(0.005)
@@ -172,6 +183,38 @@ async def _first_requests_cpu(servers: ServerProcess, tasks: int, started_cpu: f
     return (_tree_cpu_seconds(servers.pid) - started_cpu) / tasks
 
 
+_FOLDED = re.compile(r"/(\d+|agent/[^/]+|coding-agent/[^/]+)")
+
+
+def _timeline(recorded: dict[str, Any], started: float, ended: float, latency: float) -> dict[str, Any]:
+    """Where a cycle's wall time went, from the servers' receive times (one monotonic
+    clock for both processes): each task's first model request after the start; the
+    agent's time between a reply and its next request, by step; the end after the last
+    reply; and the forge requests by kind (numbers and branch names folded)."""
+    by_task: dict[str, list[float]] = {}
+    for conversation, at in recorded["model"]:
+        by_task.setdefault(conversation, []).append(at)
+    firsts = sorted(times[0] - started for times in by_task.values())
+    steps: dict[int, list[float]] = {}
+    for times in by_task.values():
+        for index, (before, after) in enumerate(zip(times, times[1:]), start=1):
+            steps.setdefault(index, []).append(after - before - latency)
+    kinds: dict[str, int] = {}
+    for method, path, _ in recorded["forge"]:
+        kind = method + " " + _FOLDED.sub("/N", path)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    last_reply = max(times[-1] for times in by_task.values()) + latency
+    ms = lambda seconds: round(seconds * 1000)  # noqa: E731
+    return {
+        "first_request_ms": {"min": ms(firsts[0]), "median": ms(percentile(firsts, 0.5)), "max": ms(firsts[-1])},
+        "host_ms_after_reply_by_step": {
+            index: {"median": ms(percentile(sorted(gaps), 0.5)), "max": ms(max(gaps))} for index, gaps in steps.items()
+        },
+        "end_after_last_reply_ms": ms(ended - last_reply),
+        "forge_requests": dict(sorted(kinds.items(), key=lambda item: -item[1])),
+    }
+
+
 async def _once(servers: ServerProcess, tasks: int, latency: float) -> tuple[float, list[float], float, float]:
     """`tasks` labelled issues worked at once by one `run --once` cycle with as many slots:
     wall seconds, the loop's lag samples, CPU-s per task before the first model requests,
@@ -184,13 +227,16 @@ async def _once(servers: ServerProcess, tasks: int, latency: float) -> tuple[flo
         stop = asyncio.Event()
         sampler = asyncio.create_task(_lag_sampler(samples, stop))
         first = asyncio.create_task(_first_requests_cpu(servers, tasks, _tree_cpu_seconds(servers.pid)))
-        started, started_cpu = time.perf_counter(), _tree_cpu_seconds(servers.pid)
+        started, started_cpu = time.monotonic(), _tree_cpu_seconds(servers.pid)
         report = await service.run_cycle()
-        elapsed, cycle_cpu = time.perf_counter() - started, _tree_cpu_seconds(servers.pid) - started_cpu
+        ended = time.monotonic()
+        elapsed, cycle_cpu = ended - started, _tree_cpu_seconds(servers.pid) - started_cpu
         stop.set()
         await sampler
         await service.aclose()
     assert [r.status for r in report.results] == ["done"] * tasks, report
+    if TIMELINE:
+        TIMELINES[tasks] = _timeline(await servers.ask_async("timeline"), started, ended, latency)
     return elapsed, samples, await first, cycle_cpu
 
 
@@ -271,6 +317,7 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
         # On this machine the forge (API, git http-backend) and the model share the
         # agent's cores; in real use they are remote. What they took during the N tasks:
         f"servers_cpu_s_during_{tasks}_tasks": round(servers_cpu, 3) if servers.pid else None,
+        **({"timeline_by_tasks": TIMELINES} if TIMELINE else {}),
     }
 
 
@@ -281,7 +328,9 @@ if __name__ == "__main__":
     parser.add_argument("--interval", type=float, default=2.0)
     parser.add_argument("--no-mirror", action="store_true", help="workspace.mirror: false")
     parser.add_argument("--servers-in-process", action="store_true", help="the forge and the model in threads here")
+    parser.add_argument("--timeline", action="store_true", help="where the 1- and N-task cycles' time went")
     options = parser.parse_args()
+    TIMELINE = options.timeline
     MIRROR = not options.no_mirror
     SERVERS_IN_PROCESS = options.servers_in_process
     emit(asyncio.run(main(options.tasks, options.latency, options.interval)))

@@ -25,6 +25,7 @@ import asyncio
 import hashlib
 import re
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +88,7 @@ class RecordedRequest:
     body: dict[str, Any]
     conversation: str
     headers: dict[str, str] = field(default_factory=dict)  # names in lower case
+    received_at: float = field(default_factory=time.monotonic, compare=False)  # for timelines
 
 
 def _message_text(content: Any) -> str:

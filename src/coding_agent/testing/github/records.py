@@ -6,6 +6,7 @@ one without copying and without seeing it change under it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import parse_qsl
@@ -145,6 +146,7 @@ class RequestRecord:
     status: int
     login: str | None = None
     fault: bool = False
+    answered_at: float = field(default_factory=time.monotonic, compare=False)  # for timelines
 
     @property
     def not_modified(self) -> bool:
