@@ -217,6 +217,21 @@ async def test_list_comments_returns_all_150_in_order_and_rereads_cheaply(
     assert [r.status for r in sandbox.state.requests()] == [304, 200]
 
 
+async def test_conditional_reads_keep_their_connection(sandbox: GitHubSandbox, source: GitHubSource) -> None:
+    # Every step's checkpoint is a conditional read answered 304. Closing such an answer
+    # before reading it to its end closed the connection: each checkpoint paid a new one
+    # (a TCP handshake, and on a real forge a TLS one) on both sides.
+    number = sandbox.state.create_issue(REPO, "kept")
+    sandbox.state.add_comment(REPO, number, "alice", "hello")
+    sandbox.state.clear_requests()
+    for _ in range(4):
+        await source.list_comments(_issue_key(number))
+        await source.get_assignees(_issue_key(number))
+    requests = sandbox.state.requests()
+    assert [r.status for r in requests] == [200, 200] + [304] * 6
+    assert len({r.client_port for r in requests}) == 1
+
+
 async def test_an_edited_comment_is_listed_edited_though_unchanged_pages_are_not_parsed_again(
     sandbox: GitHubSandbox, source: GitHubSource
 ) -> None:

@@ -172,7 +172,9 @@ class CachingTransport(httpx.AsyncBaseTransport):
             request.headers["If-None-Match"] = cached.etag
         response = await self._inner.handle_async_request(request)
         if response.status_code == 304 and cached is not None:
-            await response.aclose()
+            # Read to the end of the (empty) answer before closing it: closing an answer
+            # not read to its end closes the connection, and every checkpoint paid a new one.
+            await self._read(response, request)
             # The stored answer, with the fresh rate-limit and date headers of the 304.
             headers = httpx.Headers(cached.headers)
             for name, value in response.headers.items():

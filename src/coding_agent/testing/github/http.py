@@ -176,6 +176,7 @@ class GitHubMiddleware(BaseHTTPMiddleware):
                 status=response.status_code,
                 login=login,
                 fault=fault,
+                client_port=request.client.port if request.client is not None else None,
             )
         )
         return response

@@ -147,6 +147,7 @@ class RequestRecord:
     login: str | None = None
     fault: bool = False
     answered_at: float = field(default_factory=time.monotonic, compare=False)  # for timelines
+    client_port: int | None = field(default=None, compare=False)  # one per connection the client opened
 
     @property
     def not_modified(self) -> bool:
