@@ -103,6 +103,7 @@ class TaskRunner:
         continuation: Continuation | None = None,
         lease: LeaseWatch | None = None,
         reply_to: ThreadRef | None = None,
+        ready: Callable[[], None] = lambda: None,
     ) -> RunResult:
         """Work `task` (already claimed by this worker) to its end; release its lease.
 
@@ -110,7 +111,8 @@ class TaskRunner:
         after its worker died) instead of starting a new one. `lease`: the worker's
         heartbeat; once it is lost the run stops at its next step, writing nothing more.
         `reply_to`: the review thread that asked for this run (kept in the run's metadata,
-        so a continued run answers there too).
+        so a continued run answers there too). `ready`: called once the run's clone is
+        ready, before its setup and tools start (the worker's start slot is given back).
         """
         config = self._config
         key = str(task.key)
@@ -149,8 +151,10 @@ class TaskRunner:
                 llm = self._llm_factory()
                 llm.on_usage(ledger.record_usage)
                 recorded = control.recorded_outcome()
+                if recorded is not None:
+                    ready()
                 outcome = recorded or await self._work(
-                    source, task, llm, files, reporter, workspace, requester, control, ledger, reply_to
+                    source, task, llm, files, reporter, workspace, requester, control, ledger, ready, reply_to
                 )
                 ledger.check_lease()  # the task is another worker's now: publish nothing
                 if self._memories is not None and recorded is None:
@@ -213,6 +217,7 @@ class TaskRunner:
         requester: str | None,
         control: RunControl,
         ledger: RunLedger,
+        ready: Callable[[], None],
         reply_to: ThreadRef | None = None,
     ) -> LoopOutcome:
         config = self._config
@@ -228,6 +233,7 @@ class TaskRunner:
         record = files.directory / "checkout.json"
         clone = self._workspaces.open(source, task, workspace, record, control.paused_work())
         await clone.prepare()
+        ready()
         control.save_work = lambda: clone.pause(files.run_uuid, control.steps)  # SPEC 8.3: a WIP commit
         # Rule files are rules only when the trigger controls them: not on a PR head
         # written by someone without write access (SPEC 15); then they are untrusted context.

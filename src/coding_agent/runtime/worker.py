@@ -28,6 +28,7 @@ from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery, Takeover
 from coding_agent.runtime.review_followups import ReviewClaim
+from coding_agent.runtime.start_gate import StartGate, default_starts_at_once
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.sources.base import Source
 
@@ -66,6 +67,7 @@ class Workers:
         self._redactor = redactor
         self._shutdown = shutdown
         self._snapshots = snapshots
+        self._starts = StartGate(config.scheduling.starts_at_once or default_starts_at_once())
         self.on_event: Callable[[str, str], None] = lambda event, key: None  # observers (tests, metrics)
 
     async def run(self, queue: TaskQueue, stop: asyncio.Event | None = None, drain: bool = False) -> list[Outcome]:
@@ -104,16 +106,26 @@ class Workers:
         key = item.key
         if self._shutdown.is_set() or self._recovery.paused_by_signal():
             return None  # released: the producer offers it again once the pause is lifted
-        try:
-            claimed = await self._claim(source, item)
-            if claimed is None and redelivered:
-                claimed = await self._after_dead_worker(source, key)
-        except AgentError as error:
-            message = f"{key}: claim failed: {self._redactor.text(str(error))}"
-            log.error(message)
-            return message
-        if claimed is None:
-            return None
+        async with self._starts.slot() as give_back:  # from the claim to a ready clone
+
+            def ready() -> None:
+                give_back()
+                self.on_event("ready", key)
+
+            try:
+                claimed = await self._claim(source, item)
+                if claimed is None and redelivered:
+                    give_back()  # it may wait out a dead worker's lease: not in a start slot
+                    claimed = await self._after_dead_worker(source, key)
+            except AgentError as error:
+                message = f"{key}: claim failed: {self._redactor.text(str(error))}"
+                log.error(message)
+                return message
+            if claimed is None:
+                return None
+            return await self._run(source, key, claimed, ready)
+
+    async def _run(self, source: Source, key: str, claimed: Claim, ready: Callable[[], None]) -> Outcome:
         continuation = claimed.continuation if isinstance(claimed, Takeover) else None
         reply_to = claimed.reply_to if isinstance(claimed, ReviewClaim) else None
         # The lease is the claimed task's: a review-thread follow-up queued under its PR/MR's
@@ -122,7 +134,9 @@ class Workers:
         self.on_event("started", key)
         try:
             async with LeaseHeartbeat(self._store, held, self._owner, self._config.scheduling.lease_seconds) as lease:
-                return await self._runner.run(source, claimed.task, claimed.requester, continuation, lease, reply_to)
+                return await self._runner.run(
+                    source, claimed.task, claimed.requester, continuation, lease, reply_to, ready=ready
+                )
         except Exception:  # a bug in one run must not end `serve` or the other runs (SPEC 15)
             log.exception("%s: the run ended with an internal error", key)
             return f"{key}: the run ended with an internal error (see the agent's log)"
