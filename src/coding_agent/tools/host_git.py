@@ -45,6 +45,10 @@ HARDENING: tuple[tuple[str, str], ...] = (
     ("diff.ignoreSubmodules", "all"),
     ("status.submoduleSummary", "false"),
     ("safe.bareRepository", "explicit"),
+    # No `git maintenance run --auto` / `gc --auto` after a fetch or a commit: a run's
+    # clone lives minutes, and the mirror must never drop an object a clone borrows.
+    ("maintenance.auto", "false"),
+    ("gc.auto", "0"),
 )
 
 # `$GIT_DIR/info/attributes` outranks every `.gitattributes` in the work tree.
