@@ -336,6 +336,35 @@ async def test_a_full_mirror_lends_its_objects_and_the_run_delivers_from_it(
     assert change.branch == "feature" and change.start_sha == sandbox.state.branches(REPO)["feature"]
 
 
+async def test_a_shallow_mirror_lends_its_objects_too_and_the_run_delivers_from_it(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    # The default (`clone_depth: 1`): `clone --shared` ignores a shallow source and packs,
+    # sends and indexes every object again; the run's clone borrows them instead.
+    mirrors = Mirrors(mirrors_dir(tmp_path / "ws"), depth=1)
+    task = _task(1, "Add a greeting")
+    checkout = await _prepare(source, task, tmp_path / "ws" / "one", mirrors=mirrors)
+    [mirror] = mirrors_dir(tmp_path / "ws").glob("*.git")
+    assert (checkout.git_dir / "objects" / "info" / "alternates").read_text() == f"{mirror / 'objects'}\n"
+    assert (checkout.git_dir / "shallow").read_bytes() == (mirror / "shallow").read_bytes()
+    assert not [p for p in (checkout.git_dir / "objects").rglob("*") if p.is_file() and p.parent.name != "info"]
+    assert checkout.start_sha == sandbox.state.branches(REPO)["main"] and not checkout.branch_exists
+    assert git_client(None, f"--git-dir={checkout.git_dir}", "rev-list", "--count", "HEAD").stdout.strip() == "1"
+    assert git_client(None, f"--git-dir={checkout.git_dir}", "branch", "--show-current").stdout.strip() == checkout.branch
+    assert git_client(None, f"--git-dir={checkout.git_dir}", "--work-tree", str(checkout.path), "status", "--porcelain").stdout == ""
+    assert not (checkout.path / ".git").exists()
+
+    (checkout.path / "hello.txt").write_text("hello\n")
+    await _deliver(source, task, checkout, "First summary")
+    assert sandbox.state.git.read_file(REPO, checkout.branch, "hello.txt") == b"hello\n"
+    assert sandbox.state.branches(REPO)["main"] == checkout.start_sha
+
+    again = await _prepare(source, _task(1, "Add a greeting, retitled"), tmp_path / "ws" / "two", mirrors=mirrors)
+    assert again.branch == checkout.branch and again.branch_exists
+    assert again.start_sha == sandbox.state.branches(REPO)[checkout.branch] != checkout.start_sha
+    assert (again.path / "hello.txt").read_text() == "hello\n"
+
+
 async def test_a_broken_mirror_costs_one_network_clone_and_is_made_again(
     sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -4,9 +4,8 @@ Why: every run used to clone its repository from the forge and list its refs
 (`ls-remote`), each a network round trip and, on the forge's side, an upload-pack; when
 16 runs start together they paid it 16 times. With a mirror, the runs that start
 together share one refresh (`ls-remote` for the default branch, then one `fetch` of
-every branch), and each run's clone is a local copy of the mirror: `--shared` (its git
-directory borrows the mirror's objects through `objects/info/alternates`) when the
-mirror has the full history, a local clone otherwise.
+every branch), and each run's clone borrows the mirror's objects
+(`objects/info/alternates`, `checkout.borrow_from_mirror`): no copy, no network.
 
 Freshness is what a network clone gave: a run uses a refresh that *started after it
 asked*, never an older one, so a push just before the run started is always seen.
@@ -107,9 +106,9 @@ class Mirrors:
         try:
             await _lock(descriptor)
             listing = await git.run(None, "ls-remote", "--symref", url, "HEAD", "refs/heads/*", auth=auth)
-            default, branches = parse_ls_remote(listing.stdout)
+            default, listed = parse_ls_remote(listing.stdout)
             try:
-                await self._fetch(git, path, url, auth, bool(branches))
+                branches = await self._fetch(git, path, url, auth) if listed else {}
             except GitError:
                 # The forge answered the listing, so this is the mirror itself (e.g. left
                 # half made by a killed process): the next refresh makes it afresh.
@@ -120,15 +119,22 @@ class Mirrors:
         finally:
             os.close(descriptor)  # releases the lock
 
-    async def _fetch(self, git: Git, path: Path, url: str, auth: GitAuth | None, any_branch: bool) -> None:
+    async def _fetch(self, git: Git, path: Path, url: str, auth: GitAuth | None) -> dict[str, str]:
+        """Fetch every branch into the mirror; {branch: commit} as the mirror now has them.
+
+        The branches are read from the mirror, not from the `ls-remote` before the fetch:
+        a branch that moved in between would name a commit the (shallow) fetch never got.
+        (An empty repository is never fetched: a glob refspec matching nothing fails.)
+        """
         if not (path / "HEAD").is_file():
-            await git.run(None, "init", "--quiet", "--bare", str(path))
+            await git.run(None, "init", "--quiet", "--bare", "--template=", str(path))
             await git.run(None, f"--git-dir={path}", "config", "gc.auto", "0")
-        if any_branch:  # an empty repository has nothing to fetch (and a glob refspec would fail)
-            fetch = ["fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head"]
-            if self._depth > 0:
-                fetch += ["--depth", str(self._depth)]
-            await git.run(None, f"--git-dir={path}", *fetch, url, "+refs/heads/*:refs/heads/*", auth=auth)
+        fetch = ["fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head"]
+        if self._depth > 0:
+            fetch += ["--depth", str(self._depth)]
+        await git.run(None, f"--git-dir={path}", *fetch, url, "+refs/heads/*:refs/heads/*", auth=auth)
+        listing = await git.run(None, f"--git-dir={path}", "for-each-ref", "--format=%(objectname)\t%(refname)", "refs/heads/")
+        return parse_ls_remote(listing.stdout)[1]
 
 
 async def _lock(descriptor: int) -> None:
