@@ -24,6 +24,7 @@ from coding_agent.config import MCPServerConfig, ToolsConfig
 from coding_agent.errors import ToolError
 from coding_agent.tools import workspace_server
 from coding_agent.tools.hub import ToolHub
+from coding_agent.tools.workspace_inprocess import _initialization_options
 from coding_agent.tools.workspace_server import create_server
 
 from .test_tool_hub import _processes_mentioning
@@ -171,3 +172,10 @@ async def test_servers_built_from_the_templates_work_in_their_own_root(
         assert texts[0] == f"     1\t{root.name}"
         assert str(root) in texts[1].splitlines()
     assert [(root / "notes.txt").read_text() for root in roots] == ["first\n", "second\n"]
+
+
+def test_the_in_process_handshake_announces_what_the_sdk_would(workspace: Path) -> None:
+    sdk = create_server(workspace)._mcp_server.create_initialization_options()  # noqa: SLF001
+    ours = _initialization_options(create_server(workspace))
+    assert ours == sdk
+    assert ours.server_version not in ("", "unknown")
