@@ -16,10 +16,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from mcp.server.fastmcp import FastMCP
+from mcp.shared.memory import create_connected_server_and_client_session
+from mcp.types import TextContent
 
 from coding_agent.config import MCPServerConfig, ToolsConfig
 from coding_agent.errors import ToolError
+from coding_agent.tools import workspace_server
 from coding_agent.tools.hub import ToolHub
+from coding_agent.tools.workspace_inprocess import _initialization_options
+from coding_agent.tools.workspace_server import create_server
 
 from .test_tool_hub import _processes_mentioning
 
@@ -112,3 +118,64 @@ async def test_a_relative_root_is_the_workspace_as_for_a_process(workspace: Path
     assert (view.text, view.is_error) == ("     1\t# demo", False)
     assert str(workspace) in ran.text.splitlines()
     assert os.getcwd() != str(workspace)
+
+
+# -- the tools built once per process (create_server's templates) ---------------------
+
+
+@pytest.fixture
+def cold_templates(monkeypatch: pytest.MonkeyPatch) -> dict[object, object]:
+    """An empty template cache: the next `create_server` builds every tool as FastMCP does."""
+    templates: dict[object, object] = {}
+    monkeypatch.setattr(workspace_server, "_TOOL_TEMPLATES", templates)
+    return templates
+
+
+async def _tools_list(server: FastMCP) -> str:
+    """tools/list as the client receives it, as JSON."""
+    async with create_connected_server_and_client_session(server) as session:
+        listed = await session.list_tools()
+    return listed.model_dump_json(by_alias=True, exclude_none=True)
+
+
+async def test_servers_built_from_the_templates_list_the_tools_of_the_first_build(
+    cold_templates: dict[object, object], tmp_path: Path, workspace: Path
+) -> None:
+    other = (tmp_path / "other").resolve()
+    other.mkdir()
+    first = await _tools_list(create_server(workspace))
+    built = dict(cold_templates)
+    second = await _tools_list(create_server(workspace))
+    third = await _tools_list(create_server(other, "none"))
+    assert len(built) == 9  # one template per tool: no two tools share a key
+    assert cold_templates == built and all(cold_templates[key] is built[key] for key in built)  # reused
+    assert second == first and third == first
+    assert '"name":"str_replace"' in first and '"old_str"' in first  # names and schemas really are in it
+
+
+async def test_servers_built_from_the_templates_work_in_their_own_root(
+    cold_templates: dict[object, object], tmp_path: Path
+) -> None:
+    roots = [(tmp_path / name).resolve() for name in ("first", "second")]
+    servers = []
+    for root in roots:
+        root.mkdir()
+        servers.append(create_server(root, "none"))
+    assert len(cold_templates) == 9  # the second server came from the first one's templates
+    for root, server in zip(roots, servers, strict=True):
+        async with create_connected_server_and_client_session(server) as session:
+            created = await session.call_tool("create", {"path": "notes.txt", "content": f"{root.name}\n"})
+            viewed = await session.call_tool("view", {"path": "notes.txt"})
+            ran = await session.call_tool("run", {"command": "pwd"})
+        assert not created.isError and not ran.isError
+        texts = [item.text for result in (viewed, ran) for item in result.content if isinstance(item, TextContent)]
+        assert texts[0] == f"     1\t{root.name}"
+        assert str(root) in texts[1].splitlines()
+    assert [(root / "notes.txt").read_text() for root in roots] == ["first\n", "second\n"]
+
+
+def test_the_in_process_handshake_announces_what_the_sdk_would(workspace: Path) -> None:
+    sdk = create_server(workspace)._mcp_server.create_initialization_options()  # noqa: SLF001
+    ours = _initialization_options(create_server(workspace))
+    assert ours == sdk
+    assert ours.server_version not in ("", "unknown")

@@ -26,12 +26,13 @@ import asyncio
 import functools
 import os
 import signal
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, ParamSpec
 
 import anyio.to_thread
 from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp.tools import Tool
 
 from coding_agent.config import WORKSPACE_SYSTEM_PROMPT
 from coding_agent.tools.egress_sandbox import EgressSandbox
@@ -54,6 +55,7 @@ RUN_MAX_TIMEOUT_SECONDS = 3600
 GIT_TIMEOUT_SECONDS = 60
 GIT_MAX_OUTPUT_BYTES = 4_000_000
 _P = ParamSpec("_P")
+_ToolFunction = Callable[..., Awaitable[str]]
 
 
 def _format_command(command: str, result: CommandResult) -> str:
@@ -157,6 +159,45 @@ def _escaped(tool: Callable[_P, Awaitable[str]]) -> Callable[_P, Awaitable[str]]
     return wrapper
 
 
+# The tools of `create_server` as FastMCP built them on first use, by `_template_key`.
+# Filled from worker threads too: `setdefault` keeps the first of two concurrent builds
+# (they are equal), so every server of the process shares one.
+_TOOL_TEMPLATES: dict[Hashable, Tool] = {}
+
+
+def _template_key(fn: Callable[..., Any], structured_output: bool) -> Hashable:
+    """What `Tool.from_function` reads from `fn`, short of the values its closure holds.
+
+    The code and defaults of every layer (the tool under `_escaped`, and the wrapper,
+    whose code all tools share): one tool's code is one signature and docstring, so two
+    different tools never share a key, and a default that came from a closure value
+    (which the schema would show) would give a key of its own.
+    """
+    layers: list[Hashable] = []
+    layer: Any = fn
+    while layer is not None:
+        kwdefaults = tuple(sorted((layer.__kwdefaults__ or {}).items()))
+        layers.append((layer.__code__, layer.__defaults__, kwdefaults))
+        layer = getattr(layer, "__wrapped__", None)
+    return (tuple(layers), structured_output)
+
+
+def _tool_for_run(fn: _ToolFunction, *, structured_output: bool) -> Tool:
+    """`fn` as a FastMCP tool; its argument model and JSON schema built once per process.
+
+    `Tool.from_function` builds a pydantic model from the signature and its JSON schema:
+    most of `create_server`'s CPU, paid by every run before its first model request.
+    What it builds depends on the function's code, not on the root or sandbox the
+    closure holds, so a run gets a copy of the first build with its own function
+    (`Tool.run` calls `self.fn` through the shared argument model).
+    """
+    key = _template_key(fn, structured_output)
+    template = _TOOL_TEMPLATES.get(key)
+    if template is None:
+        template = _TOOL_TEMPLATES.setdefault(key, Tool.from_function(fn, structured_output=structured_output))
+    return template.model_copy(update={"fn": fn})
+
+
 def create_server(
     root: Path,
     sandbox: SandboxMode = "bwrap",
@@ -174,9 +215,14 @@ def create_server(
     """
     workspace = Workspace(root)
     git = _Git(workspace.root, git_dir, source_env)
-    server = FastMCP("workspace", instructions=WORKSPACE_SYSTEM_PROMPT, log_level="WARNING")
+    tools: list[Tool] = []
 
-    @server.tool(structured_output=False)
+    def tool(fn: _ToolFunction) -> _ToolFunction:
+        """Register `fn`, a closure of this run, in definition order (the order tools/list shows)."""
+        tools.append(_tool_for_run(fn, structured_output=False))
+        return fn
+
+    @tool
     @_escaped
     async def view(path: str, view_range: list[int] | None = None) -> str:
         """Show a file with line numbers, or list a directory two levels deep.
@@ -187,7 +233,7 @@ def create_server(
         """
         return await anyio.to_thread.run_sync(workspace.view, path, view_range)
 
-    @server.tool(structured_output=False)
+    @tool
     @_escaped
     async def create(path: str, content: str) -> str:
         """Write a file with the given content, creating parent directories.
@@ -196,7 +242,7 @@ def create_server(
         """
         return await anyio.to_thread.run_sync(workspace.create, path, content)
 
-    @server.tool(structured_output=False)
+    @tool
     @_escaped
     async def str_replace(path: str, old_str: str, new_str: str) -> str:
         """Replace the text old_str with new_str in a file.
@@ -206,19 +252,19 @@ def create_server(
         """
         return await anyio.to_thread.run_sync(workspace.str_replace, path, old_str, new_str)
 
-    @server.tool(structured_output=False)
+    @tool
     @_escaped
     async def insert(path: str, insert_line: int, text: str) -> str:
         """Insert text after line insert_line of a file (0 inserts at the top)."""
         return await anyio.to_thread.run_sync(workspace.insert, path, insert_line, text)
 
-    @server.tool(structured_output=False)
+    @tool
     @_escaped
     async def list_files(path: str = ".") -> str:
         """List the files under a directory recursively (skips .git; at most 1000 shown)."""
         return await anyio.to_thread.run_sync(workspace.list_files, path)
 
-    @server.tool(structured_output=False)
+    @tool
     @_escaped
     async def search(pattern: str, path: str = ".", regex: bool = False, ignore_case: bool = False) -> str:
         """Search file contents for a plain string (or a Python regex with regex=true).
@@ -228,7 +274,7 @@ def create_server(
         """
         return await anyio.to_thread.run_sync(workspace.search, pattern, path, regex, ignore_case)
 
-    @server.tool(structured_output=False)
+    @tool
     @_escaped
     async def run(command: str, timeout_seconds: float = 60) -> str:
         """Run a shell command in the workspace root and return its output and exit code.
@@ -255,19 +301,19 @@ def create_server(
             text = text.replace("; sandbox without network;", "; sandbox, network only through the egress proxy;")
         return text
 
-    @server.tool(structured_output=False)
+    @tool
     @_escaped
     async def git_status() -> str:
         """Show the branch and the changed and untracked files (git status --short --branch)."""
         return await git.status()
 
-    @server.tool(structured_output=False)
+    @tool
     @_escaped
     async def git_diff() -> str:
         """Show every change against HEAD (staged and unstaged) and list untracked files."""
         return await git.diff()
 
-    return server
+    return FastMCP("workspace", instructions=WORKSPACE_SYSTEM_PROMPT, log_level="WARNING", tools=tools)
 
 
 class ArgumentsRefused(ValueError):
