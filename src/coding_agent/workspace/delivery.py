@@ -37,6 +37,7 @@ __all__ = [
     "change_body",
     "commit_all",
     "push_branch",
+    "WorkspaceChanges",
     "workspace_changes",
     "SUMMARY_START",
     "SUMMARY_END",
@@ -93,11 +94,23 @@ def change_body(task: Task, summary: str, requester: str | None, run_uuid: str, 
     return f"Closes #{task.key.number}\n\n{section}\n\n{footer}"
 
 
-async def workspace_changes(git: Git, checkout: Checkout) -> tuple[bool, bool]:
-    """(uncommitted changes, commits made during the run)."""
-    status = await git.run(checkout.path, "status", "--porcelain", "--untracked-files=all")
-    head = await git.run(checkout.path, "rev-parse", "--verify", "--quiet", "HEAD", check=False)
-    return bool(status.stdout.strip()), head.stdout.strip() != checkout.start_sha
+@dataclass(frozen=True)
+class WorkspaceChanges:
+    """What the run left in its clone: uncommitted changes, and commits since its start."""
+
+    dirty: bool
+    committed: bool
+    head: str | None  # the clone's HEAD commit (None: no commit yet, an empty repository)
+
+
+async def workspace_changes(git: Git, checkout: Checkout) -> WorkspaceChanges:
+    """The clone's state from one `git status` (porcelain v2 names HEAD's commit too)."""
+    status = await git.run(checkout.path, "status", "--porcelain=v2", "--branch", "--untracked-files=all")
+    lines = status.stdout.splitlines()
+    oid = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), "(initial)")
+    head = None if oid == "(initial)" else oid
+    dirty = any(line and not line.startswith("#") for line in lines)
+    return WorkspaceChanges(dirty, (head or "") != checkout.start_sha, head)
 
 
 def _push_failure(branch: str, stderr: str, fallback: AgentError) -> AgentError:
@@ -183,16 +196,17 @@ async def deliver(
     (e.g. the network requests the egress proxy refused, SPEC 7.1).
     """
     verify_git_dir(checkout)
-    dirty, committed = await workspace_changes(git, checkout)
-    if not dirty and not committed:
+    changes = await workspace_changes(git, checkout)
+    if not changes.dirty and not changes.committed:
         log.info("%s: no changes in the workspace; nothing to deliver", task.key)
         return Delivery("none")
     summary = redact(summary)
-    if dirty:
+    head = changes.head or ""
+    if changes.dirty:
         author = await source.git_identity(None)
         coauthor = await source.git_identity(requester) if requester and requester != source.bot_name else None
         await commit_all(git, checkout, commit_message(task, summary, coauthor), author)
-    head = (await git.run(checkout.path, "rev-parse", "HEAD")).stdout.strip()
+        head = (await git.run(checkout.path, "rev-parse", "HEAD")).stdout.strip()
     await push_branch(git, checkout, retry)
     log.info("%s: pushed %s to %s", task.key, head[:12], checkout.branch)
     if task.key.is_change:

@@ -70,12 +70,13 @@ async def save_paused_work(
     on this machine still finds it; elsewhere the resume fails saying so.
     """
     verify_git_dir(checkout)
-    dirty, committed = await workspace_changes(git, checkout)
-    if dirty:
+    changes = await workspace_changes(git, checkout)
+    head = changes.head
+    if changes.dirty:
         author = await source.git_identity(None)
         await commit_all(git, checkout, wip_message(task, run_uuid, steps), author)
-    head = await _head(git, checkout.path)
-    if not dirty and not committed:
+        head = await _head(git, checkout.path)
+    if not changes.dirty and not changes.committed:
         return PausedWork(checkout.branch, head)
     try:
         await push_branch(git, checkout, retry)
