@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections import Counter
 import os
 import re
 import tempfile
@@ -108,6 +109,7 @@ def serve_forge_and_model(conn: Connection) -> None:
                         {
                             "model": [(r.conversation, r.received_at) for r in model.model.requests],
                             "forge": [(r.method, r.path, r.answered_at) for r in sandbox.state.requests()],
+                            "git": [(r.method, r.service) for r in sandbox.state.git.requests],
                         }
                     )
                 else:
@@ -190,7 +192,8 @@ def _timeline(recorded: dict[str, Any], started: float, ended: float, latency: f
     """Where a cycle's wall time went, from the servers' receive times (one monotonic
     clock for both processes): each task's first model request after the start; the
     agent's time between a reply and its next request, by step; the end after the last
-    reply; and the forge requests by kind (numbers and branch names folded)."""
+    reply; the forge's API requests by kind (numbers and branch names folded) and its git
+    requests by service."""
     by_task: dict[str, list[float]] = {}
     for conversation, at in recorded["model"]:
         by_task.setdefault(conversation, []).append(at)
@@ -212,6 +215,7 @@ def _timeline(recorded: dict[str, Any], started: float, ended: float, latency: f
         },
         "end_after_last_reply_ms": ms(ended - last_reply),
         "forge_requests": dict(sorted(kinds.items(), key=lambda item: -item[1])),
+        "git_requests": {f"{m} {service}": n for (m, service), n in Counter(map(tuple, recorded["git"])).items()},
     }
 
 

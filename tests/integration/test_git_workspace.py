@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -82,10 +83,17 @@ def _git() -> Git:
 
 
 async def _prepare(
-    source: GitHubSource, task: Task, path: Path, depth: int = 1, mirrors: Mirrors | None = None
+    source: GitHubSource,
+    task: Task,
+    path: Path,
+    depth: int = 1,
+    mirrors: Mirrors | None = None,
+    fresh_since: float | None = None,
 ) -> Checkout:
     record = path.with_name(path.name + ".checkout.json")
-    return await prepare_workspace(source, task, path, _git(), depth=depth, retry=FAST, record=record, mirrors=mirrors)
+    return await prepare_workspace(
+        source, task, path, _git(), depth=depth, retry=FAST, record=record, mirrors=mirrors, fresh_since=fresh_since
+    )
 
 
 async def _deliver(source: GitHubSource, task: Task, checkout: Checkout, summary: str = "Added hello.txt") -> object:
@@ -312,6 +320,27 @@ async def test_runs_starting_together_share_one_refresh_and_see_a_push_made_befo
     for config in [*mirrors_dir(tmp_path / "ws").glob("*.git/config"), later.git_dir / "config"]:
         text = config.read_text()
         assert BOT_TOKEN not in text and "extraheader" not in text.lower(), config
+
+
+async def test_runs_picked_up_together_share_a_refresh_even_when_they_start_one_after_another(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    # The start gate lets a few runs start at a time: a run that waited its turn still
+    # uses the refresh a run picked up with it began, since it began after both were
+    # picked up; a push after that is seen by the runs picked up after it.
+    mirrors = Mirrors(mirrors_dir(tmp_path / "ws"), depth=1)
+    picked = time.monotonic()
+    first = await _prepare(source, _task(1, "First"), tmp_path / "ws" / "first", mirrors=mirrors, fresh_since=picked)
+    before = _upload_packs(sandbox)
+    second = await _prepare(source, _task(2, "Second"), tmp_path / "ws" / "second", mirrors=mirrors, fresh_since=picked)
+    assert _upload_packs(sandbox) == before, "no second refresh"
+    assert second.start_sha == first.start_sha == sandbox.state.branches(REPO)["main"]
+
+    sandbox.state.git.commit_files(REPO, "main", {"src/app.py": "x = 4\n"}, "Fourth")
+    later = await _prepare(source, _task(3, "Later"), tmp_path / "ws" / "later", mirrors=mirrors, fresh_since=time.monotonic())
+    assert _upload_packs(sandbox) > before, "picked up after the push: a refresh of its own"
+    assert later.start_sha == sandbox.state.branches(REPO)["main"] != first.start_sha
+    assert (later.path / "src" / "app.py").read_text() == "x = 4\n"
 
 
 async def test_a_full_mirror_lends_its_objects_and_the_run_delivers_from_it(

@@ -104,6 +104,7 @@ class TaskRunner:
         lease: LeaseWatch | None = None,
         reply_to: ThreadRef | None = None,
         ready: Callable[[], None] = lambda: None,
+        picked_at: float | None = None,
     ) -> RunResult:
         """Work `task` (already claimed by this worker) to its end; release its lease.
 
@@ -113,6 +114,8 @@ class TaskRunner:
         `reply_to`: the review thread that asked for this run (kept in the run's metadata,
         so a continued run answers there too). `ready`: called once the run's clone is
         ready, before its setup and tools start (the worker's start slot is given back).
+        `picked_at`: when the worker took the task (`time.monotonic()`); its clone holds
+        every push made before then.
         """
         config = self._config
         key = str(task.key)
@@ -154,7 +157,7 @@ class TaskRunner:
                 if recorded is not None:
                     ready()
                 outcome = recorded or await self._work(
-                    source, task, llm, files, reporter, workspace, requester, control, ledger, ready, reply_to
+                    source, task, llm, files, reporter, workspace, requester, control, ledger, ready, picked_at, reply_to
                 )
                 ledger.check_lease()  # the task is another worker's now: publish nothing
                 if self._memories is not None and recorded is None:
@@ -218,6 +221,7 @@ class TaskRunner:
         control: RunControl,
         ledger: RunLedger,
         ready: Callable[[], None],
+        picked_at: float | None,
         reply_to: ThreadRef | None = None,
     ) -> LoopOutcome:
         config = self._config
@@ -231,7 +235,7 @@ class TaskRunner:
         if reply_to is None:
             reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
         record = files.directory / "checkout.json"
-        clone = self._workspaces.open(source, task, workspace, record, control.paused_work())
+        clone = self._workspaces.open(source, task, workspace, record, control.paused_work(), picked_at)
         await clone.prepare()
         ready()
         control.save_work = lambda: clone.pause(files.run_uuid, control.steps)  # SPEC 8.3: a WIP commit

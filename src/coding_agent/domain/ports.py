@@ -107,11 +107,18 @@ class Workspaces(Protocol):
         ...
 
     def open(
-        self, source: Any, task: Task, path: Path, record: Path, paused: PausedWork | None = None
+        self,
+        source: Any,
+        task: Task,
+        path: Path,
+        record: Path,
+        paused: PausedWork | None = None,
+        fresh_since: float | None = None,
     ) -> RunCheckout:
         """The clone of `task` at `path` through `source` (the task's `sources.base.Source`,
         typed loosely here because sources stand above domain); `record` is where a
-        continued run finds the clone again."""
+        continued run finds the clone again; the clone holds every push made before
+        `fresh_since` (a `time.monotonic()`, when the run was picked up; default: now)."""
         ...
 
     def discard(self, path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from coding_agent.agent.runner import RunResult, TaskRunner
@@ -95,14 +96,15 @@ class Workers:
             if source is None:
                 log.error("%s: no configured source for this task key; dropped", key)
                 return None
+            picked_at = time.monotonic()  # its clone holds every push made before now
             await asyncio.to_thread(self._entries.mark_running, key)
             self.on_event("picked", key)
-            return await self._claim_and_run(source, item, redelivered)
+            return await self._claim_and_run(source, item, redelivered, picked_at)
         finally:
             self._snapshots.pop(key, None)
             await asyncio.to_thread(self._entries.release, key)
 
-    async def _claim_and_run(self, source: Source, item: QueuedTask, redelivered: bool) -> Outcome:
+    async def _claim_and_run(self, source: Source, item: QueuedTask, redelivered: bool, picked_at: float) -> Outcome:
         key = item.key
         if self._shutdown.is_set() or self._recovery.paused_by_signal():
             return None  # released: the producer offers it again once the pause is lifted
@@ -123,9 +125,11 @@ class Workers:
                 return message
             if claimed is None:
                 return None
-            return await self._run(source, key, claimed, ready)
+            return await self._run(source, key, claimed, ready, picked_at)
 
-    async def _run(self, source: Source, key: str, claimed: Claim, ready: Callable[[], None]) -> Outcome:
+    async def _run(
+        self, source: Source, key: str, claimed: Claim, ready: Callable[[], None], picked_at: float
+    ) -> Outcome:
         continuation = claimed.continuation if isinstance(claimed, Takeover) else None
         reply_to = claimed.reply_to if isinstance(claimed, ReviewClaim) else None
         # The lease is the claimed task's: a review-thread follow-up queued under its PR/MR's
@@ -135,7 +139,7 @@ class Workers:
         try:
             async with LeaseHeartbeat(self._store, held, self._owner, self._config.scheduling.lease_seconds) as lease:
                 return await self._runner.run(
-                    source, claimed.task, claimed.requester, continuation, lease, reply_to, ready=ready
+                    source, claimed.task, claimed.requester, continuation, lease, reply_to, ready, picked_at
                 )
         except Exception:  # a bug in one run must not end `serve` or the other runs (SPEC 15)
             log.exception("%s: the run ended with an internal error", key)

@@ -148,12 +148,13 @@ async def prepare_workspace(
     retry: RetryPolicy,
     record: Path | None = None,
     mirrors: Mirrors | None = None,
+    fresh_since: float | None = None,
 ) -> Checkout:
     """Clone the task's repository into `path` (empty or missing) and check out the run's branch.
 
     `record`: where to write what `reopen_workspace` needs to continue in this clone.
     `mirrors`: clone from this machine's mirror of the repository, refreshed for this
-    run (`mirror.py`), instead of from the forge.
+    run (`mirror.py`: by a refresh that began after `fresh_since`), instead of from the forge.
     """
     key = task.key
     project = task.extra.get("head_repo", key.project) if key.is_change else key.project
@@ -164,7 +165,7 @@ async def prepare_workspace(
     mirror: MirrorRefs | None = None
     if mirrors is not None:
         try:
-            mirror = await mirrors.refreshed(git, url, auth, retry)
+            mirror = await mirrors.refreshed(git, url, auth, retry, since=fresh_since)
         except GitError as error:  # the mirror, not the forge: this run clones from the forge
             log.warning("%s: no mirror of %s (%s); cloning from the forge", key, project, error)
     if mirror is not None:

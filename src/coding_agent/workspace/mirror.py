@@ -7,8 +7,8 @@ together share one refresh (`ls-remote` for the default branch, then one `fetch`
 every branch), and each run's clone borrows the mirror's objects
 (`objects/info/alternates`, `checkout.borrow_from_mirror`): no copy, no network.
 
-Freshness is what a network clone gave: a run uses a refresh that *started after it
-asked*, never an older one, so a push just before the run started is always seen.
+Freshness is what a network clone gave: a run uses a refresh that *began after the run
+was picked up*, never an older one, so a push just before the run started is always seen.
 Runs in other processes on the machine share the same mirrors; a file lock keeps
 their refreshes apart.
 
@@ -25,8 +25,10 @@ import asyncio
 import fcntl
 import hashlib
 import logging
+import math
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,10 +61,9 @@ class MirrorRefs:
 class _Entry:
     loop: asyncio.AbstractEventLoop
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    started: int = 0  # refreshes begun
-    fresh_as_of: int = 0  # the number of the last refresh that succeeded
+    fresh_as_of: float = -math.inf  # when the last refresh that succeeded began (time.monotonic)
     refs: MirrorRefs | None = None
-    failed_as_of: int = 0  # the number of the last refresh that failed
+    failed_as_of: float = -math.inf  # when the last refresh that failed began
     error: BaseException | None = None
 
 
@@ -77,26 +78,30 @@ class Mirrors:
     def path_for(self, url: str) -> Path:
         return self._root / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".git")
 
-    async def refreshed(self, git: Git, url: str, auth: GitAuth | None, retry: RetryPolicy) -> MirrorRefs:
-        """The mirror of `url`, fetched by a refresh that started after this call did."""
+    async def refreshed(
+        self, git: Git, url: str, auth: GitAuth | None, retry: RetryPolicy, since: float | None = None
+    ) -> MirrorRefs:
+        """The mirror of `url`, fetched by a refresh that began after `since` (a
+        `time.monotonic()`; default: this call). A run passes the moment it was picked
+        up: it sees every push made before then, and the runs picked up together share
+        one refresh even when they start a few at a time (`runtime/start_gate.py`)."""
         loop = asyncio.get_running_loop()
         entry = self._entries.get(url)
         if entry is None or entry.loop is not loop:  # an asyncio.Lock serves one event loop
             entry = self._entries[url] = _Entry(loop)
-        asked = entry.started
+        asked = time.monotonic() if since is None else since
         async with entry.lock:
             if entry.fresh_as_of > asked and entry.refs is not None:
                 return entry.refs  # a refresh began after we asked and has finished: it is fresh enough
             if entry.failed_as_of > asked and entry.error is not None:
                 raise entry.error  # ... and failed (after its retries): the runs waiting on it do not each retry again
-            entry.started += 1
-            number = entry.started
+            began = time.monotonic()
             try:
                 refs = await retry_async(lambda: self._refresh(git, url, auth), retry, "mirror refresh")
             except Exception as error:
-                entry.failed_as_of, entry.error = number, error
+                entry.failed_as_of, entry.error = began, error
                 raise
-            entry.fresh_as_of, entry.refs = number, refs
+            entry.fresh_as_of, entry.refs = began, refs
             return refs
 
     async def _refresh(self, git: Git, url: str, auth: GitAuth | None) -> MirrorRefs:

@@ -36,7 +36,8 @@ class RunWorkspace:
 
     `record` is a file outside the workspace (in the run's context directory) that lets
     a continued run find its clone again. `paused`: the work a pause pushed, which a
-    resumed run starts from (on this machine or any other).
+    resumed run starts from (on this machine or any other). `fresh_since`: the clone
+    holds every push made before this `time.monotonic()` (when the run was picked up).
     """
 
     def __init__(
@@ -50,9 +51,11 @@ class RunWorkspace:
         record: Path,
         paused: PausedWork | None = None,
         mirrors: Mirrors | None = None,
+        fresh_since: float | None = None,
     ) -> None:
         self._source = source
         self._mirrors = mirrors
+        self._fresh_since = fresh_since
         self._record = record
         self._paused = paused
         self._task = task
@@ -93,6 +96,7 @@ class RunWorkspace:
             retry=self._retry,
             record=self._record,
             mirrors=self._mirrors,
+            fresh_since=self._fresh_since,
         )
         return self._checkout
 
@@ -152,9 +156,17 @@ class RunWorkspaces:
         return path
 
     def open(
-        self, source: Source, task: Task, path: Path, record: Path, paused: PausedWork | None = None
+        self,
+        source: Source,
+        task: Task,
+        path: Path,
+        record: Path,
+        paused: PausedWork | None = None,
+        fresh_since: float | None = None,
     ) -> RunWorkspace:
-        return RunWorkspace(source, task, path, self._settings, self._retry, self._redactor, record, paused, self._mirrors)
+        return RunWorkspace(
+            source, task, path, self._settings, self._retry, self._redactor, record, paused, self._mirrors, fresh_since
+        )
 
     def discard(self, path: Path) -> None:
         if not self._settings.keep_finished:
