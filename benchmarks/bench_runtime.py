@@ -21,7 +21,7 @@ forge and model would: in this process their threads (and the forge's `git
 http-backend` children) would compete with the agent for the GIL and the CPU count, and
 show up as the agent's event-loop lag. `--servers-in-process` keeps them in threads here.
 
-Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--no-mirror] [--servers-in-process] [--timeline]`
+Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--no-mirror] [--servers-in-process] [--timeline] [--starts-at-once N]`
 (`--no-mirror`: `workspace.mirror: false`, every run cloning from the forge; `--timeline`:
 where the one- and N-task cycles' wall time went, from the servers' receive times)
 """
@@ -56,6 +56,7 @@ MIRROR = True
 WEBHOOK_SECRET = "whsec-" + "bench0123456789abcdef"
 SERVERS_IN_PROCESS = False
 TIMELINE = False
+STARTS_AT_ONCE: int | None = None
 TIMELINES: dict[int, dict[str, Any]] = {}
 
 
@@ -135,6 +136,8 @@ def _config(directory: Path, urls: dict[str, str], **extra: Any) -> AgentConfig:
         "dashboard": {"enabled": False},
         **extra,
     }
+    if STARTS_AT_ONCE is not None:
+        data["scheduling"] = {**data.get("scheduling", {}), "starts_at_once": STARTS_AT_ONCE}
     return parse_config(data, env={})
 
 
@@ -301,6 +304,7 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
         "benchmark": "runtime",
         "reply_latency_s": latency,
         "workspace_mirror": MIRROR,
+        "starts_at_once": STARTS_AT_ONCE or "default",
         "servers": "in this process" if SERVERS_IN_PROCESS else "a child process",
         "one_task_s": round(one, 3),
         f"{tasks}_tasks_s": round(many, 3),
@@ -333,8 +337,10 @@ if __name__ == "__main__":
     parser.add_argument("--no-mirror", action="store_true", help="workspace.mirror: false")
     parser.add_argument("--servers-in-process", action="store_true", help="the forge and the model in threads here")
     parser.add_argument("--timeline", action="store_true", help="where the 1- and N-task cycles' time went")
+    parser.add_argument("--starts-at-once", type=int, help="scheduling.starts_at_once (default: the config's default)")
     options = parser.parse_args()
     TIMELINE = options.timeline
+    STARTS_AT_ONCE = options.starts_at_once
     MIRROR = not options.no_mirror
     SERVERS_IN_PROCESS = options.servers_in_process
     emit(asyncio.run(main(options.tasks, options.latency, options.interval)))
