@@ -103,6 +103,8 @@ class TaskRunner:
         continuation: Continuation | None = None,
         lease: LeaseWatch | None = None,
         reply_to: ThreadRef | None = None,
+        *,
+        writers: frozenset[str] = frozenset(),
     ) -> RunResult:
         """Work `task` (already claimed by this worker) to its end; release its lease.
 
@@ -110,7 +112,8 @@ class TaskRunner:
         after its worker died) instead of starting a new one. `lease`: the worker's
         heartbeat; once it is lost the run stops at its next step, writing nothing more.
         `reply_to`: the review thread that asked for this run (kept in the run's metadata,
-        so a continued run answers there too).
+        so a continued run answers there too). `writers`: who the claim of this run found
+        to have write access moments ago (`Claim.writers`); the run's trust starts from them.
         """
         config = self._config
         key = str(task.key)
@@ -150,7 +153,7 @@ class TaskRunner:
                 llm.on_usage(ledger.record_usage)
                 recorded = control.recorded_outcome()
                 outcome = recorded or await self._work(
-                    source, task, llm, files, reporter, workspace, requester, control, ledger, reply_to
+                    source, task, llm, files, reporter, workspace, requester, control, ledger, reply_to, writers
                 )
                 ledger.check_lease()  # the task is another worker's now: publish nothing
                 if self._memories is not None and recorded is None:
@@ -214,13 +217,14 @@ class TaskRunner:
         control: RunControl,
         ledger: RunLedger,
         reply_to: ThreadRef | None = None,
+        writers: frozenset[str] = frozenset(),
     ) -> LoopOutcome:
         config = self._config
         comments = await source.list_comments(task.key)
         threads = await source.list_threads(task.key) if task.key.is_change else []
         if reply_to is not None:  # asked in a thread of the agent's PR/MR: that thread is context
             threads += [t for t in await source.list_threads(reply_to.change) if t.id == reply_to.thread_id]
-        trust = TrustCache()
+        trust = TrustCache(writers)
         authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
         await trust.load(source, task.key, authors)
         if reply_to is None:

@@ -122,7 +122,9 @@ class Workers:
         self.on_event("started", key)
         try:
             async with LeaseHeartbeat(self._store, held, self._owner, self._config.scheduling.lease_seconds) as lease:
-                return await self._runner.run(source, claimed.task, claimed.requester, continuation, lease, reply_to)
+                return await self._runner.run(
+                    source, claimed.task, claimed.requester, continuation, lease, reply_to, writers=claimed.writers
+                )
         except Exception:  # a bug in one run must not end `serve` or the other runs (SPEC 15)
             log.exception("%s: the run ended with an internal error", key)
             return f"{key}: the run ended with an internal error (see the agent's log)"
