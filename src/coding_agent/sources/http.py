@@ -13,7 +13,8 @@ One place decides, for GitHub and GitLab alike:
 - which answers are worth retrying (`transient_status`) and how long to wait
   (`retry_after`: `Retry-After`, GitHub's `X-RateLimit-Reset`, GitLab's `RateLimit-Reset`);
 - what is never asked twice: `LifetimeAnswers`, for the few answers that hold for the
-  process's life (a repository's clone URL, the bot's own user), asked once per source;
+  process's life (a repository's clone URL, the bot's own user, a label that exists),
+  asked once per source;
 - what is counted: every forge HTTP exchange, by forge and outcome (`FORGE_REQUESTS`,
   `count_request`). The counter is a prometheus_client collector that belongs to no
   registry; the dashboard's `/metrics` registers it in its own (web/metrics.py), so this

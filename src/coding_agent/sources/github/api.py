@@ -73,6 +73,7 @@ class GitHubSource:
         self._known_labels: dict[str, set[str]] = {}
         self._clone_urls: LifetimeAnswers[str] = LifetimeAnswers()
         self._bot_identity: LifetimeAnswers[GitIdentity] = LifetimeAnswers()
+        self._labels_made: LifetimeAnswers[None] = LifetimeAnswers()
 
     # ------------------------------------------------------------ discovery and snapshots
 
@@ -372,7 +373,9 @@ class GitHubSource:
     async def add_label(self, key: TaskKey, label: str) -> None:
         known = self._known_labels.setdefault(key.project.lower(), set())
         if label.lower() not in known:
-            await self._ensure_label(key.project, label)
+            # One check (and creation) for the runs that claim together, not one each.
+            made = f"{key.project.lower()}\n{label.lower()}"
+            await self._labels_made.get(made, lambda: self._ensure_label(key.project, label))
             known.add(label.lower())
         owner, repo = split_project(key.project)
         await self._http.call(

@@ -67,6 +67,7 @@ class GitLabSource:
         self._user_ids: dict[str, int | None] = {}
         self._clone_urls: LifetimeAnswers[str] = LifetimeAnswers()
         self._bot_identity: LifetimeAnswers[GitIdentity] = LifetimeAnswers()
+        self._labels_made: LifetimeAnswers[None] = LifetimeAnswers()
         self._label_colors = {
             config.bot_label: "#6f42c1",
             config.processing_label: "#1f75cb",
@@ -190,8 +191,10 @@ class GitLabSource:
         await self._http.call(f"PUT {path}", update)
 
     async def add_label(self, key: TaskKey, label: str) -> None:
-        """Create the project label if new, then `add_labels`: a single-label write, no stale overwrite."""
-        await self._ensure_label(key.project, label)
+        """Create the project label if new, then `add_labels`: a single-label write, no stale overwrite.
+
+        The runs that claim together share one listing (and creation), not one each."""
+        await self._labels_made.get(f"{key.project}\n{label}", lambda: self._ensure_label(key.project, label))
         path = item_path(key)
         await self._http.call(f"PUT {path}", lambda: self._http.manager(key).update(key.number, {"add_labels": label}))
 
