@@ -18,6 +18,7 @@ from coding_agent.testing.replay_model import ReplaySandbox
 
 from ._steering import post_comment, run_cycle
 from .conftest import BOT, MAINTAINER, READER, ForgeUnderTest, GitHubForge, llm_section, load_for_service, write_config
+from .test_forge_requests_per_run import forge_targets, permission_read
 from .test_memory import first_prompt
 
 SUMMARY = json.dumps({"short_term_memory": "Greeting added.", "thread_memory": "RUN-ONE-SUMMARY: wrote hello.txt."})
@@ -50,8 +51,11 @@ def test_mention_on_a_done_task_starts_a_run_that_inherits_the_summary(forge: Fo
         assert runs(tmp_path) == ["done"], "a reader's @mention starts nothing"
 
         post_comment(forge, "issue", number, MAINTAINER, f"@{BOT} please also add a README")
+        before = len(forge_targets(forge))
         assert run_cycle(load_for_service(setup)).errors == ()
         second = first_prompt(model, "also add a README")
+        reads = forge_targets(forge)[before:].count(permission_read(forge, MAINTAINER))
+        assert reads == 1, "the claim's read of the @mentioner's access serves the run's trust too"
         requests_after_followup = len(model.requests)
 
         assert run_cycle(load_for_service(setup)).errors == ()

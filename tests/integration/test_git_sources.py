@@ -6,6 +6,7 @@ PR or MR, and replying inside a review thread / MR discussion, over real HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import AsyncIterator, Iterator
 
@@ -18,6 +19,7 @@ from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.github import GitHubSource
 from coding_agent.sources.gitlab import GitLabSource
+from coding_agent.testing.faults import Fault
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.gitlab import DEVELOPER, MAINTAINER, GitLabSandbox
 
@@ -91,6 +93,47 @@ async def test_github_clone_url_auth_and_identities(github: GitHubSandbox, githu
     no_token = GitHubSource(GitHubConfig(api_url=github.url, owner="acme"), FAST)
     assert no_token.git_http_auth() is None
     await no_token.aclose()
+
+
+def _gets(sandbox: GitHubSandbox | GitLabSandbox, path: str) -> int:
+    """How many GETs of exactly `path` (GitLab's without its /api/v4 prefix) the forge answered."""
+    return sum(r.method == "GET" and r.path.removeprefix("/api/v4") == path for r in sandbox.state.requests())
+
+
+@pytest.mark.parametrize("forge", ["github", "gitlab"])
+async def test_clone_url_and_bot_identity_are_asked_once_per_source(forge: str, request: pytest.FixtureRequest) -> None:
+    sandbox = request.getfixturevalue(forge)
+    source = _source(sandbox)
+    repository = f"/repos/{REPO}" if forge == "github" else f"/projects/{REPO}"
+    profile = "/users/alice" if forge == "github" else "/users"
+    try:
+        together = await asyncio.gather(source.clone_url(REPO), source.clone_url(REPO))
+        later = await source.clone_url(REPO)
+        bots = [await source.git_identity(None), await source.git_identity(None)]
+        alices = [await source.git_identity("alice"), await source.git_identity("alice")]
+    finally:
+        await source.aclose()
+
+    assert together == [later, later] and later == f"{sandbox.url}/{REPO}.git"
+    assert _gets(sandbox, repository) == 1, "runs starting together share the one request"
+    assert bots[0] == bots[1] and _gets(sandbox, "/user") == 1
+    assert alices[0] == alices[1] and _gets(sandbox, profile) == 2, "other people's profiles are read each time"
+
+
+@pytest.mark.parametrize("forge", ["github", "gitlab"])
+async def test_a_failed_clone_url_is_asked_again(forge: str, request: pytest.FixtureRequest) -> None:
+    sandbox = request.getfixturevalue(forge)
+    source = _source(sandbox)
+    repository = f"/repos/{REPO}" if forge == "github" else f"/projects/{REPO}"
+    sandbox.faults.add(Fault(pattern=f"GET (/api/v4)?{repository}$", count=1, status=404))
+    try:
+        with pytest.raises(ForgeError):
+            await source.clone_url(REPO)
+        url = await source.clone_url(REPO)
+    finally:
+        await source.aclose()
+
+    assert url == f"{sandbox.url}/{REPO}.git" and _gets(sandbox, repository) == 2
 
 
 @pytest.mark.parametrize("forge", ["github", "gitlab"])

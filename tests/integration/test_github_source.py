@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -309,6 +310,18 @@ async def test_add_label_creates_a_missing_label_once(sandbox: GitHubSandbox, so
     assert [r.target for r in sandbox.state.requests()] == [f"POST /repos/{REPO}/issues/{second}/labels"]
     assert sandbox.state.issue(REPO, first).labels == ("coding agent processing",)
     assert sandbox.state.issue(REPO, second).labels == ("coding agent processing",)
+
+
+async def test_runs_labelling_together_make_a_missing_label_once(sandbox: GitHubSandbox, source: GitHubSource) -> None:
+    """A cycle's runs claim together: the first run's check-and-create serves them all."""
+    numbers = [sandbox.state.create_issue(REPO, f"task {n}") for n in range(3)]
+
+    await asyncio.gather(*(source.add_label(_issue_key(n), "coding agent processing") for n in numbers))
+
+    targets = [r.target for r in sandbox.state.requests()]
+    assert targets.count(f"GET /repos/{REPO}/labels/coding agent processing") == 1
+    assert targets.count(f"POST /repos/{REPO}/labels") == 1
+    assert all(sandbox.state.issue(REPO, n).labels == ("coding agent processing",) for n in numbers)
 
 
 async def test_add_label_uses_an_existing_label_without_creating_it(

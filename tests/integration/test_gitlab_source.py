@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -313,6 +314,20 @@ async def test_add_label_creates_missing_label_once_and_keeps_other_labels(
     assert state.count_requests("GET", "/labels") == 1
     label = state.require_project(PROJECT).labels["coding agent processing"]
     assert label.color == "#1f75cb"
+
+
+async def test_runs_labelling_together_list_the_labels_once(sandbox: GitLabSandbox, make_source: SourceFactory) -> None:
+    """A cycle's runs claim together: the first run's listing (and creation) serves them all."""
+    state = sandbox.state
+    iids = [state.create_issue(PROJECT, f"task {n}", author="alice") for n in range(3)]
+    source = make_source()
+    state.clear_requests()
+
+    await asyncio.gather(*(source.add_label(issue_key(iid), "coding agent processing") for iid in iids))
+
+    assert state.count_requests("GET", "/labels") == 1
+    assert state.count_requests("POST", "/labels") == 1
+    assert all(state.labels_of(PROJECT, iid) == ["coding agent processing"] for iid in iids)
 
 
 async def test_add_label_tolerates_a_label_created_meanwhile(

@@ -105,6 +105,8 @@ class TaskRunner:
         reply_to: ThreadRef | None = None,
         ready: Callable[[], None] = lambda: None,
         picked_at: float | None = None,
+        *,
+        writers: frozenset[str] = frozenset(),
     ) -> RunResult:
         """Work `task` (already claimed by this worker) to its end; release its lease.
 
@@ -115,7 +117,8 @@ class TaskRunner:
         so a continued run answers there too). `ready`: called once the run's clone is
         ready, before its setup and tools start (the worker's start slot is given back).
         `picked_at`: when the worker took the task (`time.monotonic()`); its clone holds
-        every push made before then.
+        every push made before then. `writers`: who the claim of this run found to have
+        write access moments ago (`Claim.writers`); the run's trust starts from them.
         """
         config = self._config
         key = str(task.key)
@@ -157,7 +160,19 @@ class TaskRunner:
                 if recorded is not None:
                     ready()
                 outcome = recorded or await self._work(
-                    source, task, llm, files, reporter, workspace, requester, control, ledger, ready, picked_at, reply_to
+                    source,
+                    task,
+                    llm,
+                    files,
+                    reporter,
+                    workspace,
+                    requester,
+                    control,
+                    ledger,
+                    ready,
+                    picked_at,
+                    reply_to,
+                    writers,
                 )
                 ledger.check_lease()  # the task is another worker's now: publish nothing
                 if self._memories is not None and recorded is None:
@@ -223,13 +238,14 @@ class TaskRunner:
         ready: Callable[[], None],
         picked_at: float | None,
         reply_to: ThreadRef | None = None,
+        writers: frozenset[str] = frozenset(),
     ) -> LoopOutcome:
         config = self._config
         comments = await source.list_comments(task.key)
         threads = await source.list_threads(task.key) if task.key.is_change else []
         if reply_to is not None:  # asked in a thread of the agent's PR/MR: that thread is context
             threads += [t for t in await source.list_threads(reply_to.change) if t.id == reply_to.thread_id]
-        trust = TrustCache()
+        trust = TrustCache(writers)
         authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
         await trust.load(source, task.key, authors)
         if reply_to is None:

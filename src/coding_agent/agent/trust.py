@@ -1,12 +1,14 @@
 """Whose words a run trusts: comment authors with write access (SPEC 3, 15).
 
-Looked up once per author per run; the text of everyone else reaches the model inside
-the run's untrusted-content wrapper (one nonce per run).
+Looked up once per author per run (the claim of the run has looked up its requester
+already: see `TrustCache`); the text of everyone else reaches the model inside the run's
+untrusted-content wrapper (one nonce per run).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from coding_agent.domain.tasks import Permission, TaskKey
 from coding_agent.errors import AgentError
@@ -23,8 +25,11 @@ class TrustCache:
     """Which comment authors have write access (looked up once per author per run), and
     the run's wrapper (one nonce per run) for the text of those who do not."""
 
-    def __init__(self) -> None:
-        self.trusted: dict[str, bool] = {}
+    def __init__(self, writers: Iterable[str] = ()) -> None:
+        """`writers`: whom the claim of this same run found to have write access, moments
+        before the run started; they are not asked again. One cache per run, never shared:
+        a run trusts no answer older than its own start."""
+        self.trusted: dict[str, bool] = dict.fromkeys(writers, True)
         self.wrapper = UntrustedWrapper.new()
 
     async def load(self, source: Source, key: TaskKey, authors: set[str]) -> None:

@@ -193,7 +193,7 @@ class FollowUpIntake:
             return None
         await self._swap_labels(source, fresh)
         log.info("%s: follow-up claimed (comment %s by %s)", key, trigger.id, trigger.author)
-        return Claim(task=fresh, requester=trigger.author)
+        return Claim(task=fresh, requester=trigger.author, writers=self._writers(trigger))
 
     async def _decide(
         self,
@@ -217,6 +217,11 @@ class FollowUpIntake:
             return "acknowledged"
         await asyncio.to_thread(self._records.handle, record_key, trigger.id, "run")
         return "run"
+
+    def _writers(self, trigger: Comment) -> frozenset[str]:
+        """Whose write access `_decide` read before it said "run": the trigger's author,
+        unless untrusted triggers are allowed (then it read nothing)."""
+        return frozenset() if self._allow_untrusted else frozenset({trigger.author})
 
     async def _swap_labels(self, source: Source, task: Task) -> None:
         present = [label for label in task.labels if label in lifecycle_labels(source)]
@@ -259,6 +264,11 @@ class FollowUpIntake:
                         "%s: follow-up claimed from thread %s of %s (comment %s by %s)",
                         issue_key, thread.id, change.key, trigger.id, trigger.author,
                     )
-                    return ReviewClaim(task=issue, requester=trigger.author, reply_to=ThreadRef(change.key, thread.id))
+                    return ReviewClaim(
+                        task=issue,
+                        requester=trigger.author,
+                        writers=self._writers(trigger),
+                        reply_to=ThreadRef(change.key, thread.id),
+                    )
         await asyncio.to_thread(self._records.mark_seen, record_key, seen_at)
         return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coding_agent.domain.tasks import Permission, Task
 from coding_agent.prompts.notices import Language, notice
@@ -26,10 +26,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Claim:
-    """A task this worker now holds: labelled processing, lease taken."""
+    """A task this worker now holds: labelled processing, lease taken.
+
+    `writers`: the users this claim found to have write access, read moments before the
+    run starts; the run trusts them without asking again. Its other trust is read fresh,
+    and nothing is carried from one run to the next.
+    """
 
     task: Task
     requester: str | None
+    writers: frozenset[str] = field(default_factory=frozenset, kw_only=True)
 
 
 class Intake:
@@ -70,7 +76,9 @@ class Intake:
             present = [label for label in fresh.labels if label in (source.labels.bot_label, *lifecycle_labels(source))]
             await transition(source, task.key, source.labels.processing_label, present)
             log.info("%s: claimed (requested by %s)", key, requester or "unknown")
-            return Claim(task=fresh, requester=requester)
+            # `_may_trigger` let the requester in only on the write access it just read.
+            writers = frozenset({requester}) if requester and not self._allow_untrusted else frozenset()
+            return Claim(task=fresh, requester=requester, writers=writers)
         except BaseException:
             await asyncio.to_thread(self._store.release_lease, key, self._owner)
             raise

@@ -139,7 +139,15 @@ class Workers:
         try:
             async with LeaseHeartbeat(self._store, held, self._owner, self._config.scheduling.lease_seconds) as lease:
                 return await self._runner.run(
-                    source, claimed.task, claimed.requester, continuation, lease, reply_to, ready, picked_at
+                    source,
+                    claimed.task,
+                    claimed.requester,
+                    continuation,
+                    lease,
+                    reply_to,
+                    ready,
+                    picked_at,
+                    writers=claimed.writers,
                 )
         except Exception:  # a bug in one run must not end `serve` or the other runs (SPEC 15)
             log.exception("%s: the run ended with an internal error", key)

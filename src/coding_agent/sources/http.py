@@ -12,6 +12,9 @@ One place decides, for GitHub and GitLab alike:
   and comments are never served stale;
 - which answers are worth retrying (`transient_status`) and how long to wait
   (`retry_after`: `Retry-After`, GitHub's `X-RateLimit-Reset`, GitLab's `RateLimit-Reset`);
+- what is never asked twice: `LifetimeAnswers`, for the few answers that hold for the
+  process's life (a repository's clone URL, the bot's own user, a label that exists),
+  asked once per source;
 - what is counted: every forge HTTP exchange, by forge and outcome (`FORGE_REQUESTS`,
   `count_request`). The counter is a prometheus_client collector that belongs to no
   registry; the dashboard's `/metrics` registers it in its own (web/metrics.py), so this
@@ -27,9 +30,9 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 from prometheus_client import Counter
@@ -42,6 +45,7 @@ __all__ = [
     "CachingTransport",
     "ETagCache",
     "FORGE_REQUESTS",
+    "LifetimeAnswers",
     "count_request",
     "rate_limited",
     "retry_after",
@@ -92,6 +96,36 @@ class ETagCache(Generic[V]):
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+
+
+class LifetimeAnswers(Generic[V]):
+    """Answers that hold for the process's life, asked of the forge once per key.
+
+    Only for what does not change while the agent runs, or whose change an operator
+    makes knowingly (moving a repository, renaming the bot): nothing here is revalidated,
+    so such a change reaches the agent when it restarts. Everything steering or trust
+    depends on is read fresh instead (`ETagCache` keeps those reads cheap, never stale).
+
+    Askers of a key not yet known share its one request: the runs of a cycle start
+    together, and each would otherwise miss and ask. A failed request is forgotten, so
+    the next asker tries again.
+    """
+
+    def __init__(self) -> None:
+        self._answers: dict[str, asyncio.Future[V]] = {}
+
+    async def get(self, key: str, ask: Callable[[], Coroutine[Any, Any, V]]) -> V:
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = asyncio.ensure_future(ask())
+            self._answers[key] = answer
+            answer.add_done_callback(lambda done: self._forget_failure(key, done))
+        # Shielded: an asker cancelled (its run stopped) does not cancel the others' answer.
+        return await asyncio.shield(answer)
+
+    def _forget_failure(self, key: str, answer: asyncio.Future[V]) -> None:
+        if (answer.cancelled() or answer.exception() is not None) and self._answers.get(key) is answer:
+            del self._answers[key]
 
 
 def rate_limited(status: int, headers: Mapping[str, str]) -> bool:

@@ -38,6 +38,7 @@ from coding_agent.sources.github.mapping import (
     to_task,
     trigger_actor,
 )
+from coding_agent.sources.http import LifetimeAnswers
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
 __all__ = ["GitHubSource"]
@@ -70,6 +71,9 @@ class GitHubSource:
         self._http = GitHubClient(token, config.api_url, retry, sleep, timeout)
         self._rest = self._http.rest
         self._known_labels: dict[str, set[str]] = {}
+        self._clone_urls: LifetimeAnswers[str] = LifetimeAnswers()
+        self._bot_identity: LifetimeAnswers[GitIdentity] = LifetimeAnswers()
+        self._labels_made: LifetimeAnswers[None] = LifetimeAnswers()
 
     # ------------------------------------------------------------ discovery and snapshots
 
@@ -231,6 +235,12 @@ class GitHubSource:
         return data
 
     async def clone_url(self, project: str) -> str:
+        """Asked once per repository for the process's life: every run of a project clones
+        from the same place. A repository renamed or moved meanwhile is still cloned from
+        the URL first read (GitHub redirects the old one) until the agent restarts."""
+        return await self._clone_urls.get(project.lower(), lambda: self._read_clone_url(project))
+
+    async def _read_clone_url(self, project: str) -> str:
         owner, repo = split_project(project)
         data = await self._json_object(f"/repos/{project}", lambda: self._rest.repos.async_get(owner, repo))
         url = data.get("clone_url")
@@ -268,7 +278,17 @@ class GitHubSource:
         return f"Authorization: Basic {credentials}"
 
     async def git_identity(self, username: str | None) -> GitIdentity:
-        """Profile name and public email; else GitHub's no-reply address `<id>+<login>@users.noreply.<host>`."""
+        """Profile name and public email; else GitHub's no-reply address `<id>+<login>@users.noreply.<host>`.
+
+        The bot's own (None) is read once for the process's life: it commits every run's
+        work, and a change of its profile shows in commits after the agent restarts.
+        Anyone else's (a co-author) is read at each delivery.
+        """
+        if username is None:
+            return await self._bot_identity.get("", lambda: self._read_identity(None))
+        return await self._read_identity(username)
+
+    async def _read_identity(self, username: str | None) -> GitIdentity:
         if username is None:
             data = await self._json_object("/user", self._rest.users.async_get_authenticated)
         else:
@@ -353,7 +373,9 @@ class GitHubSource:
     async def add_label(self, key: TaskKey, label: str) -> None:
         known = self._known_labels.setdefault(key.project.lower(), set())
         if label.lower() not in known:
-            await self._ensure_label(key.project, label)
+            # One check (and creation) for the runs that claim together, not one each.
+            made = f"{key.project.lower()}\n{label.lower()}"
+            await self._labels_made.get(made, lambda: self._ensure_label(key.project, label))
             known.add(label.lower())
         owner, repo = split_project(key.project)
         await self._http.call(

@@ -24,6 +24,7 @@ from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey,
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.gitlab.client import PER_PAGE, GitLabClient
+from coding_agent.sources.http import LifetimeAnswers
 from coding_agent.sources.gitlab.mapping import (
     JSON,
     MAX_BODY_LENGTH,
@@ -64,6 +65,9 @@ class GitLabSource:
         self._lock = threading.Lock()
         self._known_labels: dict[str, set[str]] = {}
         self._user_ids: dict[str, int | None] = {}
+        self._clone_urls: LifetimeAnswers[str] = LifetimeAnswers()
+        self._bot_identity: LifetimeAnswers[GitIdentity] = LifetimeAnswers()
+        self._labels_made: LifetimeAnswers[None] = LifetimeAnswers()
         self._label_colors = {
             config.bot_label: "#6f42c1",
             config.processing_label: "#1f75cb",
@@ -187,8 +191,10 @@ class GitLabSource:
         await self._http.call(f"PUT {path}", update)
 
     async def add_label(self, key: TaskKey, label: str) -> None:
-        """Create the project label if new, then `add_labels`: a single-label write, no stale overwrite."""
-        await self._ensure_label(key.project, label)
+        """Create the project label if new, then `add_labels`: a single-label write, no stale overwrite.
+
+        The runs that claim together share one listing (and creation), not one each."""
+        await self._labels_made.get(f"{key.project}\n{label}", lambda: self._ensure_label(key.project, label))
         path = item_path(key)
         await self._http.call(f"PUT {path}", lambda: self._http.manager(key).update(key.number, {"add_labels": label}))
 
@@ -295,6 +301,12 @@ class GitLabSource:
         return to_comment(await self._http.create(f"POST {path}", create, find), thread_id)
 
     async def clone_url(self, project: str) -> str:
+        """Asked once per project for the process's life: every run of a project clones
+        from the same place. A project renamed or moved meanwhile is still cloned from the
+        URL first read (GitLab redirects the old one) until the agent restarts."""
+        return await self._clone_urls.get(project, lambda: self._read_clone_url(project))
+
+    async def _read_clone_url(self, project: str) -> str:
         path = f"/projects/{project_ref(project)}"
         data = await self._http.call(f"GET {path}", lambda: dict(self._http.gl.projects.get(project).attributes))
         url = data.get("http_url_to_repo")
@@ -327,7 +339,17 @@ class GitLabSource:
         return f"Authorization: Basic {credentials}"
 
     async def git_identity(self, username: str | None) -> GitIdentity:
-        """Name and commit/public email; else GitLab's no-reply `<id>-<username>@users.noreply.<host>`."""
+        """Name and commit/public email; else GitLab's no-reply `<id>-<username>@users.noreply.<host>`.
+
+        The bot's own (None) is read once for the process's life: it commits every run's
+        work, and a change of its profile shows in commits after the agent restarts.
+        Anyone else's (a co-author) is read at each delivery.
+        """
+        if username is None:
+            return await self._bot_identity.get("", lambda: self._read_identity(None))
+        return await self._read_identity(username)
+
+    async def _read_identity(self, username: str | None) -> GitIdentity:
         if username is None:
             data: JSON | None = await self._http.call("GET /user", lambda: self._http.get("/user", conditional=False).data)
         else:
