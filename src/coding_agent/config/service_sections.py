@@ -24,7 +24,7 @@ __all__ = [
 class SchedulingConfig(_Strict):
     interval_seconds: float = Field(default=60, gt=0)
     lease_seconds: float = Field(default=900, gt=0)
-    # runs between their claim and a ready clone at once (null: twice the CPU count); the others wait their turn, at most 2 s
+    # runs between their claim and a ready clone at once (null: the CPU count); the others wait their turn, at most 2 s
     starts_at_once: int | None = Field(default=None, ge=1)
 
 

@@ -1,5 +1,5 @@
 """Runs start a few at a time: between its claim and its clone being ready, a run holds
-one of a few start slots (`scheduling.starts_at_once`, default twice the CPU count).
+one of a few start slots (`scheduling.starts_at_once`, default the CPU count).
 
 Why: a run's start (the claim's forge requests, the comment and permission reads, the
 clone) is CPU work on one event loop and a few git processes. When sixteen runs start
@@ -8,8 +8,8 @@ moment, as late as the last one; their model replies then come back together, an
 do their deliveries (commit, push, pull request, labels), sixteen at once again at the
 end. A few at a time, the first runs reach their model while the others still start,
 and their ends are spread the same way. (Measured with `benchmarks/bench_runtime.py
---timeline`: the end after the last model reply went from ~0.6 s to ~0.1 s for 16 runs
-on 2 cores.)
+--timeline`, 16 runs on 2 cores: the end after the last model reply went from 0.76-0.87 s
+with no gate to 0.16-0.44 s with two slots.)
 
 No run waits for unrelated work for long: a run that has waited `max_wait_seconds` for
 a slot goes ahead without one, so a slow clone of a huge repository holds the others
@@ -30,9 +30,11 @@ MAX_WAIT_SECONDS = 2.0
 
 
 def default_starts_at_once() -> int:
-    """Twice the CPU count: a start also waits on the forge and on git, so one per core
-    would leave the cores idle; many more would interleave them all again."""
-    return 2 * (os.cpu_count() or 1)
+    """The CPU count: a start is mostly CPU work (the event loop and git). Measured with
+    `benchmarks/bench_runtime.py --starts-at-once N` (16 tasks on 2 cores, quiet
+    machine, 16 vs 1): 1 and 2 slots 1.14-1.20x, 3 1.17-1.21x, 4 1.22-1.25x, 16 (no
+    gate) 1.31-1.33x. One slot would let a single slow start hold back every other."""
+    return os.cpu_count() or 1
 
 
 class StartGate:
