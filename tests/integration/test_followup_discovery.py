@@ -180,6 +180,45 @@ def test_an_unchanged_pull_costs_no_request_at_claim(tmp_path: Path) -> None:
         assert examined > 0 and unchanged == 0, (examined, unchanged)
 
 
+def test_a_look_at_the_agents_pull_leaves_its_issues_running_run_its_lease(tmp_path: Path) -> None:
+    """The issue's run is running in this process (a takeover continuing it, say) when a
+    review follow-up of the PR it opened is looked at under the same owner. The look
+    takes the issue's lease and hands it back when it finds nothing new; taking it as
+    "already ours" handed back the running run's lease, and that run stopped at its next
+    step with its lease lost, leaving the issue `processing` for good."""
+    with GitHubSandbox() as sandbox:
+        state = sandbox.state
+        state.add_user("alice")
+        state.add_user("agent-bot", token=TOKEN, bot=True)
+        state.add_repo("acme/widgets")
+        state.set_permission("acme/widgets", "agent-bot", "write")
+        state.set_permission("acme/widgets", "alice", "write")
+        issue = state.create_issue("acme/widgets", "Greet", "x", author="alice")
+        pull = state.create_pull("acme/widgets", "Greet", author="agent-bot", head=f"coding-agent/{issue}-greet")
+        state.add_review_comment("acme/widgets", pull, "alice", "no mention, just a remark")
+        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+        issue_key = f"github:acme/widgets#{issue}"
+
+        async def look() -> object:
+            config = GitHubConfig(api_url=sandbox.url, token=TOKEN, owner="acme", bot_name="agent-bot")
+            source = GitHubSource(config, RetryPolicy(retries=0))
+            intake = FollowUpIntake(store, "w1", 60, Redactor([]), "en", ["thanks"], False)
+            try:
+                [candidate] = await source.discover_review_followups(datetime.now(timezone.utc) - timedelta(days=1))
+                return await intake.try_claim(source, candidate)
+            finally:
+                await source.aclose()
+
+        try:
+            assert store.acquire_lease(issue_key, "w1", 60)  # the issue's run, running here
+            assert asyncio.run(look()) is None
+            assert store.lease_owner(issue_key) == "w1", "the running run keeps its lease"
+            store.release_lease(issue_key, "w1")  # the run ended: the next look may take it
+            assert asyncio.run(look()) is None and store.lease_owner(issue_key) is None
+        finally:
+            store.close()
+
+
 def test_a_mention_in_the_same_second_as_the_examined_one_is_not_missed(tmp_path: Path) -> None:
     """GitHub stamps whole seconds: a reader's @mention is examined (and ignored), then a
     maintainer's lands in that same second, so the issue's `updated_at` does not change.

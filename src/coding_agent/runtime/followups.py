@@ -27,6 +27,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from functools import partial
 
 from sqlalchemy import Float, String
 from sqlalchemy.engine import Engine
@@ -236,7 +237,10 @@ class FollowUpIntake:
         if issue_key is None:
             return None
         lease_key = str(issue_key)
-        if not await asyncio.to_thread(self._store.acquire_lease, lease_key, self._owner, self._lease_seconds):
+        # Not reentrant: the issue's run may be running in this very process, under this
+        # owner; taking its lease and handing it back below would stop that run.
+        acquire = partial(self._store.acquire_lease, lease_key, self._owner, self._lease_seconds, reentrant=False)
+        if not await asyncio.to_thread(acquire):
             return None  # the task is running (or claimed): the thread is looked at again later
         try:
             claim = await self._examine_review(source, fresh, issue_key, bot_name)

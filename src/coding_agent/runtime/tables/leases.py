@@ -11,7 +11,7 @@ import os
 import socket
 import uuid as uuid_module
 
-from sqlalchemy import Float, String, insert, update
+from sqlalchemy import Float, String, false, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -39,8 +39,14 @@ def new_owner_id() -> str:
 class Leases(TableStore):
     """Taking, renewing and releasing a task's lease."""
 
-    def acquire_lease(self, task_key: str, owner: str, ttl_seconds: float) -> bool:
-        """Take the task's lease if it is free, expired, or already ours. True when held."""
+    def acquire_lease(self, task_key: str, owner: str, ttl_seconds: float, *, reentrant: bool = True) -> bool:
+        """Take the task's lease if it is free, expired, or already ours. True when held.
+
+        `reentrant=False`: not when it is already ours. For a look that releases the lease
+        when it finds nothing to do (a review thread's probe, keyed by another task than
+        the lease's): taking our own running run's lease would hand it back, and the run
+        would stop at its next step, its lease lost.
+        """
         now = self._clock()
         try:
             with self._session() as session:
@@ -52,7 +58,7 @@ class Leases(TableStore):
             result = session.execute(
                 update(_Lease)
                 .where(_Lease.task_key == task_key)
-                .where((_Lease.expires_at < now) | (_Lease.owner == owner))
+                .where((_Lease.expires_at < now) | ((_Lease.owner == owner) if reentrant else false()))
                 .values(owner=owner, expires_at=now + ttl_seconds)
             )
             return result.rowcount == 1
