@@ -116,7 +116,11 @@ class LifetimeAnswers(Generic[V]):
 
     async def get(self, key: str, ask: Callable[[], Coroutine[Any, Any, V]]) -> V:
         answer = self._answers.get(key)
-        if answer is None:
+        if answer is not None and answer.done() and not answer.cancelled() and answer.exception() is None:
+            return answer.result()  # known: readable from any event loop
+        if answer is None or answer.get_loop() is not asyncio.get_running_loop():
+            # (A source outliving its event loop, as `asyncio.run` twice in one process,
+            # asks again rather than await a future of a loop that has gone.)
             answer = asyncio.ensure_future(ask())
             self._answers[key] = answer
             answer.add_done_callback(lambda done: self._forget_failure(key, done))
