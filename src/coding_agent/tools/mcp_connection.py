@@ -27,7 +27,9 @@ from typing import TextIO
 
 import anyio
 from mcp import ClientSession, StdioServerParameters
+from mcp import types as mcp_types
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import McpError
 
 from coding_agent.errors import ToolError
 from coding_agent.tools.mcp_session import Broken, SessionHolder, first_error
@@ -133,6 +135,10 @@ class Connection(SessionHolder):
             code = await _exit_code(self.pid)
         if code is not None:  # the code is known while the process is unreaped, not after
             self._fail("it exited during startup" + (f" (exit code {code})" if code >= 0 else ""))
+        elif self.pid is None and isinstance(error, McpError) and error.error.code == mcp_types.CONNECTION_CLOSED:
+            # No child of ours held its stderr when we looked, just after the start, and the
+            # connection closed: it had exited already (a quick exit, its code unknown).
+            self._fail("it exited during startup")
         else:
             await super()._startup_failed(error)
         self._kill_group(signal.SIGKILL)
