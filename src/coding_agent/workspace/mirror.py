@@ -113,7 +113,7 @@ class Mirrors:
             listing = await git.run(None, "ls-remote", "--symref", url, "HEAD", "refs/heads/*", auth=auth)
             default, listed = parse_ls_remote(listing.stdout)
             try:
-                branches = await self._fetch(git, path, url, auth) if listed else {}
+                branches = await self._fetch(git, path, url, auth, bool(listed))
             except GitError:
                 # The forge answered the listing, so this is the mirror itself (e.g. left
                 # half made by a killed process): the next refresh makes it afresh.
@@ -124,16 +124,19 @@ class Mirrors:
         finally:
             os.close(descriptor)  # releases the lock
 
-    async def _fetch(self, git: Git, path: Path, url: str, auth: GitAuth | None) -> dict[str, str]:
+    async def _fetch(self, git: Git, path: Path, url: str, auth: GitAuth | None, any_branch: bool) -> dict[str, str]:
         """Fetch every branch into the mirror; {branch: commit} as the mirror now has them.
 
         The branches are read from the mirror, not from the `ls-remote` before the fetch:
         a branch that moved in between would name a commit the (shallow) fetch never got.
-        (An empty repository is never fetched: a glob refspec matching nothing fails.)
+        (An empty repository is never fetched: a glob refspec matching nothing fails.
+        Its mirror is still made: a run's clone borrows from it all the same.)
         """
         if not (path / "HEAD").is_file():
             await git.run(None, "init", "--quiet", "--bare", "--template=", str(path))
             await git.run(None, f"--git-dir={path}", "config", "gc.auto", "0")
+        if not any_branch:
+            return {}
         fetch = ["fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head"]
         if self._depth > 0:
             fetch += ["--depth", str(self._depth)]
