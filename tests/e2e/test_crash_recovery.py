@@ -10,6 +10,7 @@ labels, and no run left `running` in the state store.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import subprocess
@@ -21,12 +22,14 @@ from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy import text
 
+from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import ReplaySandbox
 
 from ._steering import spawn_cli, steering_config, wait_for
-from .conftest import BOT, REPO, GitHubForge, progress_comments
+from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments
 
 LANES = 4  # workers killed side by side, each lane with its own replay server
 KILLS_PER_LANE = 5  # 4 x 5 = 20 trials
@@ -129,3 +132,39 @@ def test_sigkilled_workers_lose_no_task(github_forge: GitHubForge, tmp_path: Pat
         assert len(progress_runs) == len(set(progress_runs)) and set(progress_runs) <= {r.uuid for r in task_runs}
         pulls = [p for p in github_forge.sandbox.state.pulls(REPO) if (p.head or "").startswith(f"coding-agent/{number}-")]
         assert len(pulls) <= 1, (key, pulls)
+
+
+def test_a_run_whose_worker_died_after_its_end_was_out_is_not_run_again(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """The worker published the end (labels, final comment), moved the run's files to
+    `completed/`, and died before the state store recorded it: the store still says
+    `running`, with a lease that runs out. The next cycle used to find no state to
+    continue from and start the task again: a second run and a second final comment."""
+    number = github_forge.open_task("issue", "Greet", "Please add hello.txt.")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = steering_config(tmp_path, [github_forge], model)
+
+        async def cycle() -> list[str]:
+            service = AgentService(load_for_service(setup))
+            try:
+                return [result.status for result in (await service.run_cycle()).results]
+            finally:
+                await service.aclose()
+
+        assert asyncio.run(cycle()) == ["done"]
+        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+        try:
+            [run] = store.runs()
+            with store.engine.begin() as connection:  # as the dead worker left it
+                connection.execute(text("UPDATE runs SET status = 'running', finished_at = NULL WHERE uuid = :u"), {"u": run.uuid})
+            assert store.acquire_lease(key, "dead-worker", -1.0)  # already run out
+            assert asyncio.run(cycle()) == []
+            runs = store.runs()
+        finally:
+            store.close()
+    assert [(r.uuid, r.status) for r in runs] == [(run.uuid, "done")]
+    bodies = [body for author, body in github_forge.comments("issue", number) if author == BOT]
+    assert len([body for body in bodies if body not in progress_comments(bodies)]) == 1, bodies
+    assert [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")] == [
+        "coding agent done"
+    ]

@@ -187,6 +187,20 @@ class ContextStorage:
                 return directory
         return None
 
+    def ended_status(self, run_uuid: str) -> str | None:
+        """The status a run recorded as it ended (`completed/<uuid>/metadata.json`), or None.
+
+        A run moves its files to `completed/` only once its end is out (labels, final
+        comment); a worker that died right after, before the state store recorded the end,
+        leaves a `running` run whose end this still knows.
+        """
+        try:
+            data = json.loads((self.root / COMPLETED / run_uuid / "metadata.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        status = data.get("status") if isinstance(data, dict) else None
+        return status if isinstance(status, str) and status else None
+
     def reopen(self, run_uuid: str, messages: list[dict[str, Any]] | None = None) -> RunContextFiles | None:
         """An unfinished run's files, moved back to `running/` (a resume or a takeover).
 

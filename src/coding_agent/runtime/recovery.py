@@ -94,6 +94,11 @@ class Recovery:
         if run is not None and run.status == "running":
             if not await asyncio.to_thread(self._store.claim_run, run.uuid, owner, "running"):
                 return None
+            ended = self._storage.ended_status(run.uuid)
+            if ended is not None:  # its end is out; its worker died before the store had it
+                log.warning("%s: run %s had ended %s when its worker stopped; recorded", key, run.uuid, ended)
+                await asyncio.to_thread(self._store.finish_run, run.uuid, ended, run.steps, None)
+                return None
             log.warning("%s: the worker of run %s stopped; taking it over", key, run.uuid)
             return await self._continue(source, run, await asyncio.to_thread(self._store.run_marks, run.uuid))
         # No unfinished run: a worker died between claiming the task and starting its run.
