@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,59 @@ def test_runs_start_a_few_at_a_time(github_forge: GitHubForge, tmp_path: Path) -
     assert [key for _, key in one_at_a_time[0::2]] == [key for _, key in one_at_a_time[1::2]]
     together = _starts(github_forge, tmp_path / "three", 3)
     assert [event for event, _ in together][:3] == ["started"] * 3, together
+
+
+def test_a_redelivered_message_of_a_task_running_here_leaves_its_run_alone(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """RabbitMQ hands an unacknowledged message back after a dropped connection, possibly
+    to the same process while its run goes on. That delivery must find nothing to do: a
+    claim that took "already ours" as a fresh lease handed the running run's lease back
+    when it found nothing new, and the redelivery's takeover then started the same run a
+    second time beside the first."""
+    number = github_forge.open_task("issue", "Long task", "Please add hello.txt.")
+    key = f"github:{REPO}#{number}"
+    redelivery_over = threading.Event()
+
+    def wait_for_redelivery(_: dict[str, Any]) -> None:
+        wait_for(redelivery_over.is_set, 60, "the redelivered message to be handled")
+
+    replies = [
+        {**HELLO_SCRIPT["replies"][0], "before": {"wait_for_redelivery": {}}},
+        *HELLO_SCRIPT["replies"][1:],
+    ]
+    events: list[tuple[str, str]] = []
+    with ReplaySandbox({"replies": replies}, actions={"wait_for_redelivery": wait_for_redelivery}) as model:
+        setup = steering_config(tmp_path, [github_forge], model, workers=2)
+
+        async def cycle() -> tuple[Any, list[str], str | None, str | None]:
+            service = AgentService(load_for_service(setup))
+            service.workers.on_event = lambda event, key: events.append((event, key))
+            try:
+                cycle = asyncio.create_task(service.run_cycle())
+                await wait_until(lambda: ("ready", key) in events, 60, "the run's clone to be ready")
+                try:
+                    second = await asyncio.wait_for(service.workers.handle(QueuedTask(key, "new"), redelivered=True), 30)
+                finally:
+                    redelivery_over.set()
+                holder = await asyncio.to_thread(service.store.lease_owner, key)
+                entry = (await asyncio.to_thread(service.entries.states)).get(key)
+                results = (await cycle).results
+                return second, [result.status for result in results], holder if holder != service.owner else None, entry
+            finally:
+                await service.aclose()
+
+        second, statuses, stranger, entry = asyncio.run(asyncio.wait_for(cycle(), 240))
+
+    assert second is None, second
+    assert stranger is None, "the running run kept its lease"
+    assert entry == "running", "the running run's queue entry stays (so the task is not queued again meanwhile)"
+    assert statuses == ["done"]
+    assert [event for event, _ in events].count("started") == 1, events
+    assert len(_finals(github_forge, number)) == 1
+    assert [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")] == [
+        "coding agent done"
+    ]
 
 
 # -- RabbitMQ + PostgreSQL ------------------------------------------------------------------

@@ -27,7 +27,6 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from functools import partial
 
 from sqlalchemy import Float, String
 from sqlalchemy.engine import Engine
@@ -237,10 +236,8 @@ class FollowUpIntake:
         if issue_key is None:
             return None
         lease_key = str(issue_key)
-        # Not reentrant: the issue's run may be running in this very process, under this
-        # owner; taking its lease and handing it back below would stop that run.
-        acquire = partial(self._store.acquire_lease, lease_key, self._owner, self._lease_seconds, reentrant=False)
-        if not await asyncio.to_thread(acquire):
+        # The issue's run may be running in this very process: its lease is then not free.
+        if not await asyncio.to_thread(self._store.acquire_lease, lease_key, self._owner, self._lease_seconds):
             return None  # the task is running (or claimed): the thread is looked at again later
         try:
             claim = await self._examine_review(source, fresh, issue_key, bot_name)

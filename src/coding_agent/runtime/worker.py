@@ -69,6 +69,7 @@ class Workers:
         self._shutdown = shutdown
         self._snapshots = snapshots
         self._starts = StartGate(config.scheduling.starts_at_once or default_starts_at_once())
+        self._running: set[str] = set()  # queue keys this process is working now
         self.on_event: Callable[[str, str], None] = lambda event, key: None  # observers (tests, metrics)
 
     async def run(self, queue: TaskQueue, stop: asyncio.Event | None = None, drain: bool = False) -> list[Outcome]:
@@ -91,6 +92,13 @@ class Workers:
     async def handle(self, item: QueuedTask, redelivered: bool = False) -> Outcome:
         """Claim and run one queued task; the queue entry is released whatever happens."""
         key = item.key
+        if key in self._running:
+            # Delivered again while it runs here: RabbitMQ hands an unacknowledged message
+            # back after a lost connection, maybe to this very process. Its run goes on; this
+            # copy claims nothing and leaves the queue entry to that run.
+            log.info("%s: delivered again while it runs here; dropped", key)
+            return None
+        self._running.add(key)
         source = source_for(self._sources, key)
         try:
             if source is None:
@@ -102,6 +110,7 @@ class Workers:
             return await self._claim_and_run(source, item, redelivered, picked_at)
         finally:
             self._snapshots.pop(key, None)
+            self._running.discard(key)
             await asyncio.to_thread(self._entries.release, key)
 
     async def _claim_and_run(self, source: Source, item: QueuedTask, redelivered: bool, picked_at: float) -> Outcome:

@@ -11,7 +11,7 @@ import os
 import socket
 import uuid as uuid_module
 
-from sqlalchemy import Float, String, false, insert, update
+from sqlalchemy import Float, String, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -39,13 +39,14 @@ def new_owner_id() -> str:
 class Leases(TableStore):
     """Taking, renewing and releasing a task's lease."""
 
-    def acquire_lease(self, task_key: str, owner: str, ttl_seconds: float, *, reentrant: bool = True) -> bool:
-        """Take the task's lease if it is free, expired, or already ours. True when held.
+    def acquire_lease(self, task_key: str, owner: str, ttl_seconds: float) -> bool:
+        """Take the task's lease if it is free or expired. True when taken.
 
-        `reentrant=False`: not when it is already ours. For a look that releases the lease
-        when it finds nothing to do (a review thread's probe, keyed by another task than
-        the lease's): taking our own running run's lease would hand it back, and the run
-        would stop at its next step, its lease lost.
+        Not when it is already ours: a lease of ours belongs to a run of this process,
+        and every claim path (intake, follow-ups, review threads, recovery, a redelivered
+        message) hands the lease back when it finds nothing to do. Taking "already ours"
+        as taken handed a running run's lease back, and the run stopped at its next step,
+        its lease lost (or a takeover ran it a second time beside itself).
         """
         now = self._clock()
         try:
@@ -57,8 +58,7 @@ class Leases(TableStore):
         with self._session() as session:
             result = session.execute(
                 update(_Lease)
-                .where(_Lease.task_key == task_key)
-                .where((_Lease.expires_at < now) | ((_Lease.owner == owner) if reentrant else false()))
+                .where(_Lease.task_key == task_key, _Lease.expires_at < now)
                 .values(owner=owner, expires_at=now + ttl_seconds)
             )
             return result.rowcount == 1
