@@ -394,6 +394,31 @@ async def test_a_shallow_mirror_lends_its_objects_too_and_the_run_delivers_from_
     assert (again.path / "hello.txt").read_text() == "hello\n"
 
 
+async def test_a_killed_refresh_s_lock_files_do_not_cost_the_mirror_its_running_clones_borrow_from(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    """A worker killed in the middle of a refresh leaves git's lock files in the mirror,
+    and every later fetch into it failed on them. The mirror was then deleted as broken,
+    taking the objects away from the clones that running runs (in this process, or in
+    others on the machine) borrow them from. A refresh holds the mirror's file lock, so
+    any git lock file it finds there is a dead process's: it is removed, and the sound
+    mirror is fetched into as usual."""
+    mirrors = Mirrors(mirrors_dir(tmp_path / "ws"), depth=1)
+    first = await _prepare(source, _task(1, "First"), tmp_path / "ws" / "first", mirrors=mirrors)
+    [mirror] = mirrors_dir(tmp_path / "ws").glob("*.git")
+    for left in (mirror / "shallow.lock", mirror / "packed-refs.lock", mirror / "refs" / "heads" / "main.lock"):
+        left.write_text("")  # as a fetch killed half way leaves them
+    sandbox.state.git.commit_files(REPO, "main", {"src/app.py": "x = 4\n"}, "Fourth")
+
+    second = await _prepare(source, _task(2, "Second"), tmp_path / "ws" / "second", mirrors=mirrors)
+    assert (second.path / "src" / "app.py").read_text() == "x = 4\n"
+    alternates = (second.git_dir / "objects" / "info" / "alternates").read_text()
+    assert alternates == f"{mirror / 'objects'}\n", "borrowed from the same mirror"
+    assert not list(mirror.rglob("*.lock"))
+    status = await _git().run(first.path, "status", "--porcelain")
+    assert status.stdout == "", "the first run's clone still has every object it borrowed"
+
+
 async def test_a_broken_mirror_costs_one_network_clone_and_is_made_again(
     sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -15,8 +15,9 @@ their refreshes apart.
 The mirror lives outside every workspace (`<workspaces>.mirrors/`, beside the git
 directories), is written only by the host's hardened git, and holds no credential (the
 token goes per command, as for every host git call). It is never garbage-collected
-(`gc.auto 0`): a run's clone may borrow any object it had. Its name is a hash of the
-clone URL, so a fork (a PR's head repository) gets its own.
+(`gc.auto 0`) and never deleted while it is a repository: a run's clone may borrow any
+object it had. Its name is a hash of the clone URL, so a fork (a PR's head repository)
+gets its own.
 """
 
 from __future__ import annotations
@@ -110,14 +111,19 @@ class Mirrors:
         descriptor = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             await _lock(descriptor)
+            await asyncio.to_thread(_remove_dead_locks, path)
             listing = await git.run(None, "ls-remote", "--symref", url, "HEAD", "refs/heads/*", auth=auth)
             default, listed = parse_ls_remote(listing.stdout)
             try:
                 branches = await self._fetch(git, path, url, auth, bool(listed))
             except GitError:
-                # The forge answered the listing, so this is the mirror itself (e.g. left
-                # half made by a killed process): the next refresh makes it afresh.
-                log.warning("the mirror %s could not be fetched into; it is made again next time", path.name)
+                if await _is_repository(git, path):
+                    # Sound, and running runs' clones borrow its objects: it stays. This
+                    # run clones from the forge; the next refresh fetches into it again.
+                    raise
+                # No repository any more (a crash, a full disk): none of its clones can
+                # borrow from it either. The next refresh makes it afresh.
+                log.warning("the mirror %s is no git repository any more; it is made again next time", path.name)
                 shutil.rmtree(path, ignore_errors=True)
                 raise
             return MirrorRefs(path, default, branches, (path / "shallow").is_file())
@@ -143,6 +149,24 @@ class Mirrors:
         await git.run(None, f"--git-dir={path}", *fetch, url, "+refs/heads/*:refs/heads/*", auth=auth)
         listing = await git.run(None, f"--git-dir={path}", "for-each-ref", "--format=%(objectname)\t%(refname)", "refs/heads/")
         return parse_ls_remote(listing.stdout)[1]
+
+
+def _remove_dead_locks(path: Path) -> None:
+    """Remove the lock files a git process killed in the mirror left (`shallow.lock`,
+    `packed-refs.lock`, `refs/heads/<branch>.lock`, ...): every later fetch failed on them.
+    Only called under the mirror's file lock, which every git process writing the mirror
+    runs under, so no live process holds one."""
+    for left in (*path.glob("*.lock"), *(path / "refs").rglob("*.lock")):
+        log.warning("the mirror %s: removing %s, left by a git process that stopped", path.name, left.name)
+        left.unlink(missing_ok=True)
+
+
+async def _is_repository(git: Git, path: Path) -> bool:
+    try:
+        await git.run(None, f"--git-dir={path}", "rev-parse", "--git-dir")
+    except GitError:
+        return False
+    return True
 
 
 async def _lock(descriptor: int) -> None:
