@@ -419,6 +419,32 @@ async def test_a_killed_refresh_s_lock_files_do_not_cost_the_mirror_its_running_
     assert status.stdout == "", "the first run's clone still has every object it borrowed"
 
 
+async def test_a_busy_mirror_s_packs_are_rolled_up_and_keep_every_object_clones_borrow(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    """Each refresh left a pack (or loose objects) in the mirror, for ever: every lookup,
+    its clones' too, looked through them all. Beyond `max_packs` they are rolled up, and
+    no object goes, not even the commit a running clone stands on after its branch was
+    deleted on the forge."""
+    mirrors = Mirrors(mirrors_dir(tmp_path / "ws"), depth=1, max_packs=3)
+    topic = sandbox.state.git.commit_files(REPO, "topic", {"topic.txt": "t\n"}, "Topic")
+    first = await _prepare(source, _task(7, "Topic", change=True, head="topic"), tmp_path / "ws" / "pr", mirrors=mirrors)
+    [mirror] = mirrors_dir(tmp_path / "ws").glob("*.git")
+    await _git().run(None, f"--git-dir={sandbox.state.git.path(REPO)}", "update-ref", "-d", "refs/heads/topic")
+    for n in range(6):
+        sandbox.state.git.commit_files(REPO, "main", {"src/app.py": f"x = {10 + n}\n"}, f"Commit {n}")
+        latest = await _prepare(source, _task(n + 1, f"Task {n}"), tmp_path / "ws" / f"t{n}", mirrors=mirrors)
+
+    assert (latest.path / "src" / "app.py").read_text() == "x = 15\n"
+    packs = list((mirror / "objects" / "pack").glob("*.pack"))
+    loose = [p for p in (mirror / "objects").rglob("*") if p.is_file() and p.parent.name not in ("pack", "info")]
+    assert len(packs) <= 3 and not loose, (packs, loose)
+    assert "topic" not in (await _git().run(None, f"--git-dir={mirror}", "branch", "--list")).stdout
+    await _git().run(None, f"--git-dir={mirror}", "cat-file", "-e", f"{topic}^{{tree}}")  # raises if it went
+    status = await _git().run(first.path, "status", "--porcelain")
+    assert status.stdout == "" and (first.path / "topic.txt").read_text() == "t\n"
+
+
 async def test_a_broken_mirror_costs_one_network_clone_and_is_made_again(
     sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -140,7 +140,7 @@ class Git:
         Raises `GitError` (or `TransientError` for network and 5xx trouble) when it fails
         and `check` is set.
         """
-        what = f"git {args[0]}" if args else "git"
+        what = f"git {_subcommand(args)}".rstrip()
         process = await asyncio.create_subprocess_exec(
             "git",
             *args,
@@ -175,6 +175,19 @@ class Git:
         if any(marker in lowered for marker in _TRANSIENT_MARKERS):
             return TransientError(message)
         return GitError(message)
+
+
+def _subcommand(args: tuple[str, ...]) -> str:
+    """The git command `args` run (`fetch` in `-c k=v --git-dir=d fetch ...`), for messages."""
+    after_c = False
+    for arg in args:
+        if after_c:
+            after_c = False
+        elif arg == "-c":
+            after_c = True
+        elif not arg.startswith("-"):
+            return arg
+    return ""
 
 
 def _kill(process: asyncio.subprocess.Process) -> None:

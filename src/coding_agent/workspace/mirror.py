@@ -15,8 +15,8 @@ their refreshes apart.
 The mirror lives outside every workspace (`<workspaces>.mirrors/`, beside the git
 directories), is written only by the host's hardened git, and holds no credential (the
 token goes per command, as for every host git call). It is never garbage-collected
-(`gc.auto 0`) and never deleted while it is a repository: a run's clone may borrow any
-object it had. Its name is a hash of the clone URL, so a fork (a PR's head repository)
+(`gc.auto 0`; its packs are only rolled up) and never deleted while it is a repository:
+a run's clone may borrow any object it had. Its name is a hash of the clone URL, so a fork (a PR's head repository)
 gets its own.
 """
 
@@ -71,9 +71,10 @@ class _Entry:
 class Mirrors:
     """The mirrors under `root`, one per clone URL, refreshed at most once per burst of runs."""
 
-    def __init__(self, root: Path, depth: int) -> None:
+    def __init__(self, root: Path, depth: int, max_packs: int = 16) -> None:
         self._root = root
         self._depth = depth
+        self._max_packs = max_packs
         self._entries: dict[str, _Entry] = {}
 
     def path_for(self, url: str) -> Path:
@@ -143,12 +144,24 @@ class Mirrors:
             await git.run(None, f"--git-dir={path}", "config", "gc.auto", "0")
         if not any_branch:
             return {}
-        fetch = ["fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head"]
-        if self._depth > 0:
-            fetch += ["--depth", str(self._depth)]
-        await git.run(None, f"--git-dir={path}", *fetch, url, "+refs/heads/*:refs/heads/*", auth=auth)
+        # Every fetch keeps what it got as one pack (never loose objects), so that the
+        # packs can be counted and rolled up below.
+        fetch = ["-c", "fetch.unpackLimit=1", f"--git-dir={path}", "fetch", "--quiet", "--prune", "--no-tags"]
+        fetch += ["--no-write-fetch-head", *(["--depth", str(self._depth)] if self._depth > 0 else [])]
+        await git.run(None, *fetch, url, "+refs/heads/*:refs/heads/*", auth=auth)
+        await self._roll_up_packs(git, path)
         listing = await git.run(None, f"--git-dir={path}", "for-each-ref", "--format=%(objectname)\t%(refname)", "refs/heads/")
         return parse_ls_remote(listing.stdout)[1]
+
+    async def _roll_up_packs(self, git: Git, path: Path) -> None:
+        """Roll the small packs the refreshes left into bigger ones once there are more
+        than `max_packs`: without it a busy mirror gained a pack per refresh for ever, and
+        every object lookup, its clones' too, looks through them all. `--geometric` rolls
+        up whole packs, every object they hold, reachable or not (a force-pushed-away
+        commit a running clone borrows stays), and leaves the big base pack alone; readers
+        that lose a pack mid-lookup find the new one (git looks again)."""
+        if len(list((path / "objects" / "pack").glob("*.pack"))) > self._max_packs:
+            await git.run(None, f"--git-dir={path}", "repack", "-d", "--quiet", "--geometric=2")
 
 
 def _remove_dead_locks(path: Path) -> None:
