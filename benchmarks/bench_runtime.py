@@ -4,6 +4,7 @@ while they run, and how soon a task labelled while another runs is picked up.
 1. `run --once` (`AgentService.run_cycle`, memory queue) on 1 and on N issues of the
    sandbox GitHub, `workers: N`, against the replay model with a fixed latency per reply
    (5 replies: 4 tool calls, then done). Target: N=16 under 1.15x the time of one.
+   The same through `serve` (`"serve"`): from its start until every run has ended.
 2. Event-loop lag while the N tasks run: a sampler sleeps 10 ms again and again and
    records how late it wakes. Target: p99 under 50 ms.
 3. Pickup while busy: `serve` with two slots and a poll interval; a long task runs, a
@@ -247,6 +248,35 @@ async def _once(servers: ServerProcess, tasks: int, latency: float) -> tuple[flo
     return elapsed, samples, await first, cycle_cpu
 
 
+async def _served(servers: ServerProcess, tasks: int, latency: float) -> float:
+    """`tasks` labelled issues worked by `serve` with as many slots: seconds from its start
+    until every run has ended (the first poll finds them all)."""
+    await servers.ask_async("load", _script(latency))
+    await servers.ask_async("open", "Served", tasks)
+    with tempfile.TemporaryDirectory() as scratch:
+        service = AgentService(_config(Path(scratch), servers.urls, workers=tasks))
+        ended = asyncio.Event()
+        count = [0]
+
+        def on_event(event: str, key: str) -> None:
+            count[0] += event == "ended"
+            if count[0] == tasks:
+                ended.set()
+
+        service.workers.on_event = on_event
+        stop = asyncio.Event()
+        started = time.monotonic()
+        serving = asyncio.create_task(service.serve(stop))
+        await ended.wait()
+        elapsed = time.monotonic() - started
+        stop.set()
+        await serving
+        done = await asyncio.to_thread(service.store.runs_with_status, "done")
+        await service.aclose()
+    assert len(done) == tasks, f"{len(done)} of {tasks} runs done"
+    return elapsed
+
+
 async def _pickup(servers: ServerProcess, latency: float, interval: float, by_webhook: bool = False) -> float:
     """`serve` with two slots: a long task runs; a second is labelled; until its first
     model request. `by_webhook`: with webhooks on and polling an hour apart, the label's
@@ -297,6 +327,10 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
         many, lag, many_cpu, many_cycle_cpu = await _once(servers, tasks, latency)
         servers_cpu = _process_cpu_seconds(servers.pid) - servers_cpu
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
+        served_one = await _served(servers, 1, latency)
+    with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
+        served_many = await _served(servers, tasks, latency)
+    with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
         pickup = await _pickup(servers, latency * 4, interval)
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
         webhook_pickup = await _pickup(servers, latency * 4, interval, by_webhook=True)
@@ -310,6 +344,7 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
         f"{tasks}_tasks_s": round(many, 3),
         "ratio": round(many / one, 3),
         "ratio_target": 1.15,
+        "serve": {"one_task_s": round(served_one, 3), f"{tasks}_tasks_s": round(served_many, 3), "ratio": round(served_many / served_one, 3)},
         "event_loop_lag_ms": {
             "p50": round(percentile(lag, 0.5) * 1000, 2),
             "p99": round(percentile(lag, 0.99) * 1000, 2),

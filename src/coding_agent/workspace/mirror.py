@@ -16,8 +16,8 @@ The mirror lives outside every workspace (`<workspaces>.mirrors/`, beside the gi
 directories), is written only by the host's hardened git, and holds no credential (the
 token goes per command, as for every host git call). It is never garbage-collected
 (`gc.auto 0`; its packs are only rolled up) and never deleted while it is a repository:
-a run's clone may borrow any object it had. Its name is a hash of the clone URL, so a fork (a PR's head repository)
-gets its own.
+a run's clone may borrow any object it had. Its name is a hash of the clone URL, so a
+fork (a PR's head repository) gets its own.
 """
 
 from __future__ import annotations
