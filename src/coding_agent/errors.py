@@ -14,6 +14,7 @@ __all__ = [
     "ForgeError",
     "LLMError",
     "ToolError",
+    "QueueUnavailable",
 ]
 
 
@@ -37,6 +38,11 @@ class TransientError(AgentError):
         super().__init__(message)
         self.retry_after = retry_after
         self.maybe_applied = maybe_applied
+
+
+class QueueUnavailable(TransientError):
+    """The queue's broker cannot be reached now (RabbitMQ restarting, a network blip):
+    nothing was enqueued; the next producer cycle offers the task again."""
 
 
 class ForgeError(AgentError):

@@ -18,6 +18,7 @@ from coding_agent.runtime.queue import QueuedTask
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.testing.tcp_relay import TcpRelay
 from coding_agent.testing.waiting import wait_for, wait_until
 
 from ._steering import distributed_config, spawn_cli, steering_config
@@ -249,3 +250,64 @@ def test_a_sigkilled_worker_s_task_is_redelivered_and_finished_once(
     assert [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")] == [
         "coding agent done"
     ]
+
+
+def test_a_broker_lost_mid_run_ends_nothing_and_the_work_goes_on_once_it_is_back(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """`serve` on RabbitMQ; the broker's connection drops while a run works, and stays
+    away while a second task is labelled. The run goes on to its end; the producer's
+    cycles that cannot enqueue say so and end (a publish raised, and the producer, then
+    `serve`, died of it); acknowledging the message that came over the lost connection is
+    a no-op (it raised and ended the worker's slot); once the broker is back, the second
+    task is queued and worked, and each task ran once."""
+    url, name = distributed
+    first = github_forge.open_task("issue", "First task", "Please add hello.txt.")
+    second: list[int] = []
+
+    def lose_the_broker(_: dict[str, Any]) -> None:
+        relay.refusing = True
+        relay.cut()
+        second.append(github_forge.open_task("issue", "Second task", "Please add hello.txt too."))
+        wait_for(lambda: "the broker cannot be reached" in caplog.text, 60, "a producer cycle to find the broker away")
+        relay.refusing = False
+
+    replies = [{**HELLO_SCRIPT["replies"][0], "before": {"lose_the_broker": {}}}, *HELLO_SCRIPT["replies"][1:]]
+    script = {"conversations": [{"match": "First task", "replies": replies}], "replies": HELLO_SCRIPT["replies"]}
+    with TcpRelay("127.0.0.1", 5672) as relay, ReplaySandbox(script, actions={"lose_the_broker": lose_the_broker}) as model:
+        relayed = f"amqp://guest:guest@127.0.0.1:{relay.port}/?reconnect_interval=0.2"
+        setup = steering_config(
+            tmp_path,
+            [github_forge],
+            model,
+            workers=2,
+            database={"url": url},
+            queue={"backend": "rabbitmq", "url": relayed, "name": name},
+            scheduling={"interval_seconds": 0.2},
+        )
+
+        async def serve() -> list[str]:
+            service = AgentService(load_for_service(setup))
+            stop = asyncio.Event()
+            serving = asyncio.create_task(service.serve(stop))
+            try:
+                await wait_until(
+                    lambda: [run.status for run in service.store.runs()].count("done") >= 2 or serving.done(),
+                    180,
+                    "both tasks to be done",
+                )
+                return [run.task_key for run in service.store.runs()]
+            finally:
+                stop.set()
+                await serving  # raises what ended it early
+                await service.aclose()
+
+        keys = asyncio.run(asyncio.wait_for(serve(), 240))
+
+    assert relay.cuts == 1 and relay.connections >= 2, "the worker connected again"
+    assert sorted(keys) == sorted(f"github:{REPO}#{n}" for n in (first, second[0])), "one run per task"
+    for number in (first, second[0]):
+        assert len(_finals(github_forge, number)) == 1, number
+        assert [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")] == [
+            "coding agent done"
+        ]

@@ -1,17 +1,21 @@
-"""The RabbitMQ queue against a real broker: persistent round trip, manual ack, and a
-malformed message dead-lettered instead of handed out forever."""
+"""The RabbitMQ queue against a real broker: persistent round trip, manual ack, a
+malformed message dead-lettered instead of handed out forever, and a connection lost
+while the queue is in use (through a relay the test cuts)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
 import aio_pika
 import pytest
 
+from coding_agent.errors import QueueUnavailable
 from coding_agent.runtime.queue import QueuedTask
 from coding_agent.runtime.queue.rabbitmq import RabbitQueue
 from coding_agent.testing.services import amqp_url, reachable
+from coding_agent.testing.tcp_relay import TcpRelay
 
 
 @pytest.fixture
@@ -73,3 +77,34 @@ async def test_a_malformed_message_is_dead_lettered_not_retried(name: str, body:
     finally:
         await queue.aclose()
     assert await _dead_letters(name) == [body]
+
+
+async def test_a_lost_connection_loses_no_message_and_the_queue_comes_back(name: str) -> None:
+    """While the broker is away a publish says so (`QueueUnavailable`, not aio-pika's own
+    errors); acknowledging a message that came over the lost connection is a no-op (the
+    broker took it back); once the connection is back the message is handed out again."""
+    with TcpRelay("127.0.0.1", 5672) as relay:
+        queue = await RabbitQueue.open(f"amqp://guest:guest@127.0.0.1:{relay.port}/?reconnect_interval=0.2", name, 1)
+        try:
+            await queue.put(QueuedTask("github:acme/widgets#7", "new"))
+            delivery = await queue.get()
+            relay.refusing = True
+            relay.cut()
+            refused = None
+            for _ in range(200):  # until the client has seen the connection go (a few ms)
+                try:
+                    await queue.put(QueuedTask("github:acme/widgets#8", "new"))
+                except QueueUnavailable as error:
+                    refused = error
+                    break
+                await asyncio.sleep(0.02)
+            assert refused is not None and "the broker cannot be reached" in str(refused)
+            await delivery.ack()  # no error: the broker has it again
+            relay.refusing = False
+            again = await asyncio.wait_for(queue.get(), 60)
+            assert again.item == QueuedTask("github:acme/widgets#7", "new") and again.redelivered
+            await again.ack()
+            await queue.put(QueuedTask("github:acme/widgets#9", "new"))
+            assert (await asyncio.wait_for(queue.get(), 60)).item.key == "github:acme/widgets#9"
+        finally:
+            await queue.aclose()

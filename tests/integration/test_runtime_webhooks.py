@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import create_engine
 
 from coding_agent.config import AgentConfig
+from coding_agent.errors import QueueUnavailable
 from coding_agent.runtime.webhook_sink import DeliveryLog
 from coding_agent.testing.github.state import GitHubState
 from coding_agent.testing.github.webhooks import GitHubWebhooks
@@ -31,11 +32,14 @@ class RecordingSink:
     def __init__(self, deliveries: DeliveryLog) -> None:
         self.deliveries = deliveries
         self.accepted: list[tuple[str, str]] = []
+        self.queue_away = False  # as when RabbitMQ cannot be reached
 
     async def first_delivery(self, delivery_id: str) -> bool:
         return self.deliveries.first(delivery_id)
 
     async def accept(self, key: str, kind: str) -> None:
+        if self.queue_away:
+            raise QueueUnavailable("queue coding-agent.tasks: the broker cannot be reached (AMQPConnectionError)")
         self.accepted.append((kind, key))
 
 
@@ -80,6 +84,18 @@ async def test_a_signed_labeled_issue_is_enqueued(sink: RecordingSink, github: A
     response = await _post(_config(), sink, "/webhooks/github", body, hooks.headers("issues", body, SECRET))
     assert response.status_code == 202
     assert sink.accepted == [("new", f"github:{REPO}#{number}")]
+
+
+async def test_an_event_that_cannot_be_queued_is_503_and_says_the_poll_picks_it_up(
+    sink: RecordingSink, github: Any
+) -> None:
+    """The broker is away: not a 500 with a traceback, but a 503 that says what happens."""
+    _, hooks, number = github
+    sink.queue_away = True
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    response = await _post(_config(), sink, "/webhooks/github", body, hooks.headers("issues", body, SECRET))
+    assert response.status_code == 503
+    assert "the next poll picks the task up" in response.text and sink.accepted == []
 
 
 @pytest.mark.parametrize("signature", [None, "sha256=" + "0" * 64, "sha1=abc"])

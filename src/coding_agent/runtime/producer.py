@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 
 from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import Task
-from coding_agent.errors import AgentError
+from coding_agent.errors import AgentError, QueueUnavailable
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.queue import QueuedTask, Reason, TaskQueue
 from coding_agent.runtime.queue_entries import QueueEntries
@@ -67,26 +67,34 @@ class Producer:
             log.info("poll: the pause signal is present; no task is started")
             return ProducerReport(0, (), ())
         enqueued: list[QueuedTask] = []
-        for key in await asyncio.to_thread(self._recovery.candidates, only):
-            await self._offer(queue, key, "continue", enqueued)
-        if not discover:
-            self.cycles += 1
-            return ProducerReport(0, tuple(enqueued), ())
         errors: list[str] = []
-        found = await self._discover("discovery", lambda source: source.discover(), errors)
-        since = datetime.now(timezone.utc) - timedelta(days=self._config.comment_handling.followup_days)
-        pending = {str(task.key) for task in found}
-        candidates = await self._discover("follow-up discovery", lambda source: source.discover_followups(since), errors)
-        # The agent's own PRs/MRs: review threads there ask for more on their issue (SPEC 3).
-        candidates += await self._discover(
-            "review follow-up discovery", lambda source: source.discover_review_followups(since), errors
-        )
-        log.info("poll: %d pending task(s), %d run(s) to continue", len(found), len(enqueued))
-        for task in found:
-            await self._offer(queue, str(task.key), "new", enqueued, task)
-        for task in candidates:
-            if str(task.key) not in pending:
-                await self._offer(queue, str(task.key), "followup", enqueued, task)
+        found: list[Task] = []
+        try:
+            for key in await asyncio.to_thread(self._recovery.candidates, only):
+                await self._offer(queue, key, "continue", enqueued)
+            if not discover:
+                self.cycles += 1
+                return ProducerReport(0, tuple(enqueued), ())
+            found = await self._discover("discovery", lambda source: source.discover(), errors)
+            since = datetime.now(timezone.utc) - timedelta(days=self._config.comment_handling.followup_days)
+            pending = {str(task.key) for task in found}
+            candidates = await self._discover("follow-up discovery", lambda source: source.discover_followups(since), errors)
+            # The agent's own PRs/MRs: review threads there ask for more on their issue (SPEC 3).
+            candidates += await self._discover(
+                "review follow-up discovery", lambda source: source.discover_review_followups(since), errors
+            )
+            log.info("poll: %d pending task(s), %d run(s) to continue", len(found), len(enqueued))
+            for task in found:
+                await self._offer(queue, str(task.key), "new", enqueued, task)
+            for task in candidates:
+                if str(task.key) not in pending:
+                    await self._offer(queue, str(task.key), "followup", enqueued, task)
+        except QueueUnavailable as error:
+            # The broker is away (restarting, a network blip): what is not enqueued is
+            # offered again by the next cycle, once the connection is back.
+            message = f"poll: {error}; the rest waits for the next cycle"
+            log.error(message)
+            errors.append(message)
         self.cycles += 1
         return ProducerReport(len(found), tuple(enqueued), tuple(errors))
 

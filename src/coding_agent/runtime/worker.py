@@ -19,7 +19,7 @@ from coding_agent.agent.runner import RunResult, TaskRunner
 from coding_agent.agent.steering import ShutdownSignal
 from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import Task, TaskKey
-from coding_agent.errors import AgentError
+from coding_agent.errors import AgentError, QueueUnavailable
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Claim, Intake
@@ -81,7 +81,11 @@ class Workers:
 
     async def _slot(self, queue: TaskQueue, stop: asyncio.Event | None, drain: bool, outcomes: list[Outcome]) -> None:
         while not self._shutdown.is_set() and not (stop is not None and stop.is_set()):
-            delivery = await _next(queue, stop, drain)
+            try:
+                delivery = await _next(queue, stop, drain)
+            except QueueUnavailable as error:  # a look without waiting (`run --once`) found the broker away
+                log.error("%s; this cycle takes no more work", error)
+                return
             if delivery is None:
                 return
             try:

@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig
+from coding_agent.errors import QueueUnavailable
 
 __all__ = ["Hint", "WebhookSink", "webhook_routes", "github_hints", "gitlab_hints", "MAX_BODY_BYTES", "warm_up"]
 
@@ -232,8 +233,12 @@ async def _gitlab(request: Request, config: AgentConfig, sink: WebhookSink) -> R
 
 
 async def _deliver(sink: WebhookSink, hints: list[Hint], forge: str, event: str) -> Response:
-    for hint in hints:
-        await sink.accept(hint.key, hint.kind)
+    try:
+        for hint in hints:
+            await sink.accept(hint.key, hint.kind)
+    except QueueUnavailable as error:  # the broker is away: the next poll finds the task all the same
+        log.error("webhook %s %s: %s", forge, event, error)
+        return _answer(503, "the task queue is unavailable; the next poll picks the task up")
     log.info("webhook %s %s: %s", forge, event, ", ".join(f"{h.kind} {h.key}" for h in hints) or "nothing to do")
     return _answer(202 if hints else 200, "accepted" if hints else "nothing to do")
 

@@ -5,6 +5,13 @@ malformed message is logged and rejected without requeue, so the broker moves it
 instead of handing it out forever. `prefetch` (default: `workers`) bounds the messages a
 worker holds unacknowledged; a worker that dies loses its connection and the broker
 redelivers what it held (with `redelivered` set).
+
+A connection lost while the service runs (a broker restart, a network blip) ends
+nothing: aio-pika's robust connection reconnects (every `reconnect_interval`, 5 s, a URL
+parameter) and consumes again. Meanwhile a publish raises `QueueUnavailable` (the
+producer offers the task again next cycle); the messages that were delivered over the
+lost connection are back in the broker, so acknowledging one is a no-op, and one still
+waiting here unprocessed is dropped rather than worked (the broker hands it out again).
 """
 
 from __future__ import annotations
@@ -15,12 +22,18 @@ from dataclasses import dataclass, field
 
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
+from aiormq.exceptions import AMQPError, ChannelInvalidStateError
 
+from coding_agent.errors import QueueUnavailable
 from coding_agent.runtime.queue.base import Delivery, MalformedMessage, QueuedTask, decode, encode
 
 __all__ = ["RabbitQueue"]
 
 log = logging.getLogger(__name__)
+
+
+# What aio-pika raises while the connection is down or for a channel that went with it.
+_CONNECTION_LOST = (AMQPError, ChannelInvalidStateError, ConnectionError)
 
 
 @dataclass
@@ -30,7 +43,14 @@ class _RabbitDelivery:
     _message: AbstractIncomingMessage = field(repr=False)
 
     async def ack(self) -> None:
-        await self._message.ack()
+        try:
+            await self._message.ack()
+        except _CONNECTION_LOST as error:
+            log.warning(
+                "%s: its message came over a connection that has since been lost (%s); the broker has it again",
+                self.item.key,
+                type(error).__name__,
+            )
 
 
 class RabbitQueue:
@@ -59,14 +79,22 @@ class RabbitQueue:
 
     async def put(self, item: QueuedTask) -> None:
         message = aio_pika.Message(encode(item), delivery_mode=aio_pika.DeliveryMode.PERSISTENT, content_type="application/json")
-        await self._queue.channel.default_exchange.publish(message, routing_key=self.name)
+        try:
+            await self._queue.channel.default_exchange.publish(message, routing_key=self.name)
+        except _CONNECTION_LOST as error:
+            raise QueueUnavailable(f"queue {self.name}: the broker cannot be reached ({type(error).__name__})") from None
 
     async def get(self, wait: bool = True) -> Delivery | None:
         while True:
             if wait:
                 message = await self._next_consumed()
+                if message.channel.is_closed:  # delivered over a lost connection: the broker has it again
+                    continue
             else:
-                message = await self._queue.get(no_ack=False, fail=False)
+                try:
+                    message = await self._queue.get(no_ack=False, fail=False)
+                except _CONNECTION_LOST as error:
+                    raise QueueUnavailable(f"queue {self.name}: the broker cannot be reached ({type(error).__name__})") from None
                 if message is None:
                     return None
             try:
