@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 from typing import Any
 
 import pytest
@@ -311,3 +312,53 @@ def test_a_broker_lost_mid_run_ends_nothing_and_the_work_goes_on_once_it_is_back
         assert [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")] == [
             "coding agent done"
         ]
+
+
+def test_the_database_lost_mid_run_ends_nothing(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+) -> None:
+    """`serve` on PostgreSQL; its connections drop while a run waits on the model (a
+    database restart, a failover). The pool notices at the next use (`pool_pre_ping`) and
+    connects again: the run ends done once, and `serve` goes on to the next task."""
+    url, _ = distributed
+    first = github_forge.open_task("issue", "First task", "Please add hello.txt.")
+    second: list[int] = []
+    open_at_cut: list[int] = []
+
+    def lose_the_database(_: dict[str, Any]) -> None:
+        open_at_cut.append(relay.open_connections)
+        relay.cut()
+        second.append(github_forge.open_task("issue", "Second task", "Please add hello.txt too."))
+
+    replies = [{**HELLO_SCRIPT["replies"][0], "before": {"lose_the_database": {}}}, *HELLO_SCRIPT["replies"][1:]]
+    script = {"conversations": [{"match": "First task", "replies": replies}], "replies": HELLO_SCRIPT["replies"]}
+    parts = urlsplit(url)
+    with TcpRelay(parts.hostname or "127.0.0.1", parts.port or 5432) as relay:
+        relayed = urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.port}", f":{relay.port}")))
+        with ReplaySandbox(script, actions={"lose_the_database": lose_the_database}) as model:
+            setup = steering_config(
+                tmp_path, [github_forge], model, workers=2, database={"url": relayed}, scheduling={"interval_seconds": 0.2}
+            )
+
+            async def serve() -> list[tuple[str, str]]:
+                service = AgentService(load_for_service(setup))
+                stop = asyncio.Event()
+                serving = asyncio.create_task(service.serve(stop))
+                try:
+                    await wait_until(
+                        lambda: [run.status for run in service.store.runs()].count("done") >= 2 or serving.done(),
+                        180,
+                        "both tasks to be done",
+                    )
+                    return [(run.task_key, run.status) for run in service.store.runs()]
+                finally:
+                    stop.set()
+                    await serving
+                    await service.aclose()
+
+            runs = asyncio.run(asyncio.wait_for(serve(), 240))
+
+    assert open_at_cut[0] > 0 and relay.connections > open_at_cut[0], "connections were cut, and made again"
+    assert sorted(runs) == sorted((f"github:{REPO}#{n}", "done") for n in (first, second[0])), "one run per task"
+    for number in (first, second[0]):
+        assert len(_finals(github_forge, number)) == 1, number

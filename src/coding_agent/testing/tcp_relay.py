@@ -47,6 +47,11 @@ class TcpRelay:
         self._thread.join(10)
         self._loop.close()
 
+    @property
+    def open_connections(self) -> int:
+        """Connections relayed now."""
+        return len(self._writers) // 2
+
     def cut(self) -> None:
         """Close every relayed connection now (both sides see it end)."""
         self.cuts += 1
