@@ -82,12 +82,14 @@ async def test_a_malformed_message_is_dead_lettered_not_retried(name: str, body:
 async def test_a_lost_connection_loses_no_message_and_the_queue_comes_back(name: str) -> None:
     """While the broker is away a publish says so (`QueueUnavailable`, not aio-pika's own
     errors); acknowledging a message that came over the lost connection is a no-op (the
-    broker took it back); once the connection is back the message is handed out again."""
+    broker took it back); one that came over it and still waits here is not handed out
+    (it is the broker's again); once the connection is back both are handed out again."""
     with TcpRelay("127.0.0.1", 5672) as relay:
-        queue = await RabbitQueue.open(f"amqp://guest:guest@127.0.0.1:{relay.port}/?reconnect_interval=0.2", name, 1)
+        queue = await RabbitQueue.open(f"amqp://guest:guest@127.0.0.1:{relay.port}/?reconnect_interval=0.2", name, 2)
         try:
             await queue.put(QueuedTask("github:acme/widgets#7", "new"))
-            delivery = await queue.get()
+            await queue.put(QueuedTask("github:acme/widgets#6", "new"))
+            delivery = await queue.get()  # #6 comes with it (prefetch 2) and waits here
             relay.refusing = True
             relay.cut()
             refused = None
@@ -101,9 +103,11 @@ async def test_a_lost_connection_loses_no_message_and_the_queue_comes_back(name:
             assert refused is not None and "the broker cannot be reached" in str(refused)
             await delivery.ack()  # no error: the broker has it again
             relay.refusing = False
-            again = await asyncio.wait_for(queue.get(), 60)
-            assert again.item == QueuedTask("github:acme/widgets#7", "new") and again.redelivered
-            await again.ack()
+            again = [await asyncio.wait_for(queue.get(), 60) for _ in range(2)]
+            assert sorted(each.item.key for each in again) == ["github:acme/widgets#6", "github:acme/widgets#7"]
+            assert all(each.redelivered for each in again), "none of them from the lost connection"
+            for each in again:
+                await each.ack()
             await queue.put(QueuedTask("github:acme/widgets#9", "new"))
             assert (await asyncio.wait_for(queue.get(), 60)).item.key == "github:acme/widgets#9"
         finally:

@@ -53,6 +53,13 @@ class _RabbitDelivery:
             )
 
 
+def _came_over_a_lost_connection(message: AbstractIncomingMessage) -> bool:
+    try:
+        return message.channel.is_closed  # aio-pika raises instead for a closed channel
+    except ChannelInvalidStateError:
+        return True
+
+
 class RabbitQueue:
     shared = True
 
@@ -88,7 +95,7 @@ class RabbitQueue:
         while True:
             if wait:
                 message = await self._next_consumed()
-                if message.channel.is_closed:  # delivered over a lost connection: the broker has it again
+                if _came_over_a_lost_connection(message):  # the broker has it again
                     continue
             else:
                 try:
