@@ -253,6 +253,29 @@ def test_a_sigkilled_worker_s_task_is_redelivered_and_finished_once(
     ]
 
 
+def _serve_until_two_done(setup: Any) -> list[tuple[str, str]]:
+    """`serve` until two runs are done (or it ends early, raising what ended it): every
+    run's (task key, status)."""
+
+    async def serve() -> list[tuple[str, str]]:
+        service = AgentService(load_for_service(setup))
+        stop = asyncio.Event()
+        serving = asyncio.create_task(service.serve(stop))
+        try:
+            await wait_until(
+                lambda: [run.status for run in service.store.runs()].count("done") >= 2 or serving.done(),
+                180,
+                "both tasks to be done",
+            )
+            return [(run.task_key, run.status) for run in service.store.runs()]
+        finally:
+            stop.set()
+            await serving  # raises what ended it early
+            await service.aclose()
+
+    return asyncio.run(asyncio.wait_for(serve(), 240))
+
+
 def test_a_broker_lost_mid_run_ends_nothing_and_the_work_goes_on_once_it_is_back(
     github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -287,26 +310,10 @@ def test_a_broker_lost_mid_run_ends_nothing_and_the_work_goes_on_once_it_is_back
             scheduling={"interval_seconds": 0.2},
         )
 
-        async def serve() -> list[str]:
-            service = AgentService(load_for_service(setup))
-            stop = asyncio.Event()
-            serving = asyncio.create_task(service.serve(stop))
-            try:
-                await wait_until(
-                    lambda: [run.status for run in service.store.runs()].count("done") >= 2 or serving.done(),
-                    180,
-                    "both tasks to be done",
-                )
-                return [run.task_key for run in service.store.runs()]
-            finally:
-                stop.set()
-                await serving  # raises what ended it early
-                await service.aclose()
-
-        keys = asyncio.run(asyncio.wait_for(serve(), 240))
+        runs = _serve_until_two_done(setup)
 
     assert relay.cuts == 1 and relay.connections >= 2, "the worker connected again"
-    assert sorted(keys) == sorted(f"github:{REPO}#{n}" for n in (first, second[0])), "one run per task"
+    assert sorted(runs) == sorted((f"github:{REPO}#{n}", "done") for n in (first, second[0])), "one run per task"
     for number in (first, second[0]):
         assert len(_finals(github_forge, number)) == 1, number
         assert [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")] == [
@@ -340,23 +347,7 @@ def test_the_database_lost_mid_run_ends_nothing(
                 tmp_path, [github_forge], model, workers=2, database={"url": relayed}, scheduling={"interval_seconds": 0.2}
             )
 
-            async def serve() -> list[tuple[str, str]]:
-                service = AgentService(load_for_service(setup))
-                stop = asyncio.Event()
-                serving = asyncio.create_task(service.serve(stop))
-                try:
-                    await wait_until(
-                        lambda: [run.status for run in service.store.runs()].count("done") >= 2 or serving.done(),
-                        180,
-                        "both tasks to be done",
-                    )
-                    return [(run.task_key, run.status) for run in service.store.runs()]
-                finally:
-                    stop.set()
-                    await serving
-                    await service.aclose()
-
-            runs = asyncio.run(asyncio.wait_for(serve(), 240))
+            runs = _serve_until_two_done(setup)
 
     assert open_at_cut[0] > 0 and relay.connections > open_at_cut[0], "connections were cut, and made again"
     assert sorted(runs) == sorted((f"github:{REPO}#{n}", "done") for n in (first, second[0])), "one run per task"
