@@ -16,6 +16,7 @@ from coding_agent.runtime.queue import QueuedTask
 from coding_agent.runtime.queue.rabbitmq import RabbitQueue
 from coding_agent.testing.services import amqp_url, reachable
 from coding_agent.testing.tcp_relay import TcpRelay
+from coding_agent.testing.waiting import wait_until_async
 
 
 @pytest.fixture
@@ -92,15 +93,16 @@ async def test_a_lost_connection_loses_no_message_and_the_queue_comes_back(name:
             delivery = await queue.get()  # #6 comes with it (prefetch 2) and waits here
             relay.refusing = True
             relay.cut()
-            refused = None
-            for _ in range(200):  # until the client has seen the connection go (a few ms)
+
+            async def publish_refused() -> QueueUnavailable | None:  # once the client has seen the connection go
                 try:
                     await queue.put(QueuedTask("github:acme/widgets#8", "new"))
                 except QueueUnavailable as error:
-                    refused = error
-                    break
-                await asyncio.sleep(0.02)
-            assert refused is not None and "the broker cannot be reached" in str(refused)
+                    return error
+                return None
+
+            refused = await wait_until_async(publish_refused, 10, "a publish to be refused")
+            assert "the broker cannot be reached" in str(refused)
             await delivery.ack()  # no error: the broker has it again
             relay.refusing = False
             again = [await asyncio.wait_for(queue.get(), 60) for _ in range(2)]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["wait_for", "wait_until"]
+__all__ = ["wait_for", "wait_until", "wait_until_async"]
 
 T = TypeVar("T")
 
@@ -21,7 +21,10 @@ POLL_SECONDS = 0.02
 def _poll(condition: Callable[[], T], deadline: float, timeout: float, what: str) -> T | None:
     """The condition's value when it is truthy, None while it is not; past the deadline an
     AssertionError naming `what`."""
-    value = condition()
+    return _settled(condition(), deadline, timeout, what)
+
+
+def _settled(value: T, deadline: float, timeout: float, what: str) -> T | None:
     if value:
         return value
     if time.monotonic() > deadline:
@@ -44,5 +47,14 @@ async def wait_until(condition: Callable[[], T], timeout: float, what: str) -> T
     """`wait_for` for async tests: polls without blocking the event loop the awaited work runs on."""
     deadline = time.monotonic() + timeout
     while (value := _poll(condition, deadline, timeout, what)) is None:
+        await asyncio.sleep(POLL_SECONDS)
+    return value
+
+
+async def wait_until_async(condition: Callable[[], Awaitable[T]], timeout: float, what: str) -> T:
+    """`wait_until` for a condition that has to await (an attempt that fails until the
+    awaited state is reached, e.g. a publish refused once a lost connection is noticed)."""
+    deadline = time.monotonic() + timeout
+    while (value := _settled(await condition(), deadline, timeout, what)) is None:
         await asyncio.sleep(POLL_SECONDS)
     return value
