@@ -181,7 +181,9 @@ class Workers:
         """The message came back from a worker that died holding it: once the dead
         worker's lease has run out, continue what it left."""
         holder = await asyncio.to_thread(self._store.lease_owner, key)
-        if holder is None or holder == self._owner:
+        if holder == self._owner:
+            return None  # a run of this process holds it (under another queue key): not dead
+        if holder is None:
             return await self._recovery.try_take(source, key)
         lease = self._config.scheduling.lease_seconds
         deadline = asyncio.get_running_loop().time() + 2 * lease
