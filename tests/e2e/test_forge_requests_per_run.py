@@ -85,3 +85,28 @@ def test_an_unchecked_requester_is_not_trusted(github_forge: GitHubForge, tmp_pa
     [nonce] = set(re.findall(r"</untrusted-content-([0-9a-f]{16,})>", first_turn))
     wrapped = re.findall(rf'<untrusted-content-{nonce} author="{READER}">\n(.*?)\n</untrusted-content-{nonce}>', first_turn, re.DOTALL)
     assert any("READER-SAYS" in block for block in wrapped), first_turn
+
+
+def test_a_new_run_reads_its_comments_and_its_issue_once_before_its_first_model_request(
+    forge: ForgeUnderTest, replay: ReplaySandbox, tmp_path: Path
+) -> None:
+    """The first prompt is built from a comment listing made right before it, and the claim
+    has just read the issue: the loop's first checkpoint asks neither again. (The run's
+    first stop check comes with the first reply, before any tool runs; a comment posted
+    after the listing reaches the model at a later checkpoint: test_steering_comments.py.)"""
+    number = forge.open_task("issue", "Greeting", "Please add hello.txt.")
+    setup = write_config(tmp_path, [forge], llm_section(replay))
+
+    result = run_cli(setup, "run", "--once")
+
+    assert result.returncode == 0, result.stderr
+    assert "coding agent done" in forge.labels("issue", number)
+    first_model_request = min(request.received_at for request in replay.requests)
+    records: list[Any] = forge.sandbox.state.requests()  # type: ignore[attr-defined]
+    before = [
+        f"{r.method} {r.path.removeprefix('/api/v4')}" for r in records if r.answered_at < first_model_request
+    ]
+    issue = f"/repos/{REPO}/issues/{number}" if forge.name == "github" else f"/projects/{REPO}/issues/{number}"
+    listing = f"GET {issue}/comments" if forge.name == "github" else f"GET {issue}/notes"
+    assert before.count(listing) == 1, before
+    assert before.count(f"GET {issue}") == 1, before

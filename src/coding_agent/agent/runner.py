@@ -39,7 +39,7 @@ from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.storage import ContextStorage, RunContextFiles
 from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.ports import RunStore, Workspaces
-from coding_agent.domain.tasks import Task, ThreadRef
+from coding_agent.domain.tasks import Comment, Task, Thread, ThreadRef
 from coding_agent.errors import AgentError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
@@ -241,24 +241,11 @@ class TaskRunner:
         writers: frozenset[str] = frozenset(),
     ) -> LoopOutcome:
         config = self._config
-        comments = await source.list_comments(task.key)
-        threads = await source.list_threads(task.key) if task.key.is_change else []
-        if reply_to is not None:  # asked in a thread of the agent's PR/MR: that thread is context
-            threads += [t for t in await source.list_threads(reply_to.change) if t.id == reply_to.thread_id]
-        trust = TrustCache(writers)
-        authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
-        await trust.load(source, task.key, authors)
-        if reply_to is None:
-            reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
         record = files.directory / "checkout.json"
         clone = self._workspaces.open(source, task, workspace, record, control.paused_work(), picked_at)
         await clone.prepare()
         ready()
         control.save_work = lambda: clone.pause(files.run_uuid, control.steps)  # SPEC 8.3: a WIP commit
-        # Rule files are rules only when the trigger controls them: not on a PR head
-        # written by someone without write access (SPEC 15); then they are untrusted context.
-        rules = clone.rules()
-        branch_rules = rules if task.key.is_change and not trust(task.author) else {}
         protocol = create_protocol(config.llm.function_calling)
         planner = planner_for(config, protocol, workspace, control)
         policy: LoopPolicy = planner or ProtocolPolicy(protocol)
@@ -273,6 +260,14 @@ class TaskRunner:
         async with RunEnvironment(config, source, task, workspace, self._redactor) as environment, ToolHub(
             environment.servers(config.mcp_servers), config.tools, workspace, self._redactor.secrets
         ) as hub:
+            # The conversation is read here, right before the first prompt is built from it:
+            # the prompt holds the comments as they are when the model is first asked, and
+            # the loop's first checkpoint, a moment later, does not list them again.
+            comments, threads, trust = await self._conversation(source, task, reporter, reply_to, writers)
+            # Rule files are rules only when the trigger controls them: not on a PR head
+            # written by someone without write access (SPEC 15); then they are untrusted context.
+            rules = clone.rules()
+            branch_rules = rules if task.key.is_change and not trust(task.author) else {}
             llm.send_system_prompt(
                 render_system_prompt(
                     task,
@@ -323,6 +318,28 @@ class TaskRunner:
             final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language, blocked)
             outcome = replace(outcome, comment="\n\n".join(part for part in (final, blocked) if part))
         return outcome
+
+    @staticmethod
+    async def _conversation(
+        source: Source,
+        task: Task,
+        reporter: IssueReporter,
+        reply_to: ThreadRef | None,
+        writers: frozenset[str],
+    ) -> tuple[list[Comment], list[Thread], TrustCache]:
+        """The task's comments and review threads, and whose words among them are trusted
+        (`writers`: whom the claim found to have write access); the reporter answers in the
+        thread that asked for the run."""
+        comments = await source.list_comments(task.key)
+        threads = await source.list_threads(task.key) if task.key.is_change else []
+        if reply_to is not None:  # asked in a thread of the agent's PR/MR: that thread is context
+            threads += [t for t in await source.list_threads(reply_to.change) if t.id == reply_to.thread_id]
+        trust = TrustCache(writers)
+        authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
+        await trust.load(source, task.key, authors)
+        if reply_to is None:
+            reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
+        return comments, threads, trust
 
     def _compressor(self, ledger: RunLedger) -> Compressor:
         storage = self._config.context_storage

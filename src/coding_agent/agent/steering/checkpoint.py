@@ -35,8 +35,15 @@ class Checkpointer:
         self._stop = stop
         self._detector = detector
         self._saver = saver
-        # Seeded so that the first checkpoint, whichever it is, asks the forge.
-        self._previous_point = Checkpoint.ITERATION_START
+        # Seeded so that the first checkpoint, whichever it is, asks the forge (None: the
+        # run's start has just asked, see `start_read_the_conversation`).
+        self._previous_point: Checkpoint | None = Checkpoint.ITERATION_START
+
+    def start_read_the_conversation(self) -> None:
+        """A new run's start has just listed the comments its first prompt is built from:
+        its first iteration starts right after that, and the forge is not asked the same
+        again. Its first stop check comes with the first reply, before any tool runs."""
+        self._previous_point = None
 
     async def decide(self, point: Checkpoint, llm: LLMClient) -> Decision:
         request = await self._pause.operator_request()
@@ -45,8 +52,9 @@ class Checkpointer:
             return Decision(Verdict.PAUSE, ending=paused)
         if request == "stop":
             return Decision(Verdict.STOP, ending=RunStopped("operator"))
-        # An iteration starts right after the previous one's last checkpoint, with no reply
-        # and no tool in between: the forge is not asked the same again (SPEC 13).
+        # An iteration starts right after the previous one's last checkpoint (or the run's
+        # start), with no reply and no tool in between: the forge is not asked the same
+        # again (SPEC 13).
         asked_just_now = point is Checkpoint.ITERATION_START and self._previous_point is not Checkpoint.ITERATION_START
         self._previous_point = point
         if not asked_just_now:

@@ -186,11 +186,13 @@ class RunControl:
         return continuation.recorded_outcome(self.steps) if continuation is not None else None
 
     async def begin(self, comments: list[Comment], threads: list[Thread], trust: TrustLookup | None) -> None:
-        """Before the loop: comment detection's known ids, the progress comment."""
+        """Before the loop: comment detection's known ids, the progress comment. A new
+        run's `comments` and `threads` were listed a moment ago, for its first prompt."""
         self._detector.trust = trust
         state = self._state
         if state is None:
             self._detector.initialize([*comments, *thread_comments(threads)])
+            self._checkpointer.start_read_the_conversation()
         elif not self._detector.restore_state(state.steering.get("comments")):
             await self._detector.initialize_from_forge()
         if state is not None:

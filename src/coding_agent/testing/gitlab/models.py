@@ -6,6 +6,7 @@ readers hand out deep copies.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -174,6 +175,7 @@ class RequestRecord:
     query: str
     status: int
     username: str | None
+    answered_at: float = field(default_factory=time.monotonic, compare=False)  # for timelines
 
     @property
     def not_modified(self) -> bool:
