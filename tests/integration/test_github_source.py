@@ -233,6 +233,26 @@ async def test_conditional_reads_keep_their_connection(sandbox: GitHubSandbox, s
     assert len({r.client_port for r in requests}) == 1
 
 
+def test_a_source_answers_on_each_event_loop_it_is_used_from(sandbox: GitHubSandbox) -> None:
+    # The connections are aiohttp's, and an aiohttp session serves only the loop it was
+    # made on: a source used from a second loop (as `asyncio.run` twice in one process,
+    # each closing the source at its end) opens a pool there instead of failing on the first one's.
+    number = sandbox.state.create_issue(REPO, "two loops")
+    github = GitHubSource(_config(sandbox), RetryPolicy(retries=0))
+
+    async def read_and_close() -> str:
+        try:
+            return (await github.get_task(_issue_key(number))).title
+        finally:
+            await github.aclose()
+
+    assert asyncio.run(read_and_close()) == "two loops"
+    assert asyncio.run(read_and_close()) == "two loops"
+    requests = sandbox.state.requests()
+    assert [r.status for r in requests] == [200, 200]
+    assert requests[0].client_port != requests[1].client_port, "each loop's request came over a connection of its own"
+
+
 async def test_an_edited_comment_is_listed_edited_though_unchanged_pages_are_not_parsed_again(
     sandbox: GitHubSandbox, source: GitHubSource
 ) -> None:

@@ -1,4 +1,5 @@
-"""One TLS context per process for the model clients.
+"""One TLS context per process for the model clients (and the forge's connection pools,
+`sources/http.py`).
 
 Each run opens a fresh conversation, and the provider SDKs build a new HTTP client for
 it, which builds a new TLS context and loads the system's CA certificates again: about

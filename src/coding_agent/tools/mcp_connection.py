@@ -177,16 +177,17 @@ def _child_with_stderr(pipe_inode: int) -> int | None:
     """
     me = str(os.getpid())
     target = f"pipe:[{pipe_inode}]"
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-            if fields[1] == me and os.readlink(f"/proc/{entry.name}/fd/2") == target:
-                return int(entry.name)
-        except (OSError, IndexError):
-            continue
+    with os.scandir("/proc") as entries:  # closed also when it returns from inside the loop
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+                if fields[1] == me and os.readlink(f"/proc/{entry.name}/fd/2") == target:
+                    return int(entry.name)
+            except (OSError, IndexError):
+                continue
     return None
 
 
