@@ -22,7 +22,7 @@ forge and model would: in this process their threads (and the forge's `git
 http-backend` children) would compete with the agent for the GIL and the CPU count, and
 show up as the agent's event-loop lag. `--servers-in-process` keeps them in threads here.
 
-Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--no-mirror] [--servers-in-process] [--timeline] [--starts-at-once N]`
+Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--rounds 1] [--no-mirror] [--servers-in-process] [--timeline] [--starts-at-once N]`
 (`--no-mirror`: `workspace.mirror: false`, every run cloning from the forge; `--timeline`:
 where the one- and N-task cycles' wall time went, from the servers' receive times)
 """
@@ -313,13 +313,9 @@ def _process_cpu_seconds(pid: int | None) -> float:
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK") if fields else 0.0
 
 
-async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
-    # A task first that is not counted: this process's first run imports what runs need
-    # (the model client, the MCP server, ...), which would make the one-task time look
-    # slower and the ratio better than they are.
-    with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
-        await _once(servers, 1, 0.0)
-    # A fresh forge and model for each measurement: issues and conversations start empty.
+async def _round(tasks: int, latency: float) -> dict[str, Any]:
+    """One measurement of each: 1 and `tasks` tasks by `run --once`, then by `serve`,
+    each on a fresh forge and model (issues and conversations start empty)."""
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
         one, _, one_cpu, one_cycle_cpu = await _once(servers, 1, latency)
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
@@ -330,21 +326,62 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
         served_one = await _served(servers, 1, latency)
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
         served_many = await _served(servers, tasks, latency)
+    return {
+        "one": one,
+        "many": many,
+        "ratio": many / one,
+        "served_one": served_one,
+        "served_many": served_many,
+        "served_ratio": served_many / served_one,
+        "lag": lag,
+        "one_cpu": one_cpu,
+        "many_cpu": many_cpu,
+        "one_cycle_cpu": one_cycle_cpu,
+        "many_cycle_cpu": many_cycle_cpu / tasks,
+        "servers_cpu": servers_cpu if servers.pid else None,
+        "timelines": dict(TIMELINES),  # this round's (`--timeline`)
+    }
+
+
+def _median_round(rounds: list[dict[str, Any]], ratio: str) -> dict[str, Any]:
+    """The round whose `ratio` is the median (the lower one of an even count)."""
+    ordered = sorted(rounds, key=lambda measured: measured[ratio])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+async def main(tasks: int, latency: float, interval: float, rounds: int) -> dict[str, Any]:
+    # A task first that is not counted: this process's first run imports what runs need
+    # (the model client, the MCP server, ...), which would make the one-task time look
+    # slower and the ratio better than they are.
+    with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
+        await _once(servers, 1, 0.0)
+    # Rounds alternate one and `tasks` tasks, so that a shared machine's slow minute
+    # weighs on both sides of a ratio; the median round is reported.
+    measured = [await _round(tasks, latency) for _ in range(rounds)]
+    once, served = _median_round(measured, "ratio"), _median_round(measured, "served_ratio")
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
         pickup = await _pickup(servers, latency * 4, interval)
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
         webhook_pickup = await _pickup(servers, latency * 4, interval, by_webhook=True)
+    lag = [sample for measurement in measured for sample in measurement["lag"]]
     return {
         "benchmark": "runtime",
         "reply_latency_s": latency,
         "workspace_mirror": MIRROR,
         "starts_at_once": STARTS_AT_ONCE or "default",
         "servers": "in this process" if SERVERS_IN_PROCESS else "a child process",
-        "one_task_s": round(one, 3),
-        f"{tasks}_tasks_s": round(many, 3),
-        "ratio": round(many / one, 3),
+        "rounds": rounds,
+        "one_task_s": round(once["one"], 3),
+        f"{tasks}_tasks_s": round(once["many"], 3),
+        "ratio": round(once["ratio"], 3),
+        **({"ratios": [round(m["ratio"], 3) for m in measured]} if rounds > 1 else {}),
         "ratio_target": 1.15,
-        "serve": {"one_task_s": round(served_one, 3), f"{tasks}_tasks_s": round(served_many, 3), "ratio": round(served_many / served_one, 3)},
+        "serve": {
+            "one_task_s": round(served["served_one"], 3),
+            f"{tasks}_tasks_s": round(served["served_many"], 3),
+            "ratio": round(served["served_ratio"], 3),
+            **({"ratios": [round(m["served_ratio"], 3) for m in measured]} if rounds > 1 else {}),
+        },
         "event_loop_lag_ms": {
             "p50": round(percentile(lag, 0.5) * 1000, 2),
             "p99": round(percentile(lag, 0.99) * 1000, 2),
@@ -355,12 +392,12 @@ async def main(tasks: int, latency: float, interval: float) -> dict[str, Any]:
         "pickup_target_s": interval + 1,
         "webhook_pickup_while_busy_s": round(webhook_pickup, 3),
         "webhook_pickup_target_s": 1.0,
-        "cpu_s_per_task_before_first_request": {"one_task": round(one_cpu, 3), f"{tasks}_tasks": round(many_cpu, 3)},
-        "agent_cpu_s_per_task": {"one_task": round(one_cycle_cpu, 3), f"{tasks}_tasks": round(many_cycle_cpu / tasks, 3)},
+        "cpu_s_per_task_before_first_request": {"one_task": round(once["one_cpu"], 3), f"{tasks}_tasks": round(once["many_cpu"], 3)},
+        "agent_cpu_s_per_task": {"one_task": round(once["one_cycle_cpu"], 3), f"{tasks}_tasks": round(once["many_cycle_cpu"], 3)},
         # On this machine the forge (API, git http-backend) and the model share the
         # agent's cores; in real use they are remote. What they took during the N tasks:
-        f"servers_cpu_s_during_{tasks}_tasks": round(servers_cpu, 3) if servers.pid else None,
-        **({"timeline_by_tasks": TIMELINES} if TIMELINE else {}),
+        f"servers_cpu_s_during_{tasks}_tasks": round(once["servers_cpu"], 3) if once["servers_cpu"] is not None else None,
+        **({"timeline_by_tasks": once["timelines"]} if TIMELINE else {}),
     }
 
 
@@ -373,9 +410,10 @@ if __name__ == "__main__":
     parser.add_argument("--servers-in-process", action="store_true", help="the forge and the model in threads here")
     parser.add_argument("--timeline", action="store_true", help="where the 1- and N-task cycles' time went")
     parser.add_argument("--starts-at-once", type=int, help="scheduling.starts_at_once (default: the config's default)")
+    parser.add_argument("--rounds", type=int, default=1, help="measure 1 vs N this many times; report the median round")
     options = parser.parse_args()
     TIMELINE = options.timeline
     STARTS_AT_ONCE = options.starts_at_once
     MIRROR = not options.no_mirror
     SERVERS_IN_PROCESS = options.servers_in_process
-    emit(asyncio.run(main(options.tasks, options.latency, options.interval)))
+    emit(asyncio.run(main(options.tasks, options.latency, options.interval, max(1, options.rounds))))
