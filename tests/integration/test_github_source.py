@@ -522,3 +522,65 @@ async def test_connection_refused_is_transient() -> None:
         await github.aclose()
     assert len(sleep.waits) == 2 and time.monotonic() - started < 10
     assert TOKEN not in str(failure.value)
+
+
+class ForwardingProxy:
+    """A plain-HTTP forward proxy on loopback, as a company network puts in front of the
+    internet: it forwards absolute-form requests (`GET http://host:port/path`) one per
+    connection and records their targets."""
+
+    def __init__(self) -> None:
+        self.targets: list[str] = []
+        self._server: asyncio.AbstractServer | None = None
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._forward, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+        request_line, *header_lines = head.split("\r\n")
+        method, target, version = request_line.split(" ")
+        self.targets.append(f"{method} {target}")
+        origin, _, path = target.removeprefix("http://").partition("/")
+        host, _, port = origin.partition(":")
+        headers = [line for line in header_lines if line and not line.lower().startswith(("connection:", "proxy-"))]
+        length = next((int(line.split(":", 1)[1]) for line in headers if line.lower().startswith("content-length:")), 0)
+        body = await reader.readexactly(length) if length else b""
+        upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+        request = "\r\n".join([f"{method} /{path} {version}", *headers, "Connection: close", "", ""])
+        upstream_writer.write(request.encode("latin-1") + body)
+        await upstream_writer.drain()
+        writer.write(await upstream_reader.read())
+        await writer.drain()
+        upstream_writer.close()
+        writer.close()
+
+
+@pytest.mark.parametrize("bypassed", [False, True], ids=["through the proxy", "NO_PROXY"])
+async def test_the_forge_is_reached_through_the_proxy_the_environment_names(
+    sandbox: GitHubSandbox, monkeypatch: pytest.MonkeyPatch, bypassed: bool
+) -> None:
+    # git, python-gitlab and the model client honour HTTP(S)_PROXY and NO_PROXY; the
+    # GitHub client must too, or behind a company proxy the clone works and the API does not.
+    number = sandbox.state.create_issue(REPO, "behind a proxy")
+    proxy = ForwardingProxy()
+    async with proxy as proxy_url:
+        for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        if bypassed:
+            monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+        github = GitHubSource(_config(sandbox), RetryPolicy(retries=0))
+        try:
+            task = await github.get_task(_issue_key(number))
+        finally:
+            await github.aclose()
+    assert task.title == "behind a proxy"
+    expected = [] if bypassed else [f"GET {sandbox.url}/repos/{REPO}/issues/{number}"]
+    assert proxy.targets == expected

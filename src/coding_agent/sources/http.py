@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+from urllib.request import getproxies_environment, proxy_bypass_environment
 
 import aiohttp
 import httpx
@@ -166,6 +167,18 @@ def retry_after(headers: Mapping[str, str] | None) -> float | None:
     return None
 
 
+def _environment_proxy(url: httpx.URL) -> httpx.Proxy | None:
+    """The proxy `HTTP_PROXY` / `HTTPS_PROXY` / `ALL_PROXY` name for `url`, unless
+    `NO_PROXY` exempts its host (either case, as git, python-gitlab and the model client
+    read them); None: direct. httpx reads them only when it makes the connections itself,
+    and githubkit is handed this transport, so the GitHub client reads them here."""
+    proxies = getproxies_environment()
+    if proxy_bypass_environment(url.host, proxies):
+        return None
+    named = proxies.get(url.scheme) or proxies.get("all")
+    return httpx.Proxy(named) if named else None
+
+
 def _what_happened(error: httpx.TimeoutException, request: httpx.Request) -> httpx.TransportError:
     """httpx-aiohttp reports every aiohttp connection error as a `ConnectTimeout`; one that
     is no timeout (refused, closed by the server, reset) becomes the httpx error that says
@@ -212,13 +225,16 @@ class CachingTransport(httpx.AsyncBaseTransport):
         self._pool: AiohttpTransport | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
 
-    def _connections(self) -> AiohttpTransport:
-        """The pool of the running event loop."""
+    def _connections(self, url: httpx.URL) -> AiohttpTransport:
+        """The pool of the running event loop, through the proxy the environment names for
+        `url` (a client talks to one forge, so its first request decides)."""
         loop = asyncio.get_running_loop()
         if self._pool is None or self._pool_loop is not loop:
             # One TLS context per process (`tls.py`), not a new one (and the system's CA
             # certificates loaded again) per pool.
-            self._pool = AiohttpTransport(verify=shared_tls_context("httpx"), trust_env=False)
+            self._pool = AiohttpTransport(
+                verify=shared_tls_context("httpx"), trust_env=False, proxy=_environment_proxy(url)
+            )
             self._pool_loop = loop
         return self._pool
 
@@ -241,12 +257,12 @@ class CachingTransport(httpx.AsyncBaseTransport):
 
     async def _exchange(self, request: httpx.Request) -> httpx.Response:
         if request.method != "GET":
-            return (await self._read(await self._connections().handle_async_request(request), request))[0]
+            return (await self._read(await self._connections(request.url).handle_async_request(request), request))[0]
         key = f"{request.url}\n{request.headers.get('accept', '')}"
         cached = self.cache.get(key)
         if cached is not None:
             request.headers["If-None-Match"] = cached.etag
-        response = await self._connections().handle_async_request(request)
+        response = await self._connections(request.url).handle_async_request(request)
         if response.status_code == 304 and cached is not None:
             # Read to the end of the (empty) answer before closing it: closing an answer
             # not read to its end closes the connection, and every checkpoint paid a new one.
