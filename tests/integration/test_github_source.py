@@ -529,8 +529,10 @@ class ForwardingProxy:
     internet: it forwards absolute-form requests (`GET http://host:port/path`) one per
     connection and records their targets."""
 
-    def __init__(self) -> None:
+    def __init__(self, set_cookie: str | None = None) -> None:
         self.targets: list[str] = []
+        self.cookies: list[str] = []  # the Cookie header of each request (empty: none)
+        self._set_cookie = set_cookie
         self._server: asyncio.AbstractServer | None = None
 
     async def __aenter__(self) -> str:
@@ -547,6 +549,7 @@ class ForwardingProxy:
         request_line, *header_lines = head.split("\r\n")
         method, target, version = request_line.split(" ")
         self.targets.append(f"{method} {target}")
+        self.cookies.append(", ".join(line.split(":", 1)[1].strip() for line in header_lines if line.lower().startswith("cookie:")))
         origin, _, path = target.removeprefix("http://").partition("/")
         host, _, port = origin.partition(":")
         headers = [line for line in header_lines if line and not line.lower().startswith(("connection:", "proxy-"))]
@@ -556,7 +559,11 @@ class ForwardingProxy:
         request = "\r\n".join([f"{method} /{path} {version}", *headers, "Connection: close", "", ""])
         upstream_writer.write(request.encode("latin-1") + body)
         await upstream_writer.drain()
-        writer.write(await upstream_reader.read())
+        answer = await upstream_reader.read()
+        if self._set_cookie is not None:  # as a load balancer's affinity cookie
+            status_line, _, rest = answer.partition(b"\r\n")
+            answer = status_line + f"\r\nSet-Cookie: {self._set_cookie}; Path=/".encode() + b"\r\n" + rest
+        writer.write(answer)
         await writer.drain()
         upstream_writer.close()
         writer.close()
@@ -584,3 +591,24 @@ async def test_the_forge_is_reached_through_the_proxy_the_environment_names(
     assert task.title == "behind a proxy"
     expected = [] if bypassed else [f"GET {sandbox.url}/repos/{REPO}/issues/{number}"]
     assert proxy.targets == expected
+
+
+async def test_a_cookie_an_answer_sets_rides_on_no_later_request(sandbox: GitHubSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The connection pool outlives every request: a cookie jar in it would carry what one
+    # answer set (a load balancer's affinity, a session) on every later request.
+    number = sandbox.state.create_issue(REPO, "cookies")
+    proxy = ForwardingProxy(set_cookie="affinity=node-7")
+    async with proxy as proxy_url:
+        for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        # By name: a cookie jar keeps no cookie of a bare IP address.
+        by_name = sandbox.url.replace("127.0.0.1", "localhost")
+        github = GitHubSource(_config(sandbox, api_url=by_name), RetryPolicy(retries=0))
+        try:
+            for _ in range(2):
+                await github.get_task(_issue_key(number))
+        finally:
+            await github.aclose()
+    assert len(proxy.targets) == 2
+    assert proxy.cookies == ["", ""]

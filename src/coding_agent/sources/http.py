@@ -27,6 +27,7 @@ functions directly; GitHub's (githubkit) speaks httpx and is handed `CachingTran
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 from collections import OrderedDict
@@ -179,6 +180,14 @@ def _environment_proxy(url: httpx.URL) -> httpx.Proxy | None:
     return httpx.Proxy(named) if named else None
 
 
+def _session(tls: ssl.SSLContext) -> aiohttp.ClientSession:
+    """The pool's aiohttp session: httpx's default limits (100 connections, idle ones
+    kept 5 s), and no cookie jar, so that nothing a response sets rides on later requests
+    (httpx's short-lived clients kept none either)."""
+    connector = aiohttp.TCPConnector(ssl=tls, limit=100, keepalive_timeout=5.0)
+    return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
+
 def _what_happened(error: httpx.TimeoutException, request: httpx.Request) -> httpx.TransportError:
     """httpx-aiohttp reports every aiohttp connection error as a `ConnectTimeout`; one that
     is no timeout (refused, closed by the server, reset) becomes the httpx error that says
@@ -232,9 +241,8 @@ class CachingTransport(httpx.AsyncBaseTransport):
         if self._pool is None or self._pool_loop is not loop:
             # One TLS context per process (`tls.py`), not a new one (and the system's CA
             # certificates loaded again) per pool.
-            self._pool = AiohttpTransport(
-                verify=shared_tls_context("httpx"), trust_env=False, proxy=_environment_proxy(url)
-            )
+            tls = shared_tls_context("httpx")
+            self._pool = AiohttpTransport(verify=tls, proxy=_environment_proxy(url), client=lambda: _session(tls))
             self._pool_loop = loop
         return self._pool
 
