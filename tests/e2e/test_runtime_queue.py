@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from coding_agent.runtime.queue import QueuedTask
 from coding_agent.runtime.service import AgentService
@@ -261,12 +262,15 @@ def _serve_until_two_done(setup: Any) -> list[tuple[str, str]]:
         service = AgentService(load_for_service(setup))
         stop = asyncio.Event()
         serving = asyncio.create_task(service.serve(stop))
+
+        def over() -> bool:
+            try:
+                return [run.status for run in service.store.runs()].count("done") >= 2 or serving.done()
+            except OperationalError:  # this look, too, goes through a database that may be away
+                return serving.done()
+
         try:
-            await wait_until(
-                lambda: [run.status for run in service.store.runs()].count("done") >= 2 or serving.done(),
-                180,
-                "both tasks to be done",
-            )
+            await wait_until(over, 180, "both tasks to be done")
             return [(run.task_key, run.status) for run in service.store.runs()]
         finally:
             stop.set()
@@ -322,11 +326,13 @@ def test_a_broker_lost_mid_run_ends_nothing_and_the_work_goes_on_once_it_is_back
 
 
 def test_the_database_lost_mid_run_ends_nothing(
-    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """`serve` on PostgreSQL; its connections drop while a run waits on the model (a
-    database restart, a failover). The pool notices at the next use (`pool_pre_ping`) and
-    connects again: the run ends done once, and `serve` goes on to the next task."""
+    database restart, a failover), and no new one is accepted for a while. A producer
+    cycle that cannot reach the store says so and ends (its query raised, and `serve`
+    died of it); once the database is back, the pool connects again (`pool_pre_ping`):
+    the run ends done once, and `serve` goes on to the next task."""
     url, _ = distributed
     first = github_forge.open_task("issue", "First task", "Please add hello.txt.")
     second: list[int] = []
@@ -334,8 +340,11 @@ def test_the_database_lost_mid_run_ends_nothing(
 
     def lose_the_database(_: dict[str, Any]) -> None:
         open_at_cut.append(relay.open_connections)
+        relay.refusing = True
         relay.cut()
         second.append(github_forge.open_task("issue", "Second task", "Please add hello.txt too."))
+        wait_for(lambda: "the state store cannot be reached" in caplog.text, 60, "a producer cycle to find the store away")
+        relay.refusing = False
 
     replies = [{**HELLO_SCRIPT["replies"][0], "before": {"lose_the_database": {}}}, *HELLO_SCRIPT["replies"][1:]]
     script = {"conversations": [{"match": "First task", "replies": replies}], "replies": HELLO_SCRIPT["replies"]}

@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from sqlalchemy.exc import OperationalError
+
 from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError, QueueUnavailable
@@ -26,6 +28,7 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.queue import QueuedTask, Reason, TaskQueue
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery
+from coding_agent.runtime.state_store import store_unreachable
 from coding_agent.sources.base import Source
 
 __all__ = ["Producer", "ProducerReport", "source_for"]
@@ -93,6 +96,12 @@ class Producer:
             # The broker is away (restarting, a network blip): what is not enqueued is
             # offered again by the next cycle, once the connection is back.
             message = f"poll: {error}; the rest waits for the next cycle"
+            log.error(message)
+            errors.append(message)
+        except OperationalError as error:
+            # The state store is away (a database restart, a failover): the same. Its pool
+            # connects again at the next use (`pool_pre_ping`).
+            message = f"poll: {store_unreachable(error, self._redactor)}; the rest waits for the next cycle"
             log.error(message)
             errors.append(message)
         self.cycles += 1

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sqlalchemy.exc import OperationalError
+
 from coding_agent.agent.runner import RunResult, TaskRunner
 from coding_agent.agent.steering import RunControls, ShutdownSignal
 from coding_agent.config import AgentConfig
@@ -35,7 +37,7 @@ from coding_agent.runtime.queue.factory import open_queue
 from coding_agent.runtime.queue.memory import MemoryQueue
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery
-from coding_agent.runtime.state_store import StateStore, new_owner_id
+from coding_agent.runtime.state_store import StateStore, new_owner_id, store_unreachable
 from coding_agent.runtime.worker import Outcome, Workers
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import create_sources, retry_policy
@@ -149,7 +151,10 @@ class AgentService:
         queue = await self.queue()
         interval = self.config.scheduling.interval_seconds
         while not stop.is_set() and not self.shutdown.is_set():
-            await asyncio.to_thread(self.cleanup.maybe_run)  # retention (SPEC 9.3), once a day
+            try:
+                await asyncio.to_thread(self.cleanup.maybe_run)  # retention (SPEC 9.3), once a day
+            except OperationalError as error:  # the store is away: the next cycle tries again
+                log.error("cleanup: %s; tried again at the next cycle", store_unreachable(error, self.redactor))
             await self.producer.cycle(queue)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=interval)

@@ -13,15 +13,17 @@ import time
 from collections.abc import Callable
 
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
 
 from coding_agent.domain.runs import RunMarks, RunRecord
+from coding_agent.redaction import Redactor
 from coding_agent.runtime.tables.base import TableStore, open_engine
 from coding_agent.runtime.tables.leases import LEASES, Leases, new_owner_id
 from coding_agent.runtime.tables.run_steering import RunSteering
 from coding_agent.runtime.tables.runs import Runs
 from coding_agent.runtime.tables.trigger_rejections import TriggerRejections
 
-__all__ = ["StateStore", "RunRecord", "RunMarks", "new_owner_id", "TableStore", "LEASES"]
+__all__ = ["StateStore", "RunRecord", "RunMarks", "new_owner_id", "TableStore", "LEASES", "store_unreachable"]
 
 
 class StateStore(Leases, Runs, RunSteering, TriggerRejections):
@@ -39,3 +41,11 @@ class StateStore(Leases, Runs, RunSteering, TriggerRejections):
 
     def close(self) -> None:
         self._engine.dispose()
+
+
+def store_unreachable(error: OperationalError, redactor: Redactor) -> str:
+    """What to log when the database cannot be reached (a restart, a failover, a
+    network blip; its pool connects again at the next use): the driver's first line (no
+    SQL, no parameters), redacted. The service's loops log it and go on."""
+    reason = (str(error.orig or error).strip().splitlines() or [type(error).__name__])[0]
+    return f"the state store cannot be reached ({redactor.text(reason)})"

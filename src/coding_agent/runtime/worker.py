@@ -15,6 +15,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from sqlalchemy.exc import OperationalError
+
 from coding_agent.agent.runner import RunResult, TaskRunner
 from coding_agent.agent.steering import ShutdownSignal
 from coding_agent.config import AgentConfig
@@ -30,7 +32,7 @@ from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery, Takeover
 from coding_agent.runtime.review_followups import ReviewClaim
 from coding_agent.runtime.start_gate import StartGate, default_starts_at_once
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.runtime.state_store import StateStore, store_unreachable
 from coding_agent.sources.base import Source
 
 __all__ = ["Workers", "Outcome"]
@@ -112,10 +114,20 @@ class Workers:
             await asyncio.to_thread(self._entries.mark_running, key)
             self.on_event("picked", key)
             return await self._claim_and_run(source, item, redelivered, picked_at)
+        except OperationalError as error:
+            # The store went away before the run started (a run catches its own errors):
+            # no run began. A lease the claim took runs out; the queue entry lapses
+            # (`QueueEntries`), and the producer offers the task again.
+            message = f"{key}: {store_unreachable(error, self._redactor)}; the task is offered again later"
+            log.error(message)
+            return message
         finally:
             self._snapshots.pop(key, None)
             self._running.discard(key)
-            await asyncio.to_thread(self._entries.release, key)
+            try:
+                await asyncio.to_thread(self._entries.release, key)
+            except OperationalError as error:
+                log.error("%s: %s; its queue entry lapses by itself", key, store_unreachable(error, self._redactor))
 
     async def _claim_and_run(self, source: Source, item: QueuedTask, redelivered: bool, picked_at: float) -> Outcome:
         key = item.key
