@@ -569,6 +569,17 @@ class ForwardingProxy:
         writer.close()
 
 
+def _behind_proxy(monkeypatch: pytest.MonkeyPatch, proxy_url: str, no_proxy: str | None = None) -> None:
+    """`HTTP_PROXY` names `proxy_url` (and `NO_PROXY`, `no_proxy`), and no other proxy
+    variable of the machine's environment is in force."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxy_url)
+    if no_proxy is not None:
+        monkeypatch.setenv("NO_PROXY", no_proxy)
+
+
 @pytest.mark.parametrize("bypassed", [False, True], ids=["through the proxy", "NO_PROXY"])
 async def test_the_forge_is_reached_through_the_proxy_the_environment_names(
     sandbox: GitHubSandbox, monkeypatch: pytest.MonkeyPatch, bypassed: bool
@@ -578,11 +589,7 @@ async def test_the_forge_is_reached_through_the_proxy_the_environment_names(
     number = sandbox.state.create_issue(REPO, "behind a proxy")
     proxy = ForwardingProxy()
     async with proxy as proxy_url:
-        for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
-            monkeypatch.delenv(name, raising=False)
-        monkeypatch.setenv("HTTP_PROXY", proxy_url)
-        if bypassed:
-            monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+        _behind_proxy(monkeypatch, proxy_url, no_proxy="localhost,127.0.0.1" if bypassed else None)
         github = GitHubSource(_config(sandbox), RetryPolicy(retries=0))
         try:
             task = await github.get_task(_issue_key(number))
@@ -599,9 +606,7 @@ async def test_a_cookie_an_answer_sets_rides_on_no_later_request(sandbox: GitHub
     number = sandbox.state.create_issue(REPO, "cookies")
     proxy = ForwardingProxy(set_cookie="affinity=node-7")
     async with proxy as proxy_url:
-        for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy", "http_proxy"):
-            monkeypatch.delenv(name, raising=False)
-        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        _behind_proxy(monkeypatch, proxy_url)
         # By name: a cookie jar keeps no cookie of a bare IP address.
         by_name = sandbox.url.replace("127.0.0.1", "localhost")
         github = GitHubSource(_config(sandbox, api_url=by_name), RetryPolicy(retries=0))
