@@ -38,6 +38,7 @@ from .conftest import (
     llm_section,
     load_for_service,
     secret_env,
+    workspace_server,
     write_config,
 )
 
@@ -218,6 +219,44 @@ def test_gitlab_discussion_request_is_answered_in_the_discussion(
     notes = {note.id: note for note in state.notes(REPO, number, kind="mr")}
     bodies = [notes[note_id].body for note_id in thread.note_ids]
     assert bodies[0] == "Please add hello.txt here." and bodies[-1].startswith(SUMMARY)
+
+
+_BROKEN_SERVER = {"mcp_server_name": "broken", "command": [sys.executable, "-c", "raise SystemExit(3)"]}
+
+
+def test_github_review_thread_request_hears_of_a_failed_start_in_the_thread(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """A run that fails before it reads its conversation (here a tool server that will not
+    start) still answers the thread that asked for it, as a run that got further does."""
+    state = github_forge.sandbox.state
+    number = github_forge.open_task("change", "Greeting", "A PR.")
+    root = state.add_review_comment(REPO, number, MAINTAINER, "Please add hello.txt next to this.", "README.md", 1)
+    with ReplaySandbox({"replies": [{"done": "Never asked."}]}) as model:
+        setup = write_config(tmp_path, [github_forge], llm_section(model), mcp_servers=[workspace_server(), _BROKEN_SERVER])
+        [result] = _run_once(setup).results
+
+    assert result.status == "failed"
+    replies = [c for c in state.review_comments(REPO, number) if c.in_reply_to_id == root]
+    assert [c.author for c in replies] == [BOT] and "broken" in replies[0].body, replies
+    assert not any("broken" in body for _, body in github_forge.comments("change", number))
+
+
+def test_gitlab_discussion_request_hears_of_a_failed_start_in_the_discussion(
+    gitlab_forge: GitLabForge, tmp_path: Path
+) -> None:
+    state = gitlab_forge.sandbox.state
+    number = gitlab_forge.open_task("change", "Greeting", "An MR.")
+    discussion = state.add_discussion(REPO, number, MAINTAINER, "Please add hello.txt here.")
+    with ReplaySandbox({"replies": [{"done": "Never asked."}]}) as model:
+        setup = write_config(tmp_path, [gitlab_forge], llm_section(model), mcp_servers=[workspace_server(), _BROKEN_SERVER])
+        [result] = _run_once(setup).results
+
+    assert result.status == "failed"
+    [thread] = [d for d in state.discussions(REPO, number) if d.id == discussion]
+    notes = {note.id: note for note in state.notes(REPO, number, kind="mr")}
+    bodies = [notes[note_id].body for note_id in thread.note_ids]
+    assert len(bodies) == 2 and "broken" in bodies[-1], bodies
 
 
 def _tool_process_pids(marker: bytes) -> list[int]:

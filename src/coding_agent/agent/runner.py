@@ -146,6 +146,8 @@ class TaskRunner:
         reporter = IssueReporter(source, task.key, self._redactor)
         if reply_to is not None:
             reporter.answer_in(reply_to)
+        elif task.key.is_change:  # which thread asked is read with the conversation, or on an early end
+            reporter.find_thread_with(lambda: self._request_thread(source, task, writers))
         control = RunControl(self._controls, source, task, files, workspace, requester, reporter, continuation)
         ledger = RunLedger(self._store, self._owner, key, run_uuid, lease, config.scheduling.lease_seconds)
         log.info("%s: run %s %s", key, run_uuid, "continued" if continuation is not None else "started")
@@ -330,6 +332,15 @@ class TaskRunner:
         """The task's comments and review threads, and whose words among them are trusted
         (`writers`: whom the claim found to have write access); the reporter answers in the
         thread that asked for the run."""
+        comments, threads, trust = await TaskRunner._read_conversation(source, task, reply_to, writers)
+        if reply_to is None:
+            reporter.settle_thread(request_thread(task, comments, threads, trust, source.bot_name))
+        return comments, threads, trust
+
+    @staticmethod
+    async def _read_conversation(
+        source: Source, task: Task, reply_to: ThreadRef | None, writers: frozenset[str]
+    ) -> tuple[list[Comment], list[Thread], TrustCache]:
         comments = await source.list_comments(task.key)
         threads = await source.list_threads(task.key) if task.key.is_change else []
         if reply_to is not None:  # asked in a thread of the agent's PR/MR: that thread is context
@@ -337,9 +348,13 @@ class TaskRunner:
         trust = TrustCache(writers)
         authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
         await trust.load(source, task.key, authors)
-        if reply_to is None:
-            reporter.thread_id = request_thread(task, comments, threads, trust, source.bot_name)
         return comments, threads, trust
+
+    @staticmethod
+    async def _request_thread(source: Source, task: Task, writers: frozenset[str]) -> str | None:
+        """The review thread that asked for a run that ended before reading its conversation."""
+        comments, threads, trust = await TaskRunner._read_conversation(source, task, None, writers)
+        return request_thread(task, comments, threads, trust, source.bot_name)
 
     def _compressor(self, ledger: RunLedger) -> Compressor:
         storage = self._config.context_storage
