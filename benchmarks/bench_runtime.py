@@ -58,7 +58,7 @@ WEBHOOK_SECRET = "whsec-" + "bench0123456789abcdef"
 SERVERS_IN_PROCESS = False
 TIMELINE = False
 STARTS_AT_ONCE: int | None = None
-TIMELINES: dict[int, dict[str, Any]] = {}
+TIMELINES: dict[int | str, dict[str, Any]] = {}
 
 
 def _script(latency: float) -> dict[str, Any]:
@@ -268,12 +268,15 @@ async def _served(servers: ServerProcess, tasks: int, latency: float) -> float:
         started = time.monotonic()
         serving = asyncio.create_task(service.serve(stop))
         await ended.wait()
-        elapsed = time.monotonic() - started
+        ended_at = time.monotonic()
+        elapsed = ended_at - started
         stop.set()
         await serving
         done = await asyncio.to_thread(service.store.runs_with_status, "done")
         await service.aclose()
     assert len(done) == tasks, f"{len(done)} of {tasks} runs done"
+    if TIMELINE:
+        TIMELINES[f"serve {tasks}"] = _timeline(await servers.ask_async("timeline"), started, ended_at, latency)
     return elapsed
 
 
@@ -349,6 +352,15 @@ def _median_round(rounds: list[dict[str, Any]], ratio: str) -> dict[str, Any]:
     return ordered[(len(ordered) - 1) // 2]
 
 
+def _median_timelines(once: dict[str, Any], served: dict[str, Any]) -> dict[str, Any]:
+    """The `run --once` timelines of the round with the median `run --once` ratio, and the
+    `serve` ones (keys "serve N") of the round with the median `serve` ratio."""
+    return {
+        **{str(key): value for key, value in once["timelines"].items() if not str(key).startswith("serve")},
+        **{key: value for key, value in served["timelines"].items() if str(key).startswith("serve")},
+    }
+
+
 async def main(tasks: int, latency: float, interval: float, rounds: int) -> dict[str, Any]:
     # A task first that is not counted: this process's first run imports what runs need
     # (the model client, the MCP server, ...), which would make the one-task time look
@@ -397,7 +409,7 @@ async def main(tasks: int, latency: float, interval: float, rounds: int) -> dict
         # On this machine the forge (API, git http-backend) and the model share the
         # agent's cores; in real use they are remote. What they took during the N tasks:
         f"servers_cpu_s_during_{tasks}_tasks": round(once["servers_cpu"], 3) if once["servers_cpu"] is not None else None,
-        **({"timeline_by_tasks": once["timelines"]} if TIMELINE else {}),
+        **({"timeline_by_tasks": _median_timelines(once, served)} if TIMELINE else {}),
     }
 
 
