@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
-__all__ = ["Redactor", "REDACTED"]
+__all__ = ["Redactor", "REDACTED", "proxy_passwords", "PROXY_VARIABLES"]
 
 REDACTED = "***"
 
@@ -35,6 +36,26 @@ def _may_hold_a_token(value: str) -> bool:
         "ghp_" in value or "gho_" in value or "ghu_" in value or "ghs_" in value or "ghr_" in value
         or "github_pat_" in value or "glpat-" in value or "sk-" in value or "Bearer " in value or "token " in value
     )
+
+
+# The variables that name a proxy for git and every HTTP client of the agent.
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def proxy_passwords(environ: Mapping[str, str]) -> list[str]:
+    """The passwords in the proxy variables of `environ` (`http://user:password@proxy:3128`),
+    as written and decoded: git and the HTTP clients are given these URLs, and an error
+    that quotes one must not show its password."""
+    found: list[str] = []
+    for name in PROXY_VARIABLES:
+        value = environ.get(name, "")
+        try:
+            password = urlsplit(value if "://" in value else f"http://{value}").password
+        except ValueError:  # not a URL (a bad port): nothing the clients can use either
+            continue
+        if password:
+            found += [password, unquote(password)]
+    return found
 
 
 class Redactor:

@@ -1,3 +1,5 @@
+import secrets
+
 from coding_agent.redaction import REDACTED, Redactor
 
 
@@ -88,3 +90,24 @@ def test_json_is_the_redacted_value_encoded_whatever_the_secrets_and_values() ->
             for indent in (None, 1):
                 expected = json.dumps(redactor.data(item), ensure_ascii=False, indent=indent, default=str)
                 assert redactor.json(item, indent=indent) == expected, (secrets, item)
+
+
+def test_a_password_in_a_proxy_variable_is_a_secret_to_mask() -> None:
+    """The proxy variables reach git and the HTTP clients (their errors may quote them);
+    a password in one is masked like a configured secret."""
+    from coding_agent.config import parse_config
+
+    password = "pw" + secrets.token_hex(8)
+    environ = {
+        "HTTPS_PROXY": f"http://proxy-user:{password}@proxy.example:3128",
+        "http_proxy": "http://proxy.example:3128",
+        "ALL_PROXY": "socks5://other:" + password[::-1] + "@socks.example:1080",
+        "NO_PROXY": "localhost",
+    }
+    llm = {"provider": "openai", "openai": {"model": "m", "base_url": "http://127.0.0.1:1/v1"}}
+    config = parse_config({"task_source": "github", "github": {"token": "t" * 8, "owner": "o"}, "llm": llm}, env={})
+    redactor = Redactor(config.secrets(environ))
+    said = redactor.text(f"proxy refused http://proxy-user:{password}@proxy.example:3128 and {password[::-1]}")
+    assert password not in said and password[::-1] not in said, said
+    assert "proxy.example" in said, "only the password is a secret"
+    assert config.secrets({}) == config.secrets({"HTTPS_PROXY": "http://proxy.example:3128"})

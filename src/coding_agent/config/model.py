@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -40,6 +42,7 @@ from coding_agent.config.tools import (
     builtin_workspace_server,
     with_sandbox_mode,
 )
+from coding_agent.redaction import proxy_passwords
 
 __all__ = ["SourceName", "AgentConfig"]
 
@@ -116,9 +119,11 @@ class AgentConfig(_Strict):
     def sources(self) -> list[SourceName]:
         return [self.task_source] if isinstance(self.task_source, str) else list(self.task_source)
 
-    def secrets(self) -> list[str]:
-        """Every secret value in the configuration, for redaction in logs and comments."""
-        values: list[str] = []
+    def secrets(self, environ: Mapping[str, str] | None = None) -> list[str]:
+        """Every secret value in the configuration, for redaction in logs and comments, and
+        the passwords of the proxy variables in `environ` (default: this process's), which
+        git and the HTTP clients are given."""
+        values: list[str] = proxy_passwords(os.environ if environ is None else environ)
         for section in (self.github, self.gitlab, self.llm.openai, self.llm.lmstudio, self.dashboard):
             secret = getattr(section, "token", None) or getattr(section, "api_key", None)
             if secret is not None and secret.get_secret_value():
