@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["Redactor", "REDACTED", "proxy_passwords", "PROXY_VARIABLES"]
+__all__ = ["Redactor", "REDACTED", "proxy_passwords"]
 
 REDACTED = "***"
 
@@ -38,20 +38,18 @@ def _may_hold_a_token(value: str) -> bool:
     )
 
 
-# The variables that name a proxy for git and every HTTP client of the agent.
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
-
-
 def proxy_passwords(environ: Mapping[str, str]) -> list[str]:
     """The passwords in the proxy variables of `environ` (`http://user:password@proxy:3128`),
     as written and decoded: git and the HTTP clients are given these URLs, and an error
-    that quotes one must not show its password."""
+    that quotes one must not show its password. A proxy variable is any `*_proxy` but
+    `no_proxy`, in either case, as for urllib's `getproxies_environment`."""
     found: list[str] = []
-    for name in PROXY_VARIABLES:
-        value = environ.get(name, "")
+    for name, value in environ.items():
+        if not name.lower().endswith("_proxy") or name.lower() == "no_proxy":
+            continue
         try:
             password = urlsplit(value if "://" in value else f"http://{value}").password
-        except ValueError:  # not a URL (a bad port): nothing the clients can use either
+        except ValueError:  # not a URL (a broken IPv6 address, say): no client can use it either
             continue
         if password:
             found += [password, unquote(password)]
