@@ -166,6 +166,38 @@ def test_a_redelivered_message_of_a_task_running_here_leaves_its_run_alone(
     ]
 
 
+def test_a_redelivery_waiting_out_another_worker_s_lease_ends_at_shutdown(
+    github_forge: GitHubForge, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A redelivered message whose task another worker's lease holds waits for that lease
+    to run out (its worker may be dead) before continuing the run. The wait must not hold
+    a graceful shutdown back: it used to sleep a third of the lease at a time (five
+    minutes by default) whatever else happened."""
+    number = github_forge.open_task("issue", "Held elsewhere", "Please add hello.txt.")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox({"replies": []}) as model:
+        setup = steering_config(tmp_path, [github_forge], model, scheduling={"lease_seconds": 60})
+
+        async def redelivered() -> tuple[Any, str | None]:
+            service = AgentService(load_for_service(setup))
+            try:
+                assert await asyncio.to_thread(service.store.acquire_lease, key, "worker-elsewhere", 60)
+                handling = asyncio.create_task(service.workers.handle(QueuedTask(key, "new"), redelivered=True))
+                await wait_until(lambda: "leased by another worker" in caplog.text, 60, "the claim to find the lease held")
+                service.request_shutdown()
+                outcome = await asyncio.wait_for(handling, 10)
+                return outcome, await asyncio.to_thread(service.store.lease_owner, key)
+            finally:
+                await service.aclose()
+
+        with caplog.at_level("INFO"):
+            outcome, holder = asyncio.run(asyncio.wait_for(redelivered(), 120))
+
+    assert outcome is None, outcome
+    assert holder == "worker-elsewhere", "the other worker's lease is left alone"
+    assert model.requests == [], "no run started"
+
+
 # -- RabbitMQ + PostgreSQL ------------------------------------------------------------------
 
 

@@ -39,6 +39,11 @@ __all__ = ["Workers", "Outcome"]
 
 log = logging.getLogger(__name__)
 
+# A lease read just after it ran out finds it out (the holder's clock may lag a little).
+LEASE_READ_MARGIN = 0.05
+# How often a redelivery waiting out a lease looks at the shutdown signal (a thread's flag).
+SHUTDOWN_LOOK_SECONDS = 0.5
+
 Outcome = RunResult | str | None  # a run's result, an error message, or nothing to do
 
 
@@ -191,21 +196,39 @@ class Workers:
 
     async def _after_dead_worker(self, source: Source, key: str) -> Claim | None:
         """The message came back from a worker that died holding it: once the dead
-        worker's lease has run out, continue what it left."""
-        holder = await asyncio.to_thread(self._store.lease_owner, key)
-        if holder == self._owner:
-            return None  # a run of this process holds it (under another queue key): not dead
-        if holder is None:
-            return await self._recovery.try_take(source, key)
-        lease = self._config.scheduling.lease_seconds
-        deadline = asyncio.get_running_loop().time() + 2 * lease
-        while holder is not None and asyncio.get_running_loop().time() < deadline and not self._shutdown.is_set():
-            await asyncio.sleep(lease / 3)
-            holder = await asyncio.to_thread(self._store.lease_owner, key)
-        if holder is not None:
-            return None  # its worker is alive after all (it kept renewing): not ours
-        log.info("%s: redelivered after its worker died; continuing it", key)
+        worker's lease has run out, continue what it left.
+
+        The wait ends when the lease does (it is read again then, not a poll interval
+        later), or as soon as this process is asked to shut down; the producer then
+        offers the run again once the lease has run out, as it does every run whose worker
+        is gone. A holder that keeps renewing for two lease lengths is alive after all,
+        and the task is its own."""
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + 2 * self._config.scheduling.lease_seconds
+        waiting = False
+        while (lease := await asyncio.to_thread(self._store.live_lease, key)) is not None:
+            if lease.owner == self._owner:
+                return None  # a run of this process holds it (under another queue key): not dead
+            if loop.time() >= give_up_at:
+                return None  # its worker is alive after all (it kept renewing): not ours
+            if not waiting:
+                log.info("%s: redelivered while %s holds its lease; waiting for it to run out", key, lease.owner)
+                waiting = True
+            if not await self._wait_unless_shutdown(min(lease.seconds_left + LEASE_READ_MARGIN, give_up_at - loop.time())):
+                return None
+        if waiting:
+            log.info("%s: redelivered after its worker died; continuing it", key)
         return await self._recovery.try_take(source, key)
+
+    async def _wait_unless_shutdown(self, seconds: float) -> bool:
+        """Wait `seconds`; False as soon as the process is asked to shut down."""
+        until = asyncio.get_running_loop().time() + seconds
+        while not self._shutdown.is_set():
+            left = until - asyncio.get_running_loop().time()
+            if left <= 0:
+                return True
+            await asyncio.sleep(min(left, SHUTDOWN_LOOK_SECONDS))
+        return False
 
 
 async def _next(queue: TaskQueue, stop: asyncio.Event | None, drain: bool) -> Delivery | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid as uuid_module
+from typing import NamedTuple
 
 from sqlalchemy import Float, String, insert, update
 from sqlalchemy.exc import IntegrityError
@@ -17,7 +18,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from coding_agent.runtime.tables.base import StateTables, TableStore
 
-__all__ = ["Leases", "LEASES", "new_owner_id"]
+__all__ = ["Leases", "LEASES", "LiveLease", "new_owner_id"]
 
 
 class _Lease(StateTables):
@@ -29,6 +30,13 @@ class _Lease(StateTables):
 
 # The leases table, for the stores beside this one that must know whether a lease is live.
 LEASES = _Lease.__table__
+
+
+class LiveLease(NamedTuple):
+    """A lease that has not run out: who holds it, and for how much longer (by the store's clock)."""
+
+    owner: str
+    seconds_left: float
 
 
 def new_owner_id() -> str:
@@ -80,6 +88,12 @@ class Leases(TableStore):
                 session.delete(lease)
 
     def lease_owner(self, task_key: str) -> str | None:
+        lease = self.live_lease(task_key)
+        return lease.owner if lease is not None else None
+
+    def live_lease(self, task_key: str) -> LiveLease | None:
+        """Who holds the task's lease and until when; None when nobody does any more."""
         with self._session() as session:
             lease = session.get(_Lease, task_key)
-            return lease.owner if lease is not None and lease.expires_at >= self._clock() else None
+            left = lease.expires_at - self._clock() if lease is not None else -1.0
+            return LiveLease(lease.owner, left) if lease is not None and left >= 0 else None
