@@ -106,7 +106,9 @@ class Connection(SessionHolder):
             else:
                 logger.warning("MCP server %s session ended: %s", launch.name, cause.__class__.__name__)
         finally:
-            if not self.ready.is_set() and self.startup_error is None and not self._wake.is_set():
+            # Ended before the handshake and not asked to: a failure, even when its stderr's
+            # end (which sets `_wake`) was seen before the session's own error.
+            if not self.ready.is_set() and self.startup_error is None and not self._stop_requested:
                 self._fail("it ended before finishing the MCP handshake")
             with contextlib.suppress(OSError):
                 errlog.close()

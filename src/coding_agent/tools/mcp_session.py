@@ -52,6 +52,7 @@ class SessionHolder:
         self.startup_error: ToolError | None = None
         self.ready = asyncio.Event()  # set when usable, or when startup failed
         self._wake = asyncio.Event()  # stop requested or the server ended
+        self._stop_requested = False  # which of the two: an end before `ready` is a failure
         self._finished = asyncio.Event()
         self._session: ClientSession | None = None
         self._closed = False
@@ -68,6 +69,7 @@ class SessionHolder:
 
     def request_stop(self) -> None:
         """Ask the runner to leave (without waiting): safe to call from any task, even a cancelled one."""
+        self._stop_requested = True
         self._wake.set()
         if not self.ready.is_set():
             self._abort_startup()
