@@ -8,12 +8,15 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TextIO
 
+import anyio
 import pytest
 
 from coding_agent.config import MCPServerConfig, ToolsConfig
 from coding_agent.errors import ToolError
 from coding_agent.tools.hub import ToolHub, cap_output
+from coding_agent.tools.mcp_connection import Connection, Launch
 from coding_agent.tools.sandbox import scrubbed_environment
 from coding_agent.tools.workspace_server import WORKSPACE_SYSTEM_PROMPT
 
@@ -235,6 +238,26 @@ async def test_server_exiting_during_startup_is_reported(workspace: Path) -> Non
     with pytest.raises(ToolError, match=r"'quitter'.*exited during startup"):
         async with ToolHub([quitter], ToolsConfig(), workspace):
             pass
+
+
+async def test_a_server_whose_end_is_seen_before_its_session_error_fails_its_start(workspace: Path) -> None:
+    """The race behind a flaky failed-start test: a server that exits at once can have its
+    stderr's end noticed (which wakes the runner, as a stop does) before the transport's
+    own error reaches the runner. That end is still a failed start, not a stop: the
+    runner used to report no error, and the hub went on as if the server had started
+    with no tools. The order is forced here; with real processes it comes under load."""
+
+    class EndSeenFirst(Connection):
+        async def _serve(self, errlog: TextIO) -> None:
+            errlog.close()
+            self._wake.set()  # what the stderr reader does at the end of the server's stderr
+            raise anyio.BrokenResourceError  # then the transport's error (a write to a gone stdin)
+
+    connection = EndSeenFirst(Launch("quick-exit", [sys.executable], {}, workspace), [])
+    connection.start()
+    await asyncio.wait_for(connection.ready.wait(), 10)
+    assert connection.startup_error is not None
+    assert "'quick-exit'" in str(connection.startup_error) and "handshake" in str(connection.startup_error)
 
 
 async def test_server_that_never_answers_times_out_at_startup(workspace: Path) -> None:
