@@ -95,5 +95,7 @@ class Leases(TableStore):
         """Who holds the task's lease and until when; None when nobody does any more."""
         with self._session() as session:
             lease = session.get(_Lease, task_key)
-            left = lease.expires_at - self._clock() if lease is not None else -1.0
-            return LiveLease(lease.owner, left) if lease is not None and left >= 0 else None
+            if lease is None:
+                return None
+            left = lease.expires_at - self._clock()
+            return LiveLease(lease.owner, left) if left >= 0 else None
