@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from coding_agent.runtime.service import AgentService, CycleReport
+from coding_agent.testing.faults import Fault
 from coding_agent.testing.git_http import git_client
 from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.testing.waiting import wait_for
@@ -240,6 +241,29 @@ def test_github_review_thread_request_hears_of_a_failed_start_in_the_thread(
     replies = [c for c in state.review_comments(REPO, number) if c.in_reply_to_id == root]
     assert [c.author for c in replies] == [BOT] and "broken" in replies[0].body, replies
     assert not any("broken" in body for _, body in github_forge.comments("change", number))
+
+
+def test_a_failed_start_whose_thread_cannot_be_read_is_answered_at_the_top(
+    github_forge: GitHubForge, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not knowing where to answer is no reason not to answer: when the read that would
+    name the asking thread fails too, the failure notice goes to the top of the PR, and
+    the log says why it did not go to the thread."""
+    state = github_forge.sandbox.state
+    number = github_forge.open_task("change", "Greeting", "A PR.")
+    root = state.add_review_comment(REPO, number, MAINTAINER, "Please add hello.txt next to this.", "README.md", 1)
+    review_comments = rf"^GET /repos/{REPO}/pulls/{number}/comments$"
+    github_forge.sandbox.faults.add(Fault(pattern=review_comments, count=100, status=403))
+    with ReplaySandbox({"replies": [{"done": "Never asked."}]}) as model:
+        setup = write_config(tmp_path, [github_forge], llm_section(model), mcp_servers=[workspace_server(), _BROKEN_SERVER])
+        [result] = _run_once(setup).results
+
+    assert result.status == "failed"
+    assert github_forge.sandbox.faults.injected >= 1, "the thread's read was attempted and failed"
+    assert not [c for c in state.review_comments(REPO, number) if c.in_reply_to_id == root]
+    assert any("broken" in body for author, body in github_forge.comments("change", number) if author == BOT)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("the thread that asked for the run is unknown" in line and "403" in line for line in warnings), warnings
 
 
 def test_gitlab_discussion_request_hears_of_a_failed_start_in_the_discussion(
