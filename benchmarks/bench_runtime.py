@@ -22,9 +22,11 @@ forge and model would: in this process their threads (and the forge's `git
 http-backend` children) would compete with the agent for the GIL and the CPU count, and
 show up as the agent's event-loop lag. `--servers-in-process` keeps them in threads here.
 
-Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--rounds 1] [--no-mirror] [--servers-in-process] [--timeline] [--starts-at-once N]`
+Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--rounds 1] [--no-mirror] [--servers-in-process] [--timeline] [--starts-at-once N] [--postgres]`
 (`--no-mirror`: `workspace.mirror: false`, every run cloning from the forge; `--timeline`:
-where the one- and N-task cycles' wall time went, from the servers' receive times)
+where the one- and N-task cycles' wall time went, from the servers' receive times;
+`--postgres`: the state store in a fresh PostgreSQL database per service, dropped after,
+instead of SQLite: PostgreSQL at 127.0.0.1:5432 or `CODING_AGENT_TEST_POSTGRES`)
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -49,6 +53,7 @@ from coding_agent.web.server import bind_socket, serving_http
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.github.webhooks import GitHubWebhooks
 from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.testing.services import fresh_postgres_database
 
 REPO = "bench/runtime"
 BOT = "bench-bot"
@@ -58,6 +63,7 @@ WEBHOOK_SECRET = "whsec-" + "bench0123456789abcdef"
 SERVERS_IN_PROCESS = False
 TIMELINE = False
 STARTS_AT_ONCE: int | None = None
+POSTGRES = False
 TIMELINES: dict[int | str, dict[str, Any]] = {}
 
 
@@ -122,14 +128,25 @@ def serve_forge_and_model(conn: Connection) -> None:
         sandbox.stop()
 
 
-def _config(directory: Path, urls: dict[str, str], **extra: Any) -> AgentConfig:
+@contextmanager
+def _database(directory: Path) -> Iterator[str]:
+    """The state store's URL: SQLite in `directory`, or (`--postgres`) a fresh PostgreSQL
+    database, dropped afterwards."""
+    if not POSTGRES:
+        yield f"sqlite:///{directory / 'state.db'}"
+        return
+    with fresh_postgres_database() as url:
+        yield url
+
+
+def _config(directory: Path, urls: dict[str, str], database: str, **extra: Any) -> AgentConfig:
     data: dict[str, Any] = {
         "task_source": ["github"],
         "github": {"api_url": urls["forge_url"], "token": TOKEN, "owner": "bench", "bot_name": BOT},
         "llm": {"provider": "openai", "openai": {"model": "replay", "base_url": urls["model_url"], "api_key": "k"}},
         "workspace": {"base_dir": str(directory / "workspaces"), "mirror": MIRROR},
         "context_storage": {"base_dir": str(directory / "contexts")},
-        "database": {"url": f"sqlite:///{directory / 'state.db'}"},
+        "database": {"url": database},
         "logging": {"dir": str(directory / "logs")},
         "memory": {"enabled": False},
         "progress_comment": {"enabled": False},
@@ -229,8 +246,8 @@ async def _once(servers: ServerProcess, tasks: int, latency: float) -> tuple[flo
     and the agent's CPU-s for the whole cycle."""
     await servers.ask_async("load", _script(latency))
     await servers.ask_async("open", "Task", tasks)
-    with tempfile.TemporaryDirectory() as scratch:
-        service = AgentService(_config(Path(scratch), servers.urls, workers=tasks))
+    with tempfile.TemporaryDirectory() as scratch, _database(Path(scratch)) as database:
+        service = AgentService(_config(Path(scratch), servers.urls, database, workers=tasks))
         samples: list[float] = []
         stop = asyncio.Event()
         sampler = asyncio.create_task(_lag_sampler(samples, stop))
@@ -253,8 +270,8 @@ async def _served(servers: ServerProcess, tasks: int, latency: float) -> float:
     until every run has ended (the first poll finds them all)."""
     await servers.ask_async("load", _script(latency))
     await servers.ask_async("open", "Served", tasks)
-    with tempfile.TemporaryDirectory() as scratch:
-        service = AgentService(_config(Path(scratch), servers.urls, workers=tasks))
+    with tempfile.TemporaryDirectory() as scratch, _database(Path(scratch)) as database:
+        service = AgentService(_config(Path(scratch), servers.urls, database, workers=tasks))
         ended = asyncio.Event()
         count = [0]
 
@@ -287,9 +304,9 @@ async def _pickup(servers: ServerProcess, latency: float, interval: float, by_we
     await servers.ask_async("load", _script(latency))
     await servers.ask_async("open", "Long", 1)
     hooks = {"webhooks": {"github_secret": WEBHOOK_SECRET}} if by_webhook else {}
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as scratch, _database(Path(scratch)) as database:
         scheduling = {"interval_seconds": 3600 if by_webhook else interval}
-        config = _config(Path(scratch), servers.urls, workers=2, scheduling=scheduling, **hooks)
+        config = _config(Path(scratch), servers.urls, database, workers=2, scheduling=scheduling, **hooks)
         service = AgentService(config)
         stop = asyncio.Event()
         async with serving_http(config, service, bind_socket("127.0.0.1", 0)) as url:
@@ -382,6 +399,7 @@ async def main(tasks: int, latency: float, interval: float, rounds: int) -> dict
         "workspace_mirror": MIRROR,
         "starts_at_once": STARTS_AT_ONCE or "default",
         "servers": "in this process" if SERVERS_IN_PROCESS else "a child process",
+        "state_store": "postgresql" if POSTGRES else "sqlite",
         "rounds": rounds,
         "one_task_s": round(once["one"], 3),
         f"{tasks}_tasks_s": round(once["many"], 3),
@@ -422,10 +440,12 @@ if __name__ == "__main__":
     parser.add_argument("--servers-in-process", action="store_true", help="the forge and the model in threads here")
     parser.add_argument("--timeline", action="store_true", help="where the 1- and N-task cycles' time went")
     parser.add_argument("--starts-at-once", type=int, help="scheduling.starts_at_once (default: the config's default)")
+    parser.add_argument("--postgres", action="store_true", help="the state store in PostgreSQL, not SQLite")
     parser.add_argument("--rounds", type=int, default=1, help="measure 1 vs N this many times; report the median round")
     options = parser.parse_args()
     TIMELINE = options.timeline
     STARTS_AT_ONCE = options.starts_at_once
+    POSTGRES = options.postgres
     MIRROR = not options.no_mirror
     SERVERS_IN_PROCESS = options.servers_in_process
     emit(asyncio.run(main(options.tasks, options.latency, options.interval, max(1, options.rounds))))
