@@ -33,7 +33,11 @@ from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, pr
 
 LANES = 4  # workers killed side by side, each lane with its own replay server
 KILLS_PER_LANE = 5  # 4 x 5 = 20 trials
-TASKS = 10
+# Enough tasks that the lanes do not run out of work before their 20 kills: a worker the
+# kill misses (it fell after the run's last reply, or a takeover needed fewer replies)
+# finishes the tasks it finds, and once every task is done no later worker can be killed
+# mid-work. With 10, one CI run ended with a lane at 4 kills of 5 after its 15 attempts.
+TASKS = 16
 LEASE_SECONDS = 2.0
 
 
