@@ -58,14 +58,38 @@ def summary_ms(seconds: Sequence[float]) -> dict[str, float | int]:
     }
 
 
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(steal, all) ticks of every CPU so far, from /proc/stat (None without one)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = handle.readline().split()[1:9]  # user nice system idle iowait irq softirq steal
+    except OSError:
+        return None
+    values = [int(value) for value in fields]
+    return (values[7], sum(values)) if len(values) == 8 else None
+
+
+_TICKS_AT_START = _cpu_ticks()  # when the benchmark imported this module
+
+
+def _steal_percent() -> float | None:
+    """The share of the CPUs' time the hypervisor gave to other guests since the start."""
+    now = _cpu_ticks()
+    if now is None or _TICKS_AT_START is None or now[1] == _TICKS_AT_START[1]:
+        return None
+    return round(100 * (now[0] - _TICKS_AT_START[0]) / (now[1] - _TICKS_AT_START[1]), 1)
+
+
 def emit(result: dict[str, Any]) -> None:
     """Print the benchmark's one JSON object, with the machine it ran on."""
     machine = {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        # Figures taken on a busy machine are not comparable: say how busy it was.
+        # Figures taken on a busy machine are not comparable: say how busy it was, and
+        # (on a virtual machine) how much of its CPUs' time went to other guests.
         "load_average_1_5_15_min": [round(load, 2) for load in os.getloadavg()],
+        "cpu_steal_percent": _steal_percent(),
     }
     result = {**result, "machine": machine}
     json.dump(result, sys.stdout, indent=2)
