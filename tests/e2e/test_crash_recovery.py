@@ -83,17 +83,22 @@ def _lane_config(setup_path: Path, model: ReplaySandbox, name: str, **changes: A
     return path
 
 
-def _lane(config_path: Path, killer: Killer) -> int:
-    """Start workers one after another until KILLS_PER_LANE of them were killed mid-work."""
-    kills = attempts = 0
-    while kills < KILLS_PER_LANE and attempts < 3 * KILLS_PER_LANE:
-        attempts += 1
+def _lane(config_path: Path, killer: Killer) -> tuple[int, list[tuple[int, int]]]:
+    """Start workers one after another until KILLS_PER_LANE of them were killed mid-work:
+    the kills, and (exit code, model requests) of each worker the kill missed, which is
+    what a lane short of kills has to show for it."""
+    kills, missed = 0, []
+    while kills < KILLS_PER_LANE and kills + len(missed) < 3 * KILLS_PER_LANE:
         victim = spawn_cli(config_path, "run", "--once", output=subprocess.DEVNULL)
         killer.aim(victim)
         victim.wait(timeout=120)
+        requests = killer.ticks
         killer.aim(None)
-        kills += victim.returncode == -9
-    return kills
+        if victim.returncode == -9:
+            kills += 1
+        else:
+            missed.append((victim.returncode, requests))
+    return kills, missed
 
 
 @pytest.mark.long
@@ -108,7 +113,7 @@ def test_sigkilled_workers_lose_no_task(github_forge: GitHubForge, tmp_path: Pat
         store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
         try:
             with ThreadPoolExecutor(LANES) as pool:
-                kills = list(pool.map(lambda n: _lane(lanes[n], killers[n]), range(LANES)))
+                kills, missed = zip(*pool.map(lambda n: _lane(lanes[n], killers[n]), range(LANES)))
             wait_for(lambda: all(store.lease_owner(key) is None for key in keys), 30, "the dead workers' leases to expire")
             survivor_config = _lane_config(setup.config_path, models[0], "survivor", workers=TASKS)
             survivor = spawn_cli(survivor_config, "run", "--once")
@@ -118,7 +123,7 @@ def test_sigkilled_workers_lose_no_task(github_forge: GitHubForge, tmp_path: Pat
         finally:
             store.close()
 
-    assert kills == [KILLS_PER_LANE] * LANES, "every trial killed its worker mid-work"
+    assert list(kills) == [KILLS_PER_LANE] * LANES, f"every trial killed its worker mid-work; missed: {missed}"
     log_text = "".join(path.read_text(errors="replace") for path in setup.logs.glob("*.log"))
     assert re.search(r"run \S+ continued", log_text), "some runs went on from their saved step"
     for number, key in zip(numbers, keys):
