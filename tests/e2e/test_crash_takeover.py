@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from coding_agent.context.storage import ContextStorage
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import ReplaySandbox
 
 from ._steering import run_cycle, steering_config
-from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, REPO, GitHubForge, load_for_service, progress_comments
+from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, READER, REPO, GitHubForge, load_for_service, progress_comments
 
 
 def _store(directory: Path) -> StateStore:
@@ -62,6 +64,38 @@ def test_a_worker_dead_between_claim_and_run_start(github_forge: GitHubForge, tm
     assert lifecycle == ["coding agent done"]
     finals = [body for author, body in github_forge.comments("issue", number) if author == BOT]
     assert len([body for body in finals if body not in progress_comments(finals)]) == 1
+
+
+@pytest.mark.parametrize("labelled_by", [MAINTAINER, READER])
+def test_a_worker_dead_between_its_lease_and_its_label_swap(
+    github_forge: GitHubForge, tmp_path: Path, labelled_by: str
+) -> None:
+    """Lease taken, labels not touched yet: the task looks both orphaned (a lease run out)
+    and new (the trigger label alone). The producer offers it once, as a run to continue;
+    with no run to continue, the same look must still claim it as new, with the trust
+    check of any new claim (a reader's label starts nothing). A SIGKILL trial found it
+    skipped by `run --once`: it waited for the next poll."""
+    number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt.", labelled_by=labelled_by)
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = steering_config(tmp_path, [github_forge], model)
+        store = _store(tmp_path)
+        try:
+            assert store.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
+        finally:
+            store.close()
+        report = run_cycle(load_for_service(setup))
+        requests = len(model.requests)
+
+    lifecycle = [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")]
+    if labelled_by == MAINTAINER:
+        assert [result.status for result in report.results] == ["done"]
+        assert lifecycle == ["coding agent done"]
+    else:
+        assert (report.results, requests) == ((), 0), "an untrusted trigger starts no run"
+        assert lifecycle == ["coding agent"]
+        bodies = [body for author, body in github_forge.comments("issue", number) if author == BOT]
+        assert len(bodies) == 1 and READER in bodies[0], bodies  # the one explanation
 
 
 def test_a_worker_dead_after_posting_its_final_comment(github_forge: GitHubForge, tmp_path: Path) -> None:

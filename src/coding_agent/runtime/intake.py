@@ -63,25 +63,31 @@ class Intake:
         if not await asyncio.to_thread(self._store.acquire_lease, key, self._owner, self._lease_seconds):
             log.info("%s: leased by another worker; skipped", key)
             return None
+        claim: Claim | None = None
         try:
-            fresh = await source.get_task(task.key)
-            if not fresh.has_label(source.labels.bot_label):
-                log.info("%s: no longer carries %r; skipped", key, source.labels.bot_label)
+            claim = await self.claim_leased(source, task)
+        finally:
+            if claim is None:
                 await asyncio.to_thread(self._store.release_lease, key, self._owner)
-                return None
-            requester = await source.find_trigger_user(task.key)
-            if not self._allow_untrusted and not await self._may_trigger(source, fresh, requester):
-                await asyncio.to_thread(self._store.release_lease, key, self._owner)
-                return None
-            present = [label for label in fresh.labels if label in (source.labels.bot_label, *lifecycle_labels(source))]
-            await transition(source, task.key, source.labels.processing_label, present)
-            log.info("%s: claimed (requested by %s)", key, requester or "unknown")
-            # `_may_trigger` let the requester in only on the write access it just read.
-            writers = frozenset({requester}) if requester and not self._allow_untrusted else frozenset()
-            return Claim(task=fresh, requester=requester, writers=writers)
-        except BaseException:
-            await asyncio.to_thread(self._store.release_lease, key, self._owner)
-            raise
+        return claim
+
+    async def claim_leased(self, source: Source, task: Task) -> Claim | None:
+        """The claim under a lease this worker already holds: re-read, trigger and trust
+        checks, label swap. On None (or an error) the caller hands the lease back."""
+        key = str(task.key)
+        fresh = await source.get_task(task.key)
+        if not fresh.has_label(source.labels.bot_label):
+            log.info("%s: no longer carries %r; skipped", key, source.labels.bot_label)
+            return None
+        requester = await source.find_trigger_user(task.key)
+        if not self._allow_untrusted and not await self._may_trigger(source, fresh, requester):
+            return None
+        present = [label for label in fresh.labels if label in (source.labels.bot_label, *lifecycle_labels(source))]
+        await transition(source, task.key, source.labels.processing_label, present)
+        log.info("%s: claimed (requested by %s)", key, requester or "unknown")
+        # `_may_trigger` let the requester in only on the write access it just read.
+        writers = frozenset({requester}) if requester and not self._allow_untrusted else frozenset()
+        return Claim(task=fresh, requester=requester, writers=writers)
 
     async def _may_trigger(self, source: Source, task: Task, requester: str | None) -> bool:
         """Only users with write access may start the agent; others get one explanation."""

@@ -3,8 +3,9 @@
 Both are found in the state store, never by a forge search: a paused run is a row with
 status `paused` (and no `resume_hold`), a dead worker is a lease that expired without
 being released or a `running` run without a live lease. Resuming is as cheap as a poll,
-and a task that lost its worker in the middle of a claim (labelled `processing`, no run
-recorded yet) is found too.
+and a task that lost its worker in the middle of a claim (no run recorded yet) is found
+too: labelled `processing`, it starts as a takeover; still carrying only the trigger
+label, it is claimed as new (`Intake.claim_leased`).
 
 Taking one is guarded twice: the task's lease (one worker at a time, as for any claim)
 and a conditional status update of the run, so a paused run is resumed exactly once.
@@ -25,7 +26,7 @@ from coding_agent.agent.steering import Continuation, RunControls, load_state
 from coding_agent.config import AgentConfig
 from coding_agent.context.storage import ContextStorage
 from coding_agent.domain.tasks import Task, TaskKey
-from coding_agent.runtime.intake import Claim
+from coding_agent.runtime.intake import Claim, Intake
 from coding_agent.runtime.state_store import RunMarks, RunRecord, StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import transition
@@ -45,11 +46,14 @@ class Takeover(Claim):
 class Recovery:
     """Finds and claims the runs to resume or take over."""
 
-    def __init__(self, config: AgentConfig, store: StateStore, storage: ContextStorage, controls: RunControls) -> None:
+    def __init__(
+        self, config: AgentConfig, store: StateStore, storage: ContextStorage, controls: RunControls, intake: Intake
+    ) -> None:
         self._config = config
         self._store = store
         self._storage = storage
         self._controls = controls
+        self._intake = intake
 
     def paused_by_signal(self) -> bool:
         """While the pause signal file exists, nothing is started or resumed."""
@@ -62,7 +66,7 @@ class Recovery:
         unique = list(dict.fromkeys(keys))
         return [key for key in unique if only is None or key in only]
 
-    async def try_take(self, source: Source, key: str) -> Takeover | None:
+    async def try_take(self, source: Source, key: str) -> Claim | None:
         """Claim `key`'s run to continue it, or None when it is not ours to take (now)."""
         owner = self._controls.owner
         if not await asyncio.to_thread(self._store.acquire_lease, key, owner, self._config.scheduling.lease_seconds):
@@ -76,7 +80,7 @@ class Recovery:
             await asyncio.to_thread(self._store.release_lease, key, owner)
         return taken
 
-    async def _take(self, source: Source, key: str) -> Takeover | None:
+    async def _take(self, source: Source, key: str) -> Claim | None:
         owner = self._controls.owner
         run = await asyncio.to_thread(self._store.latest_run, key)
         for stale in await asyncio.to_thread(self._store.runs_with_status, "paused", key):
@@ -103,8 +107,13 @@ class Recovery:
             return await self._continue(source, run, await asyncio.to_thread(self._store.run_marks, run.uuid))
         # No unfinished run: a worker died between claiming the task and starting its run.
         task = await source.get_task(TaskKey.parse(key))
-        if task.state != "open" or not task.has_label(source.labels.processing_label):
+        if task.state != "open":
             return None
+        if not task.has_label(source.labels.processing_label):
+            # It died before the claim's label swap, so the task is as new (the producer,
+            # offering each key once, queued it only as this run to continue): claimed as
+            # new, trust read afresh, under the lease taken here.
+            return await self._intake.claim_leased(source, task)
         log.warning("%s: claimed by a worker that stopped before its run began; starting it", key)
         if task.has_label(source.labels.bot_label):  # the claim's label swap was cut short
             await source.remove_label(task.key, source.labels.bot_label)

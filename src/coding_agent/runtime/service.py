@@ -90,7 +90,9 @@ class AgentService:
         self.runner = TaskRunner(
             config, self.store, self.redactor, self.owner, llm_factory, self.controls, memories, workspaces=self.workspaces
         )
-        self.recovery = Recovery(config, self.store, ContextStorage(config.context_storage.base_dir, self.redactor), self.controls)
+        self.recovery = Recovery(
+            config, self.store, ContextStorage(config.context_storage.base_dir, self.redactor), self.controls, self.intake
+        )
         self.followups = FollowUpIntake(
             self.store,
             self.owner,
