@@ -16,10 +16,11 @@ from typing import Any
 from pathlib import Path
 
 from coding_agent.sources.writes import strip_marker
+from coding_agent.testing.faults import Fault
 from coding_agent.testing.replay_model import ReplaySandbox
 
 from ._steering import run_cycle
-from .conftest import BOT, MAINTAINER, READER, REPO, ForgeUnderTest, llm_section, load_for_service, write_config
+from .conftest import BOT, MAINTAINER, READER, REPO, ForgeUnderTest, GitHubForge, llm_section, load_for_service, write_config
 from .test_followup import runs
 from .test_memory import first_prompt
 
@@ -140,3 +141,30 @@ def test_completion_comment_in_a_review_thread_is_acknowledged_there(forge: Forg
     assert runs(tmp_path) == ["done"]
     answers = [body for author, body in review.thread(change, thread) if author == BOT]
     assert len(answers) == 1 and answers[0].startswith(f"Thank you, @{MAINTAINER}!"), answers
+
+
+def test_a_thread_followup_whose_label_swap_failed_runs_at_the_next_look(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """The claim records "run" for the thread's @mention (so it never acts twice), then
+    swaps the issue's `done` for `processing`. When the swap fails (a 403 here; a worker
+    killed right there leaves the same), the mention used to count as handled and the
+    request was lost. The next look runs it, once, and answers in the thread."""
+    review = Review(github_forge)
+    number = github_forge.open_task("issue", "Greet people", "Please add hello.txt.")
+    with ReplaySandbox(SCRIPT) as model:
+        setup = write_config(tmp_path, [github_forge], llm_section(model))
+        assert run_cycle(load_for_service(setup)).errors == ()
+        [(change, _)] = review.changes()
+        thread = review.start_thread(change, MAINTAINER, f"@{BOT} please also add a notes file")
+        label_add = rf"^POST /repos/{REPO}/issues/{number}/labels$"
+        github_forge.sandbox.faults.add(Fault(pattern=label_add, count=1, status=403))
+        failed = run_cycle(load_for_service(setup))
+        assert github_forge.sandbox.faults.injected == 1 and runs(tmp_path) == ["done"], failed
+        assert run_cycle(load_for_service(setup)).errors == ()
+        first_prompt(model, "also add a notes file")
+        requests_after_followup = len(model.requests)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert len(model.requests) == requests_after_followup, "the thread comment does not trigger twice"
+
+    assert runs(tmp_path) == ["done", "done"]
+    replies = review.thread(change, thread)
+    assert replies[-1][0] == BOT and replies[-1][1].startswith("RUN-TWO-FINAL: notes.txt added."), replies

@@ -10,7 +10,8 @@ That comment is recorded before anything happens, so it never acts twice:
 - a completion comment ("@bot thanks, done!"): a short acknowledgement, no run;
 - otherwise: the claim swaps `done` for `processing`, and the runner starts a new run of
   the same task, which inherits the previous run's summary (its thread memory and its
-  final comment, an assistant turn of the conversation).
+  final comment, an assistant turn of the conversation). A "run" that no run followed
+  (the swap failed, or the worker died before it) is decided again at the next look.
 
 The same holds in the review threads of the PR/MR the agent opened for a task
 (`review_followups.py`): the candidates are the bot's open PRs/MRs (one search / one
@@ -97,11 +98,11 @@ class FollowUpRecords(TableStore):
             else:
                 row.updated_at = updated_at.isoformat()
 
-    def handled(self, task_key: str, comment_id: str) -> str | None:
-        """The action taken on this comment, or None when it is new."""
+    def handled(self, task_key: str, comment_id: str) -> tuple[str, float] | None:
+        """The action taken on this comment and when it was recorded, or None when it is new."""
         with self._session() as session:
             row = session.get(_Handled, (task_key, comment_id))
-            return row.action if row is not None else None
+            return (row.action, row.at) if row is not None else None
 
     def handle(self, task_key: str, comment_id: str, action: str) -> None:
         with self._session() as session:
@@ -181,7 +182,7 @@ class FollowUpIntake:
             return None
         seen_at = fresh.updated_at
         trigger = find_followup_comment(await source.list_comments(task.key), bot_name)
-        if trigger is None or await asyncio.to_thread(self._records.handled, key, trigger.id) is not None:
+        if trigger is None or await self._handled(key, trigger.id, key):
             await asyncio.to_thread(self._records.mark_seen, key, seen_at)
             return None
 
@@ -218,6 +219,28 @@ class FollowUpIntake:
         await asyncio.to_thread(self._records.handle, record_key, trigger.id, "run")
         return "run"
 
+    async def _handled(self, record_key: str, comment_id: str, run_key: str) -> bool:
+        """Whether the comment needs nothing more: a decision was recorded, and a "run"
+        decision became a run of `run_key`.
+
+        "run" is recorded before the label swap, so a comment never acts twice; a worker
+        that died between the two left a "run" that no run followed (the task still
+        `done`). Such a comment is decided again, under the lease the caller holds. A run
+        that began counts even if it never answered (its thread reply failed): it started
+        after the record.
+        """
+        decision = await asyncio.to_thread(self._records.handled, record_key, comment_id)
+        if decision is None:
+            return False
+        action, decided_at = decision
+        if action != "run":
+            return True
+        latest = await asyncio.to_thread(self._store.latest_run, run_key)
+        if latest is not None and latest.started_at >= decided_at:
+            return True
+        log.warning("%s: comment %s was to start a run that never began; claiming it again", record_key, comment_id)
+        return False
+
     def _writers(self, trigger: Comment) -> frozenset[str]:
         """Whose write access `_decide` read before it said "run": the trigger's author,
         unless untrusted triggers are allowed (then it read nothing)."""
@@ -253,7 +276,7 @@ class FollowUpIntake:
         issue = await source.get_task(issue_key)
         if issue.has_label(source.labels.done_label):
             for thread, trigger in thread_triggers(await source.list_threads(change.key), bot_name):
-                if await asyncio.to_thread(self._records.handled, record_key, trigger.id) is not None:
+                if await self._handled(record_key, trigger.id, str(issue_key)):
                     continue
 
                 async def acknowledge(text: str, thread_id: str = thread.id) -> None:
