@@ -24,6 +24,15 @@ def _store(directory: Path) -> StateStore:
     return StateStore(f"sqlite:///{directory / 'state.db'}")
 
 
+def _expired_lease(directory: Path, key: str) -> None:
+    """The lease a dead worker took on `key`, already run out."""
+    store = _store(directory)
+    try:
+        assert store.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
+    finally:
+        store.close()
+
+
 def _dead_run(forge: GitHubForge, directory: Path, number: int, status: str, final: str) -> str:
     """The world a worker leaves when it dies publishing: processing label, the run in the
     store with its outcome recorded, its context in running/, its lease run out."""
@@ -50,11 +59,7 @@ def test_a_worker_dead_between_claim_and_run_start(github_forge: GitHubForge, tm
     key = f"github:{REPO}#{number}"
     with ReplaySandbox(HELLO_SCRIPT) as model:
         setup = steering_config(tmp_path, [github_forge], model)
-        store = _store(tmp_path)
-        try:
-            assert store.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
-        finally:
-            store.close()
+        _expired_lease(tmp_path, key)
         report = run_cycle(load_for_service(setup))
         again = run_cycle(load_for_service(setup))
 
@@ -79,11 +84,7 @@ def test_a_worker_dead_between_its_lease_and_its_label_swap(
     key = f"github:{REPO}#{number}"
     with ReplaySandbox(HELLO_SCRIPT) as model:
         setup = steering_config(tmp_path, [github_forge], model)
-        store = _store(tmp_path)
-        try:
-            assert store.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
-        finally:
-            store.close()
+        _expired_lease(tmp_path, key)
         report = run_cycle(load_for_service(setup))
         requests = len(model.requests)
 

@@ -100,11 +100,16 @@ def test_completion_comment_gets_one_acknowledgement_and_no_run(same_second_forg
     assert "coding agent done" in forge.labels("issue", number)
 
 
-def test_a_followup_whose_worker_died_before_its_label_swap_still_runs(github_forge: GitHubForge, tmp_path: Path) -> None:
+@pytest.mark.parametrize("run_began", [False, True], ids=["no-run-followed", "a-run-followed"])
+def test_a_recorded_followup_runs_once_whether_or_not_its_run_began(
+    github_forge: GitHubForge, tmp_path: Path, run_began: bool
+) -> None:
     """The claim records "run" for the @mention before it swaps `done` for `processing`
     (so the mention never acts twice). A worker killed between the two left the mention
     recorded, the task `done` and no run: the next look found it handled and the request
-    was lost. A "run" that never became a run is claimed again, once."""
+    was lost. Now a "run" that no run followed is claimed again, once; a "run" whose run
+    began (and ended without a word after the mention: its answer could not be posted)
+    starts nothing more."""
     forge = github_forge
     number = forge.open_task("issue", "Greet people", "Please add hello.txt.")
     key = f"github:{REPO}#{number}"
@@ -113,40 +118,24 @@ def test_a_followup_whose_worker_died_before_its_label_swap_still_runs(github_fo
         assert run_cycle(load_for_service(setup)).errors == ()
         mention = forge.sandbox.state.add_comment(REPO, number, MAINTAINER, f"@{BOT} please also add a README")
         store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-        try:  # as the dead worker left it
+        try:  # as the worker left it: the decision recorded, its lease run out
             FollowUpRecords(store.engine).handle(key, str(mention), "run")
             assert store.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
-        finally:
-            store.close()
-        assert run_cycle(load_for_service(setup)).errors == ()
-        assert run_cycle(load_for_service(setup)).errors == ()
-        first_prompt(model, "also add a README")
-
-    assert runs(tmp_path) == ["done", "done"], "the follow-up ran, once"
-    assert forge.comments("issue", number)[-1] == (BOT, "RUN-TWO-FINAL: README added.")
-    lifecycle = [label for label in forge.labels("issue", number) if label.startswith("coding agent")]
-    assert lifecycle == ["coding agent done"]
-
-
-def test_a_followup_run_that_began_is_not_claimed_again(github_forge: GitHubForge, tmp_path: Path) -> None:
-    """The other side of the test above: the mention's run began (and ended) without a
-    word after the mention, e.g. its answer could not be posted. Its "run" record is
-    older than that run, so the unanswered mention starts nothing more."""
-    forge = github_forge
-    number = forge.open_task("issue", "Greet people", "Please add hello.txt.")
-    key = f"github:{REPO}#{number}"
-    with ReplaySandbox(SCRIPT) as model:
-        setup = write_config(tmp_path, [forge], llm_section(model))
-        assert run_cycle(load_for_service(setup)).errors == ()
-        mention = forge.sandbox.state.add_comment(REPO, number, MAINTAINER, f"@{BOT} please also add a README")
-        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-        try:  # the mention's run began after its record, and ended without a word
-            FollowUpRecords(store.engine).handle(key, str(mention), "run")
-            store.start_run("silent-run", key, "gone-worker", MAINTAINER)
-            store.finish_run("silent-run", "done", 1, None)
+            if run_began:
+                store.start_run("silent-run", key, "dead-worker", MAINTAINER)
+                store.finish_run("silent-run", "done", 1, None)
         finally:
             store.close()
         requests = len(model.requests)
         assert run_cycle(load_for_service(setup)).errors == ()
+        assert run_cycle(load_for_service(setup)).errors == ()
+        if not run_began:
+            first_prompt(model, "also add a README")
+
+    assert runs(tmp_path) == ["done", "done"], "one run after the record"
+    if run_began:
         assert len(model.requests) == requests, "no second run for the same mention"
-    assert runs(tmp_path) == ["done", "done"]
+    else:
+        assert forge.comments("issue", number)[-1] == (BOT, "RUN-TWO-FINAL: README added.")
+    lifecycle = [label for label in forge.labels("issue", number) if label.startswith("coding agent")]
+    assert lifecycle == ["coding agent done"]
