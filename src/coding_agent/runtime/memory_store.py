@@ -17,7 +17,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from coding_agent.domain.memories import ChannelRecord, ThreadRecord, channel_of, workspace_of
 from coding_agent.domain.tasks import TaskKey
-from coding_agent.runtime.tables.base import TableStore
+from coding_agent.runtime.tables.base import TableStore, again_if_inserted_meanwhile
 
 __all__ = ["MemoryStore", "ChannelRecord", "ThreadRecord", "channel_of", "workspace_of"]
 
@@ -77,18 +77,26 @@ class MemoryStore(TableStore):
 
     def touch_channel(self, key: TaskKey) -> None:
         """The task's repository was active now (a run worked in it)."""
-        with self._session() as session:
-            self._row(session, key).last_active_at = self._clock()
+
+        def touch() -> None:
+            with self._session() as session:
+                self._row(session, key).last_active_at = self._clock()
+
+        again_if_inserted_meanwhile(touch)  # a run of another task of the repository, ending now
 
     def write_channel(self, key: TaskKey, long_term: str | None, short_term: str | None) -> None:
         """Replace the repository's memories; None keeps what is there."""
-        with self._session() as session:
-            row = self._row(session, key)
-            if long_term is not None:
-                row.long_term = long_term
-            if short_term is not None:
-                row.short_term = short_term
-            row.updated_at = row.last_active_at = self._clock()
+
+        def write() -> None:
+            with self._session() as session:
+                row = self._row(session, key)
+                if long_term is not None:
+                    row.long_term = long_term
+                if short_term is not None:
+                    row.short_term = short_term
+                row.updated_at = row.last_active_at = self._clock()
+
+        again_if_inserted_meanwhile(write)  # a run of another task of the repository, ending now
 
     def add_thread_memory(self, key: TaskKey, run_uuid: str, summary: str) -> None:
         with self._session() as session:

@@ -10,14 +10,18 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from coding_agent.runtime.schema import migrate
 
-__all__ = ["TableStore", "StateTables", "open_engine"]
+__all__ = ["TableStore", "StateTables", "again_if_inserted_meanwhile", "open_engine"]
+
+T = TypeVar("T")
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
@@ -63,3 +67,17 @@ class TableStore:
     def _session(self) -> Iterator[Session]:
         with Session(self._engine) as session, session.begin():
             yield session
+
+
+def again_if_inserted_meanwhile(write: Callable[[], T]) -> T:
+    """Run `write` (one transaction that reads a row and inserts it when missing) once more
+    when another process inserted the same row between its read and its insert: the
+    primary key refused ours, and the second time it reads that row.
+
+    Two producers offering one key, two runs of one repository ending together: a read
+    under `with_for_update` locks no row that is not there yet, on SQLite or PostgreSQL.
+    """
+    try:
+        return write()
+    except IntegrityError:
+        return write()

@@ -8,11 +8,10 @@ whether its final comment is out). Pausing, holding and resuming join the runs."
 from __future__ import annotations
 
 from sqlalchemy import Boolean, Float, Integer, String, Text, delete, literal_column, select, union_all, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunMarks, RunRecord
-from coding_agent.runtime.tables.base import StateTables, TableStore
+from coding_agent.runtime.tables.base import StateTables, TableStore, again_if_inserted_meanwhile
 from coding_agent.runtime.tables.runs import RunRow, record_of
 
 __all__ = ["RunSteering", "KEEP_NUDGES_SECONDS"]
@@ -106,21 +105,17 @@ class RunSteering(TableStore):
         """A webhook reported a comment or an (un)assignment on `task_key`: its run, in
         any process, asks the forge at its next checkpoint. Old nudges are pruned here."""
         now = self._clock()
-        for attempt in range(2):
-            try:
-                with self._session() as session:
-                    bumped = session.execute(
-                        update(_RunNudge)
-                        .where(_RunNudge.task_key == task_key)
-                        .values(serial=_RunNudge.serial + 1, nudged_at=now)
-                    ).rowcount
-                    if not bumped:
-                        session.add(_RunNudge(task_key=task_key, serial=1, nudged_at=now))
-                    session.execute(delete(_RunNudge).where(_RunNudge.nudged_at < now - KEEP_NUDGES_SECONDS))
-                return
-            except IntegrityError:  # another process added the task's row first: bump that one
-                if attempt:
-                    raise
+
+        def bump() -> None:
+            with self._session() as session:
+                bumped = session.execute(
+                    update(_RunNudge).where(_RunNudge.task_key == task_key).values(serial=_RunNudge.serial + 1, nudged_at=now)
+                ).rowcount
+                if not bumped:
+                    session.add(_RunNudge(task_key=task_key, serial=1, nudged_at=now))
+                session.execute(delete(_RunNudge).where(_RunNudge.nudged_at < now - KEEP_NUDGES_SECONDS))
+
+        again_if_inserted_meanwhile(bump)  # another process added the task's row first: bump that one
 
     def clear_control_request(self, task_key: str) -> None:
         with self._session() as session:
