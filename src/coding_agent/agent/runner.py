@@ -284,8 +284,9 @@ class TaskRunner:
             )
             if not control.restore(llm):  # a continued run has its history already
                 previous = await asyncio.to_thread(self._store.runs, str(task.key))
-                first_turn = first_turn_for(
-                    config, self._memories, source, task, comments, threads, trust, files.run_uuid, branch_rules, previous
+                first_turn = await asyncio.to_thread(  # it reads the memories from the state store
+                    first_turn_for,
+                    config, self._memories, source, task, comments, threads, trust, files.run_uuid, branch_rules, previous,
                 )
                 llm.send_user_message("\n\n".join(part for part in (first_turn, environment.first_turn_note()) if part))
             policy.prepare(llm, hub.tool_specs)

@@ -16,6 +16,7 @@ costs no model call (its budget may be what ran out): its thread memory is the r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -191,20 +192,20 @@ class MemoryKeeper:
             long_term = update.long_term_memory if update else None
             short_term = update.short_term_memory if update else None
             summary = (update.thread_memory if update else None) or _clip(final_comment.strip(), MAX_THREAD_CHARS)
-            self._store.write_channel(key, self._redact(long_term), self._redact(short_term))
+            await asyncio.to_thread(self._store.write_channel, key, self._redact(long_term), self._redact(short_term))
         elif status == "failed":
             summary = _clip(f"The run failed: {final_comment.strip()}", MAX_THREAD_CHARS)
-            self._store.touch_channel(key)
+            await asyncio.to_thread(self._store.touch_channel, key)
         else:
             return
         if summary:
-            self._store.add_thread_memory(key, run_uuid, self._redactor.text(summary))
+            await asyncio.to_thread(self._store.add_thread_memory, key, run_uuid, self._redactor.text(summary))
 
     def _redact(self, text: str | None) -> str | None:
         return self._redactor.text(text) if text is not None else None
 
     async def _ask(self, llm: LLMClient, key: TaskKey) -> MemoryUpdate | None:
-        channel = self._store.channel(channel_of(key)[0])
+        channel = await asyncio.to_thread(self._store.channel, channel_of(key)[0])
         _answer_pending_tool_calls(llm)
         llm.send_user_message(
             render_memory_request(
