@@ -209,7 +209,7 @@ class TaskRunner:
         if status is None:
             attempts = int(files.metadata.get("publish_attempts", 0)) + 1
             if attempts < MAX_PUBLISH_ATTEMPTS:
-                return self._leave_finishing(key, run_uuid, files, outcome.steps, attempts)
+                return await asyncio.to_thread(self._leave_finishing, key, run_uuid, files, outcome.steps, attempts)
             status = await give_up(source, task, attempts, failure, config.language, self._redactor)
         await control.finished(status)
         files.write_metadata(status=status, steps=outcome.steps)
