@@ -1,6 +1,6 @@
 """Two processes inserting the same row at once, on SQLite and PostgreSQL: the queue's
-bookkeeping (two producers offering one key) and a repository's memory (two runs of it
-ending together, the first time).
+bookkeeping (two producers offering one key), a repository's memory (two runs of it
+ending together, the first time) and an operator request (two operators at once).
 
 Both read "no row" and both insert: the second insert breaks the primary key. Found by
 two `run --once` processes started together (test_concurrency.py): one of them ended
@@ -104,3 +104,16 @@ def test_two_runs_of_a_repository_ending_together_both_leave_their_memory(kind: 
             for store in stores:
                 store.close()
     assert channel is not None and (channel.long_term, channel.short_term) == ("LONG-TERM", "SHORT-TERM")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_stop_asked_while_another_operator_asks_a_pause_stays_a_stop(kind: str, tmp_path: Path) -> None:
+    with _database(kind, tmp_path) as url:
+        mine, theirs = StateStore(url), StateStore(url)
+        try:
+            _just_before_my_insert(mine.engine, lambda: theirs.request_control(KEY, "pause"), "run_requests")
+            mine.request_control(KEY, "stop")
+            assert theirs.control_request(KEY) == "stop"
+        finally:
+            mine.close()
+            theirs.close()

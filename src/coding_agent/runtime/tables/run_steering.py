@@ -71,12 +71,16 @@ class RunSteering(TableStore):
 
     def request_control(self, task_key: str, kind: str) -> None:
         """Ask the worker of `task_key` to `pause` or `stop` at its next checkpoint."""
-        with self._session() as session:
-            row = session.get(_RunRequest, task_key)
-            if row is None:
-                session.add(_RunRequest(task_key=task_key, kind=kind, requested_at=self._clock()))
-            elif row.kind != "stop":  # a stop is never downgraded to a pause
-                row.kind, row.requested_at = kind, self._clock()
+
+        def request() -> None:
+            with self._session() as session:
+                row = session.get(_RunRequest, task_key)
+                if row is None:
+                    session.add(_RunRequest(task_key=task_key, kind=kind, requested_at=self._clock()))
+                elif row.kind != "stop":  # a stop is never downgraded to a pause
+                    row.kind, row.requested_at = kind, self._clock()
+
+        again_if_inserted_meanwhile(request)  # two operators (dashboard, CLI) at once
 
     def control_request(self, task_key: str) -> str | None:
         """The pending request for `task_key` (`pause` or `stop`), if any."""
