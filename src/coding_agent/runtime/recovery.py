@@ -110,6 +110,8 @@ class Recovery:
         if task.state != "open":
             return None
         if not task.has_label(source.labels.processing_label):
+            if not task.has_label(source.labels.bot_label):
+                return None  # nothing was claimed (or its run is long over): not ours to start
             # It died before the claim's label swap, so the task is as new (the producer,
             # offering each key once, queued it only as this run to continue): claimed as
             # new, trust read afresh, under the lease taken here.
