@@ -85,4 +85,3 @@ class QueueEntries(TableStore):
     def states(self) -> dict[str, str]:
         with self._session() as session:
             return {row.task_key: row.state for row in session.scalars(select(_Entry))}
-
