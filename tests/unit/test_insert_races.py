@@ -53,8 +53,9 @@ def _two_processes(kind: str, tmp_path: Path, scopes: tuple[str, str]) -> Iterat
                 store.close()
 
 
-def _just_before_my_insert(engine: Engine, competitor: Callable[[], Any], table: str = "queue_entries") -> None:
-    """Run `competitor` (the other process) after my read found nothing, before my insert."""
+def _just_before_my_insert(engine: Engine, competitor: Callable[[], Any], table: str = "queue_entries") -> list[Any]:
+    """Run `competitor` (the other process) after my read found nothing, before my insert;
+    the list it returns is not empty once it did (the race was staged)."""
     fired = []
 
     def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -62,13 +63,15 @@ def _just_before_my_insert(engine: Engine, competitor: Callable[[], Any], table:
             fired.append(competitor())
 
     event.listen(engine, "before_cursor_execute", before)
+    return fired
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_a_key_enqueued_by_a_shared_queue_meanwhile_counts_as_queued(kind: str, tmp_path: Path) -> None:
     with _two_processes(kind, tmp_path, ("rabbitmq:tasks", "rabbitmq:tasks")) as (mine, theirs, engine):
-        _just_before_my_insert(engine, lambda: theirs.try_enqueue(KEY))
+        staged = _just_before_my_insert(engine, lambda: theirs.try_enqueue(KEY))
         assert mine.try_enqueue(KEY) is False, "queued by the other producer: once is enough"
+        assert staged, "the other process's insert came first"
         assert theirs.states() == {KEY: "queued"}
 
 
@@ -76,8 +79,9 @@ def test_a_key_enqueued_by_a_shared_queue_meanwhile_counts_as_queued(kind: str, 
 def test_a_key_another_process_queued_in_its_own_memory_is_queued_here_too(kind: str, tmp_path: Path) -> None:
     """An in-process queue is one this process cannot see: its entry does not hold the key back."""
     with _two_processes(kind, tmp_path, ("memory:a", "memory:b")) as (mine, theirs, engine):
-        _just_before_my_insert(engine, lambda: theirs.try_enqueue(KEY))
+        staged = _just_before_my_insert(engine, lambda: theirs.try_enqueue(KEY))
         assert mine.try_enqueue(KEY) is True
+        assert staged, "the other process's insert came first"
         assert not mine.try_enqueue(KEY), "and once queued here, it is not queued here again"
 
 
@@ -85,8 +89,9 @@ def test_a_key_another_process_queued_in_its_own_memory_is_queued_here_too(kind:
 def test_marking_a_key_running_that_another_process_just_queued(kind: str, tmp_path: Path) -> None:
     """A redelivered message's key, marked running here while another producer queues it."""
     with _two_processes(kind, tmp_path, ("rabbitmq:tasks", "rabbitmq:tasks")) as (mine, theirs, engine):
-        _just_before_my_insert(engine, lambda: theirs.try_enqueue(KEY))
+        staged = _just_before_my_insert(engine, lambda: theirs.try_enqueue(KEY))
         mine.mark_running(KEY)
+        assert staged, "the other process's insert came first"
         assert mine.states() == {KEY: "running"}
 
 
@@ -97,8 +102,9 @@ def test_two_runs_of_a_repository_ending_together_both_leave_their_memory(kind: 
         try:
             mine, theirs = (MemoryStore(store.engine) for store in stores)
             one, two = TaskKey.parse("github:acme/widgets#1"), TaskKey.parse("github:acme/widgets#2")
-            _just_before_my_insert(stores[0].engine, lambda: theirs.touch_channel(two), "channel_memories")
+            staged = _just_before_my_insert(stores[0].engine, lambda: theirs.touch_channel(two), "channel_memories")
             mine.write_channel(one, "LONG-TERM", "SHORT-TERM")
+            assert staged, "the other process's insert came first"
             channel = mine.channel(channel_of(one)[0])
         finally:
             for store in stores:
@@ -111,8 +117,9 @@ def test_a_stop_asked_while_another_operator_asks_a_pause_stays_a_stop(kind: str
     with _database(kind, tmp_path) as url:
         mine, theirs = StateStore(url), StateStore(url)
         try:
-            _just_before_my_insert(mine.engine, lambda: theirs.request_control(KEY, "pause"), "run_requests")
+            staged = _just_before_my_insert(mine.engine, lambda: theirs.request_control(KEY, "pause"), "run_requests")
             mine.request_control(KEY, "stop")
+            assert staged, "the other process's insert came first"
             assert theirs.control_request(KEY) == "stop"
         finally:
             mine.close()
