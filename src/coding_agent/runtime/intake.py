@@ -65,25 +65,25 @@ class Intake:
             return None
         claim: Claim | None = None
         try:
-            claim = await self.claim_leased(source, task)
+            claim = await self.claim_leased(source, await source.get_task(task.key))
         finally:
             if claim is None:
                 await asyncio.to_thread(self._store.release_lease, key, self._owner)
         return claim
 
-    async def claim_leased(self, source: Source, task: Task) -> Claim | None:
-        """The claim under a lease this worker already holds: re-read, trigger and trust
-        checks, label swap. On None (or an error) the caller hands the lease back."""
-        key = str(task.key)
-        fresh = await source.get_task(task.key)
+    async def claim_leased(self, source: Source, fresh: Task) -> Claim | None:
+        """The claim under a lease this worker already holds, of `fresh`, the task as read
+        from the forge after the lease was taken: trigger and trust checks, label swap. On
+        None (or an error) the caller hands the lease back."""
+        key = str(fresh.key)
         if not fresh.has_label(source.labels.bot_label):
             log.info("%s: no longer carries %r; skipped", key, source.labels.bot_label)
             return None
-        requester = await source.find_trigger_user(task.key)
+        requester = await source.find_trigger_user(fresh.key)
         if not self._allow_untrusted and not await self._may_trigger(source, fresh, requester):
             return None
         present = [label for label in fresh.labels if label in (source.labels.bot_label, *lifecycle_labels(source))]
-        await transition(source, task.key, source.labels.processing_label, present)
+        await transition(source, fresh.key, source.labels.processing_label, present)
         log.info("%s: claimed (requested by %s)", key, requester or "unknown")
         # `_may_trigger` let the requester in only on the write access it just read.
         writers = frozenset({requester}) if requester and not self._allow_untrusted else frozenset()

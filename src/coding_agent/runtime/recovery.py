@@ -110,11 +110,10 @@ class Recovery:
         if task.state != "open":
             return None
         if not task.has_label(source.labels.processing_label):
-            if not task.has_label(source.labels.bot_label):
-                return None  # nothing was claimed (or its run is long over): not ours to start
-            # It died before the claim's label swap, so the task is as new (the producer,
-            # offering each key once, queued it only as this run to continue): claimed as
-            # new, trust read afresh, under the lease taken here.
+            # It died before the claim's label swap, so the task is as new if it still
+            # carries the trigger label (the producer, offering each key once, queued it
+            # only as this run to continue): claimed as new, trust read afresh, under the
+            # lease taken here, from the read just made.
             return await self._intake.claim_leased(source, task)
         log.warning("%s: claimed by a worker that stopped before its run began; starting it", key)
         if task.has_label(source.labels.bot_label):  # the claim's label swap was cut short
