@@ -10,11 +10,16 @@ poll cost about 2.5 CPU-s of interpreter start each, fourteen of them in this mo
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from pathlib import Path
 
+from coding_agent.config import AgentConfig
+from coding_agent.domain.tasks import TaskKey
+from coding_agent.runtime.service import AgentService
+from coding_agent.runtime.state_store import StateStore
 from coding_agent.sources.writes import strip_marker
 from coding_agent.testing.faults import Fault
 from coding_agent.testing.replay_model import ReplaySandbox
@@ -168,3 +173,55 @@ def test_a_thread_followup_whose_label_swap_failed_runs_at_the_next_look(github_
     assert runs(tmp_path) == ["done", "done"]
     replies = review.thread(change, thread)
     assert replies[-1][0] == BOT and replies[-1][1].startswith("RUN-TWO-FINAL: notes.txt added."), replies
+
+
+def _claim_then_die(config: AgentConfig, change: int, issue: int) -> None:
+    """What a worker leaves when it dies right after claiming a thread's follow-up, before
+    its run begins: the decision recorded, `done` swapped for `processing`, the issue's
+    lease held and then run out. The claim is the real one."""
+    service = AgentService(config)
+    source = service.sources[0]
+    issue_key = f"github:{REPO}#{issue}"
+
+    async def claim() -> None:
+        try:
+            pull = await source.get_task(TaskKey.parse(f"github:{REPO}!{change}"))
+            assert await service.followups.try_claim(source, pull) is not None, "the follow-up is claimed"
+        finally:
+            await service.aclose()
+
+    asyncio.run(claim())
+    store = StateStore(config.database.url)
+    try:
+        store.release_lease(issue_key, service.owner)
+        assert store.acquire_lease(issue_key, "dead-worker", -1), "the dead worker's lease, run out"
+    finally:
+        store.close()
+
+
+def test_a_thread_followup_whose_worker_died_after_its_claim_answers_in_the_thread(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """The next look takes the claimed task over. With no run to continue it used to start
+    the issue afresh: the thread that asked was neither read nor answered, and the request
+    was lost. The takeover is that follow-up: it reads the thread, runs once, answers there."""
+    review = Review(github_forge)
+    number = github_forge.open_task("issue", "Greet people", "Please add hello.txt.")
+    with ReplaySandbox(SCRIPT) as model:
+        setup = write_config(tmp_path, [github_forge], llm_section(model))
+        assert run_cycle(load_for_service(setup)).errors == ()
+        [(change, _)] = review.changes()
+        thread = review.start_thread(change, MAINTAINER, f"@{BOT} please also add a notes file")
+        _claim_then_die(load_for_service(setup), change, number)
+        assert "coding agent processing" in github_forge.labels("issue", number)
+        report = run_cycle(load_for_service(setup))
+        assert report.errors == (), report.errors
+        first_prompt(model, "also add a notes file")
+        requests_after_followup = len(model.requests)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert len(model.requests) == requests_after_followup, "the thread comment does not trigger twice"
+
+    assert runs(tmp_path) == ["done", "done"]
+    replies = review.thread(change, thread)
+    assert replies[-1][0] == BOT and replies[-1][1].startswith("RUN-TWO-FINAL: notes.txt added."), replies
+    assert not any(body.startswith("RUN-TWO-FINAL") for _, body in github_forge.comments("issue", number)), "not top-level"

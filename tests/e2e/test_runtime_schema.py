@@ -1,7 +1,7 @@
 """The versioned schema (issue 10 item 6): a database created by the previous version,
 which had no schema version, is migrated when the agent starts, keeps its rows, and the
 agent works a task on it; on SQLite and on PostgreSQL. So is one at revision 0002 (before
-webhook nudges, issue 13), with an operator request pending."""
+webhook nudges, issue 13), with an operator request pending and a follow-up decided."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
+from coding_agent.runtime.followups import FollowUpRecords
 from coding_agent.runtime.schema import _config, head_version, schema_version
 from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.runtime.state_store import StateStore
@@ -143,6 +144,7 @@ def _create_at_0002(url: str) -> None:
             text("INSERT INTO runs VALUES ('old-run', 'github:acme/widgets#99', 'done', 'w', 1.0, 2.0, 3, 10, 5, NULL, NULL)")
         )
         connection.execute(text("INSERT INTO run_requests VALUES ('github:acme/widgets#99', 'pause', 1.0)"))
+        connection.execute(text("INSERT INTO followup_comments VALUES ('github:acme/widgets#99', '7', 'run', 2.0)"))
     assert schema_version(engine) == "0002"
     engine.dispose()
 
@@ -155,6 +157,9 @@ def _check_nudges_added(url: str) -> None:
         assert store.steering_requests("github:acme/widgets#99")[1] is not None
         assert [run.uuid for run in store.runs()] == ["old-run"]
         assert schema_version(store.engine) == head_version()
+        records = FollowUpRecords(store.engine)
+        assert records.handled("github:acme/widgets#99", "7") == ("run", 2.0), "the decision is kept"
+        assert records.run_decided_after("github:acme/widgets#99", 0.0) is None, "it names no run to take over"
     finally:
         store.close()
 

@@ -11,7 +11,9 @@ That comment is recorded before anything happens, so it never acts twice:
 - otherwise: the claim swaps `done` for `processing`, and the runner starts a new run of
   the same task, which inherits the previous run's summary (its thread memory and its
   final comment, an assistant turn of the conversation). A "run" that no run followed
-  (the swap failed, or the worker died before it) is decided again at the next look.
+  is decided again at the next look when the swap failed (the task still `done`); when
+  its worker died after the swap, the takeover (`Recovery`) reads the decision (who
+  asked, which thread) and starts the run as that follow-up (`claim_cut_short`).
 
 The same holds in the review threads of the PR/MR the agent opened for a task
 (`review_followups.py`): the candidates are the bot's open PRs/MRs (one search / one
@@ -29,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
-from sqlalchemy import Float, String
+from sqlalchemy import Float, String, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -60,10 +62,15 @@ class _Handled(_Base):
     """A comment that already led to a follow-up decision (run, acknowledged or ignored)."""
 
     __tablename__ = "followup_comments"
-    task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    task_key: Mapped[str] = mapped_column(String(300), primary_key=True)  # where the comment is
     comment_id: Mapped[str] = mapped_column(String(100), primary_key=True)
     action: Mapped[str] = mapped_column(String(20))
     at: Mapped[float] = mapped_column(Float)
+    # A "run" decision's run: the task it runs (a review thread's: the PR/MR's issue), who
+    # asked, and the thread to answer in (`ThreadRef` as text; None: the task itself).
+    run_key: Mapped[str | None] = mapped_column(String(300), index=True, default=None)
+    requester: Mapped[str | None] = mapped_column(String(200), default=None)
+    reply_to: Mapped[str | None] = mapped_column(String(400), default=None)
 
 
 class _Seen(_Base):
@@ -104,10 +111,43 @@ class FollowUpRecords(TableStore):
             row = session.get(_Handled, (task_key, comment_id))
             return (row.action, row.at) if row is not None else None
 
-    def handle(self, task_key: str, comment_id: str, action: str) -> None:
+    def handle(
+        self,
+        task_key: str,
+        comment_id: str,
+        action: str,
+        run: tuple[str, str, ThreadRef | None] | None = None,
+    ) -> None:
+        """Record the decision on a comment; `run`: for "run", (the task to run, who asked,
+        the thread to answer in)."""
+        run_key, requester, reply_to = run or (None, None, None)
         with self._session() as session:
             if session.get(_Handled, (task_key, comment_id)) is None:
-                session.add(_Handled(task_key=task_key, comment_id=comment_id, action=action, at=self._clock()))
+                session.add(
+                    _Handled(
+                        task_key=task_key,
+                        comment_id=comment_id,
+                        action=action,
+                        at=self._clock(),
+                        run_key=run_key,
+                        requester=requester,
+                        reply_to=str(reply_to) if reply_to is not None else None,
+                    )
+                )
+
+    def run_decided_after(self, run_key: str, after: float) -> tuple[str | None, ThreadRef | None] | None:
+        """The newest "run" decision for `run_key` recorded after `after`: (who asked, the
+        thread to answer in), or None when there is none."""
+        with self._session() as session:
+            row = session.scalars(
+                select(_Handled)
+                .where(_Handled.run_key == run_key, _Handled.action == "run", _Handled.at > after)
+                .order_by(_Handled.at.desc())
+                .limit(1)
+            ).first()
+            if row is None:
+                return None
+            return row.requester, ThreadRef.parse(row.reply_to) if row.reply_to else None
 
 
 def mentions(text: str, login: str) -> bool:
@@ -203,9 +243,11 @@ class FollowUpIntake:
         record_key: str,
         trigger: Comment,
         acknowledge: Callable[[str], Awaitable[None]],
+        reply_to: ThreadRef | None = None,
     ) -> str:
         """Record what `trigger` leads to (before acting: it never acts twice) and do the
-        small things (an acknowledgement); "run" means a follow-up run is to start."""
+        small things (an acknowledgement); "run" means a follow-up run of `task_key` is to
+        start, answering in `reply_to` (None: on the task)."""
         if not self._allow_untrusted and not (await source.get_permission(task_key, trigger.author)).can_write:
             log.warning("%s: @mention by %s (no write access) ignored", record_key, trigger.author)
             await asyncio.to_thread(self._records.handle, record_key, trigger.id, "ignored")
@@ -216,7 +258,8 @@ class FollowUpIntake:
             await acknowledge(self._redactor.text(notice("followup_ack", self._language, user=trigger.author)))
             log.info("%s: completion comment %s by %s acknowledged; no new run", record_key, trigger.id, trigger.author)
             return "acknowledged"
-        await asyncio.to_thread(self._records.handle, record_key, trigger.id, "run")
+        run = (str(task_key), trigger.author, reply_to)
+        await asyncio.to_thread(self._records.handle, record_key, trigger.id, "run", run)
         return "run"
 
     async def _handled(self, record_key: str, comment_id: str, run_key: str) -> bool:
@@ -240,6 +283,23 @@ class FollowUpIntake:
             return True
         log.warning("%s: comment %s was to start a run that never began; claiming it again", record_key, comment_id)
         return False
+
+    async def claim_cut_short(self, task: Task) -> Claim | None:
+        """The follow-up claim of `task` whose worker died after the label swap, before its
+        run began (the caller holds the lease and saw `processing`): the newest "run"
+        decision that no run of the task followed, as a claim of who asked and where to
+        answer; None when the cut-short claim was not a follow-up's. Trust is read afresh."""
+        key = str(task.key)
+        latest = await asyncio.to_thread(self._store.latest_run, key)
+        after = latest.started_at if latest is not None else float("-inf")
+        decided = await asyncio.to_thread(self._records.run_decided_after, key, after)
+        if decided is None:
+            return None
+        requester, reply_to = decided
+        log.warning("%s: a follow-up's worker stopped before its run began; starting it", key)
+        if reply_to is not None:
+            return ReviewClaim(task=task, requester=requester, reply_to=reply_to)
+        return Claim(task=task, requester=requester)
 
     def _writers(self, trigger: Comment) -> frozenset[str]:
         """Whose write access `_decide` read before it said "run": the trigger's author,
@@ -282,7 +342,8 @@ class FollowUpIntake:
                 async def acknowledge(text: str, thread_id: str = thread.id) -> None:
                     await source.reply_in_thread(change.key, thread_id, text)
 
-                if await self._decide(source, issue_key, record_key, trigger, acknowledge) == "run":
+                reply_to = ThreadRef(change.key, thread.id)
+                if await self._decide(source, issue_key, record_key, trigger, acknowledge, reply_to) == "run":
                     await self._swap_labels(source, issue)
                     log.info(
                         "%s: follow-up claimed from thread %s of %s (comment %s by %s)",
@@ -292,7 +353,7 @@ class FollowUpIntake:
                         task=issue,
                         requester=trigger.author,
                         writers=self._writers(trigger),
-                        reply_to=ThreadRef(change.key, thread.id),
+                        reply_to=reply_to,
                     )
         await asyncio.to_thread(self._records.mark_seen, record_key, seen_at)
         return None

@@ -4,8 +4,10 @@ Both are found in the state store, never by a forge search: a paused run is a ro
 status `paused` (and no `resume_hold`), a dead worker is a lease that expired without
 being released or a `running` run without a live lease. Resuming is as cheap as a poll,
 and a task that lost its worker in the middle of a claim (no run recorded yet) is found
-too: labelled `processing`, it starts as a takeover; still carrying only the trigger
-label, it is claimed as new (`Intake.claim_leased`).
+too: labelled `processing`, it starts as a takeover (as the follow-up that was claimed,
+when it was one: `FollowUpIntake.claim_cut_short`, so a review thread's request is read
+and answered there); still carrying only the trigger label, it is claimed as new
+(`Intake.claim_leased`).
 
 Taking one is guarded twice: the task's lease (one worker at a time, as for any claim)
 and a conditional status update of the run, so a paused run is resumed exactly once.
@@ -26,6 +28,7 @@ from coding_agent.agent.steering import Continuation, RunControls, load_state
 from coding_agent.config import AgentConfig
 from coding_agent.context.storage import ContextStorage
 from coding_agent.domain.tasks import Task, TaskKey
+from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Claim, Intake
 from coding_agent.runtime.state_store import RunMarks, RunRecord, StateStore
 from coding_agent.sources.base import Source
@@ -47,13 +50,20 @@ class Recovery:
     """Finds and claims the runs to resume or take over."""
 
     def __init__(
-        self, config: AgentConfig, store: StateStore, storage: ContextStorage, controls: RunControls, intake: Intake
+        self,
+        config: AgentConfig,
+        store: StateStore,
+        storage: ContextStorage,
+        controls: RunControls,
+        intake: Intake,
+        followups: FollowUpIntake,
     ) -> None:
         self._config = config
         self._store = store
         self._storage = storage
         self._controls = controls
         self._intake = intake
+        self._followups = followups
 
     def paused_by_signal(self) -> bool:
         """While the pause signal file exists, nothing is started or resumed."""
@@ -115,9 +125,12 @@ class Recovery:
             # only as this run to continue): claimed as new, trust read afresh, under the
             # lease taken here, from the read just made.
             return await self._intake.claim_leased(source, task)
-        log.warning("%s: claimed by a worker that stopped before its run began; starting it", key)
         if task.has_label(source.labels.bot_label):  # the claim's label swap was cut short
             await source.remove_label(task.key, source.labels.bot_label)
+        followup = await self._followups.claim_cut_short(task)
+        if followup is not None:
+            return followup
+        log.warning("%s: claimed by a worker that stopped before its run began; starting it", key)
         return Takeover(task, await source.find_trigger_user(task.key), None)
 
     async def _continue(self, source: Source, run: RunRecord, marks: RunMarks) -> Takeover | None:

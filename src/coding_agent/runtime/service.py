@@ -90,9 +90,6 @@ class AgentService:
         self.runner = TaskRunner(
             config, self.store, self.redactor, self.owner, llm_factory, self.controls, memories, workspaces=self.workspaces
         )
-        self.recovery = Recovery(
-            config, self.store, ContextStorage(config.context_storage.base_dir, self.redactor), self.controls, self.intake
-        )
         self.followups = FollowUpIntake(
             self.store,
             self.owner,
@@ -101,6 +98,14 @@ class AgentService:
             config.language,
             config.comment_handling.completion_keywords,
             config.security.allow_untrusted_triggers,
+        )
+        self.recovery = Recovery(
+            config,
+            self.store,
+            ContextStorage(config.context_storage.base_dir, self.redactor),
+            self.controls,
+            self.intake,
+            self.followups,
         )
         self.cleanup = Cleanup(config, self.store)
         shared = config.queue.backend != "memory"
