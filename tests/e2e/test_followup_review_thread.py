@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from pathlib import Path
+
+import pytest
 
 from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import TaskKey
@@ -148,34 +151,16 @@ def test_completion_comment_in_a_review_thread_is_acknowledged_there(forge: Forg
     assert len(answers) == 1 and answers[0].startswith(f"Thank you, @{MAINTAINER}!"), answers
 
 
-def test_a_thread_followup_whose_label_swap_failed_runs_at_the_next_look(github_forge: GitHubForge, tmp_path: Path) -> None:
-    """The claim records "run" for the thread's @mention (so it never acts twice), then
-    swaps the issue's `done` for `processing`. When the swap fails (a 403 here; a worker
-    killed right there leaves the same), the mention used to count as handled and the
-    request was lost. The next look runs it, once, and answers in the thread."""
-    review = Review(github_forge)
-    number = github_forge.open_task("issue", "Greet people", "Please add hello.txt.")
-    with ReplaySandbox(SCRIPT) as model:
-        setup = write_config(tmp_path, [github_forge], llm_section(model))
-        assert run_cycle(load_for_service(setup)).errors == ()
-        [(change, _)] = review.changes()
-        thread = review.start_thread(change, MAINTAINER, f"@{BOT} please also add a notes file")
-        label_add = rf"^POST /repos/{REPO}/issues/{number}/labels$"
-        github_forge.sandbox.faults.add(Fault(pattern=label_add, count=1, status=403))
-        failed = run_cycle(load_for_service(setup))
-        assert github_forge.sandbox.faults.injected == 1 and runs(tmp_path) == ["done"], failed
-        assert run_cycle(load_for_service(setup)).errors == ()
-        first_prompt(model, "also add a notes file")
-        requests_after_followup = len(model.requests)
-        assert run_cycle(load_for_service(setup)).errors == ()
-        assert len(model.requests) == requests_after_followup, "the thread comment does not trigger twice"
-
-    assert runs(tmp_path) == ["done", "done"]
-    replies = review.thread(change, thread)
-    assert replies[-1][0] == BOT and replies[-1][1].startswith("RUN-TWO-FINAL: notes.txt added."), replies
+def _refuse_the_label_swap(forge: GitHubForge, config: AgentConfig, change: int, issue: int) -> None:
+    """The claim records "run" for the thread's @mention, then its swap of the issue's
+    `done` for `processing` is refused (a 403): the decision recorded, the task still `done`."""
+    label_add = rf"^POST /repos/{REPO}/issues/{issue}/labels$"
+    forge.sandbox.faults.add(Fault(pattern=label_add, count=1, status=403))
+    failed = run_cycle(config)
+    assert forge.sandbox.faults.injected == 1 and "coding agent done" in forge.labels("issue", issue), failed
 
 
-def _claim_then_die(config: AgentConfig, change: int, issue: int) -> None:
+def _claim_then_die(forge: GitHubForge, config: AgentConfig, change: int, issue: int) -> None:
     """What a worker leaves when it dies right after claiming a thread's follow-up, before
     its run begins: the decision recorded, `done` swapped for `processing`, the issue's
     lease held and then run out. The claim is the real one."""
@@ -197,14 +182,18 @@ def _claim_then_die(config: AgentConfig, change: int, issue: int) -> None:
         assert store.acquire_lease(issue_key, "dead-worker", -1), "the dead worker's lease, run out"
     finally:
         store.close()
+    assert "coding agent processing" in forge.labels("issue", issue)
 
 
-def test_a_thread_followup_whose_worker_died_after_its_claim_answers_in_the_thread(
-    github_forge: GitHubForge, tmp_path: Path
+@pytest.mark.parametrize("cut_short", [_refuse_the_label_swap, _claim_then_die], ids=["swap-refused", "worker-died"])
+def test_a_thread_followup_whose_claim_was_cut_short_runs_once_and_answers_there(
+    github_forge: GitHubForge, tmp_path: Path, cut_short: Callable[[GitHubForge, AgentConfig, int, int], None]
 ) -> None:
-    """The next look takes the claimed task over. With no run to continue it used to start
-    the issue afresh: the thread that asked was neither read nor answered, and the request
-    was lost. The takeover is that follow-up: it reads the thread, runs once, answers there."""
+    """A claim records "run" for the @mention (so it never acts twice) before it swaps the
+    issue's labels, and the run begins after. Cut short at the swap, the mention used to
+    count as handled and the request was lost; cut short after it (its worker died), the
+    takeover started the issue afresh: the thread was neither read nor answered. Either
+    way the next look runs the follow-up once, with the thread, and answers there."""
     review = Review(github_forge)
     number = github_forge.open_task("issue", "Greet people", "Please add hello.txt.")
     with ReplaySandbox(SCRIPT) as model:
@@ -212,8 +201,8 @@ def test_a_thread_followup_whose_worker_died_after_its_claim_answers_in_the_thre
         assert run_cycle(load_for_service(setup)).errors == ()
         [(change, _)] = review.changes()
         thread = review.start_thread(change, MAINTAINER, f"@{BOT} please also add a notes file")
-        _claim_then_die(load_for_service(setup), change, number)
-        assert "coding agent processing" in github_forge.labels("issue", number)
+        cut_short(github_forge, load_for_service(setup), change, number)
+        assert runs(tmp_path) == ["done"], "no run began"
         report = run_cycle(load_for_service(setup))
         assert report.errors == (), report.errors
         first_prompt(model, "also add a notes file")
