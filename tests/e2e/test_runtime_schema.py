@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
@@ -19,8 +18,8 @@ from coding_agent.runtime.schema import _config, head_version, schema_version
 from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.services import fresh_postgres_database, postgres_admin_url, reachable
 
+from ..postgres import fresh_postgres_or_skip
 from .conftest import HELLO_SCRIPT, GitHubForge, load_for_service, write_config, llm_section
 
 # The schema as the unversioned state store created it (main before the schema had a
@@ -126,9 +125,7 @@ def test_a_previous_sqlite_database_is_migrated_and_worked_on(github_forge: GitH
 
 
 def test_a_previous_postgres_database_is_migrated_and_worked_on(github_forge: GitHubForge, tmp_path: Path) -> None:
-    if not reachable(postgres_admin_url()):
-        pytest.skip("PostgreSQL is not reachable at " + postgres_admin_url())
-    with fresh_postgres_database() as url:
+    with fresh_postgres_or_skip() as url:
         _create_previous(url)
         _check_upgraded(url, _work_one_task(github_forge, tmp_path, url))
 
@@ -171,9 +168,7 @@ def test_a_sqlite_database_at_0002_gains_webhook_nudges(tmp_path: Path) -> None:
 
 
 def test_a_postgres_database_at_0002_gains_webhook_nudges() -> None:
-    if not reachable(postgres_admin_url()):
-        pytest.skip("PostgreSQL is not reachable at " + postgres_admin_url())
-    with fresh_postgres_database() as url:
+    with fresh_postgres_or_skip() as url:
         _create_at_0002(url)
         _check_nudges_added(url)
 

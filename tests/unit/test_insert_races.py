@@ -24,7 +24,8 @@ from coding_agent.domain.tasks import TaskKey
 from coding_agent.runtime.memory_store import MemoryStore
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.testing.services import fresh_postgres_database, postgres_admin_url, reachable
+
+from ..postgres import fresh_postgres_or_skip
 
 KEY = "github:acme/widgets#1"
 
@@ -34,9 +35,7 @@ def _database(kind: str, tmp_path: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{tmp_path / 'state.db'}"
         return
-    if not reachable(postgres_admin_url()):
-        pytest.skip("PostgreSQL is not reachable at " + postgres_admin_url())
-    with fresh_postgres_database() as url:
+    with fresh_postgres_or_skip() as url:
         yield url
 
 

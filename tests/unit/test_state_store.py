@@ -10,7 +10,8 @@ import pytest
 
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.runtime.tables.run_steering import KEEP_NUDGES_SECONDS
-from coding_agent.testing.services import fresh_postgres_database, postgres_admin_url, reachable
+
+from ..postgres import fresh_postgres_or_skip
 
 
 class FakeClock:
@@ -84,15 +85,12 @@ def test_trigger_rejection_is_remembered_per_update(store: StateStore) -> None:
 
 @contextmanager
 def _postgres_store(clock: FakeClock) -> Iterator[StateStore]:
-    """A store on a fresh PostgreSQL database (never the shared one: migrating that to this
-    branch's schema would break every other checkout's tests on the machine)."""
+    """A store on a fresh PostgreSQL database."""
     try:
         import psycopg  # noqa: F401
     except ImportError:
         pytest.skip("psycopg is not installed")
-    if not reachable(postgres_admin_url()):
-        pytest.skip("PostgreSQL is not reachable at " + postgres_admin_url())
-    with fresh_postgres_database() as url:
+    with fresh_postgres_or_skip() as url:
         store = StateStore(url, clock=clock)
         try:
             yield store
