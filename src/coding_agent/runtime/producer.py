@@ -92,16 +92,12 @@ class Producer:
             for task in candidates:
                 if str(task.key) not in pending:
                     await self._offer(queue, str(task.key), "followup", enqueued, task)
-        except QueueUnavailable as error:
-            # The broker is away (restarting, a network blip): what is not enqueued is
-            # offered again by the next cycle, once the connection is back.
-            message = f"poll: {error}; the rest waits for the next cycle"
-            log.error(message)
-            errors.append(message)
-        except OperationalError as error:
-            # The state store is away (a database restart, a failover): the same. Its pool
-            # connects again at the next use (`pool_pre_ping`).
-            message = f"poll: {store_unreachable(error, self._redactor)}; the rest waits for the next cycle"
+        except (QueueUnavailable, OperationalError) as error:
+            # The broker or the state store is away (a restart, a network blip, a failover):
+            # what is not enqueued is offered again by the next cycle, once it is back (the
+            # store's pool connects again at its next use: `pool_pre_ping`).
+            cause = store_unreachable(error, self._redactor) if isinstance(error, OperationalError) else str(error)
+            message = f"poll: {cause}; the rest waits for the next cycle"
             log.error(message)
             errors.append(message)
         self.cycles += 1
