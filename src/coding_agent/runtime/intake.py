@@ -58,28 +58,39 @@ class Intake:
     async def try_claim(self, source: Source, task: Task) -> Claim | None:
         """Claim `task` for this worker, or return None when it is not ours to work."""
         key = str(task.key)
-        if await asyncio.to_thread(self._store.trigger_rejected, key, task.updated_at.isoformat()):
-            return None
-        if not await asyncio.to_thread(self._store.acquire_lease, key, self._owner, self._lease_seconds):
-            log.info("%s: leased by another worker; skipped", key)
+        if not await asyncio.to_thread(self._lease_unless_refused, key, task.updated_at.isoformat()):
             return None
         claim: Claim | None = None
         try:
-            claim = await self.claim_leased(source, await source.get_task(task.key))
+            # The task as it is now (under the lease) and who labelled it, read at once: a
+            # start waits for one round trip, not two (the second is wasted only when the
+            # label is gone meanwhile).
+            fresh, requester = await asyncio.gather(source.get_task(task.key), source.find_trigger_user(task.key))
+            claim = await self.claim_leased(source, fresh, requester)
         finally:
             if claim is None:
                 await asyncio.to_thread(self._store.release_lease, key, self._owner)
         return claim
 
-    async def claim_leased(self, source: Source, fresh: Task) -> Claim | None:
+    def _lease_unless_refused(self, key: str, updated_at: str) -> bool:
+        """The task's lease, unless its trigger was refused as it stands or another worker
+        holds it (one trip to the store's thread for both)."""
+        if self._store.trigger_rejected(key, updated_at):
+            return False
+        if not self._store.acquire_lease(key, self._owner, self._lease_seconds):
+            log.info("%s: leased by another worker; skipped", key)
+            return False
+        return True
+
+    async def claim_leased(self, source: Source, fresh: Task, requester: str | None) -> Claim | None:
         """The claim under a lease this worker already holds, of `fresh`, the task as read
-        from the forge after the lease was taken: trigger and trust checks, label swap. On
-        None (or an error) the caller hands the lease back."""
+        from the forge after the lease was taken, and `requester`, who labelled it (None:
+        unknown), read with it: trigger and trust checks, label swap. On None (or an error)
+        the caller hands the lease back."""
         key = str(fresh.key)
         if not fresh.has_label(source.labels.bot_label):
             log.info("%s: no longer carries %r; skipped", key, source.labels.bot_label)
             return None
-        requester = await source.find_trigger_user(fresh.key)
         if not self._allow_untrusted and not await self._may_trigger(source, fresh, requester):
             return None
         present = [label for label in fresh.labels if label in (source.labels.bot_label, *lifecycle_labels(source))]

@@ -124,7 +124,9 @@ class Recovery:
             # carries the trigger label (the producer, offering each key once, queued it
             # only as this run to continue): claimed as new, trust read afresh, under the
             # lease taken here, from the read just made.
-            return await self._intake.claim_leased(source, task)
+            labelled = task.has_label(source.labels.bot_label)
+            requester = await source.find_trigger_user(task.key) if labelled else None
+            return await self._intake.claim_leased(source, task, requester)
         if task.has_label(source.labels.bot_label):  # the claim's label swap was cut short
             await source.remove_label(task.key, source.labels.bot_label)
         followup = await self._followups.claim_cut_short(task)
