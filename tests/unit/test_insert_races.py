@@ -1,6 +1,8 @@
 """Two processes inserting the same row at once, on SQLite and PostgreSQL: the queue's
 bookkeeping (two producers offering one key), a repository's memory (two runs of it
-ending together, the first time) and an operator request (two operators at once).
+ending together, the first time) and an operator request (two operators at once). And
+one process deleting a row another has just read and is about to update (a queue entry
+released by the worker whose run ended, as the producer offers the key again).
 
 Both read "no row" and both insert: the second insert breaks the primary key. Found by
 two `run --once` processes started together (test_concurrency.py): one of them ended
@@ -52,13 +54,16 @@ def _two_processes(kind: str, tmp_path: Path, scopes: tuple[str, str]) -> Iterat
                 store.close()
 
 
-def _just_before_my_insert(engine: Engine, competitor: Callable[[], Any], table: str = "queue_entries") -> list[Any]:
-    """Run `competitor` (the other process) after my read found nothing, before my insert;
-    the list it returns is not empty once it did (the race was staged)."""
+def _just_before_my_insert(
+    engine: Engine, competitor: Callable[[], Any], table: str = "queue_entries", write: str = "INSERT INTO"
+) -> list[Any]:
+    """Run `competitor` (the other process) after my read found nothing, before my insert
+    (or, with `write="UPDATE"`, after my read found a row, before my update of it); the
+    list it returns is not empty once it did (the race was staged)."""
     fired = []
 
     def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if not fired and statement.lstrip().upper().startswith(f"INSERT INTO {table.upper()}"):
+        if not fired and statement.lstrip().upper().startswith(f"{write} {table.upper()}"):
             fired.append(competitor())
 
     event.listen(engine, "before_cursor_execute", before)
@@ -91,6 +96,29 @@ def test_marking_a_key_running_that_another_process_just_queued(kind: str, tmp_p
         staged = _just_before_my_insert(engine, lambda: theirs.try_enqueue(KEY))
         mine.mark_running(KEY)
         assert staged, "the other process's insert came first"
+        assert mine.states() == {KEY: "running"}
+
+
+def test_a_key_offered_while_its_ended_run_releases_it_is_queued(tmp_path: Path) -> None:
+    """The producer reads the key's `running` entry (its run has just handed its lease
+    back, so the entry no longer counts) and updates it to `queued`; between the two the
+    worker deletes the entry. The update then matched no row, the ORM raised, and `serve`
+    ended. (SQLite only: PostgreSQL's `FOR UPDATE` makes the delete wait for the update.)"""
+    with _two_processes("sqlite", tmp_path, ("memory:a", "memory:a")) as (mine, theirs, engine):
+        theirs.mark_running(KEY)
+        staged = _just_before_my_insert(engine, lambda: theirs.release(KEY), write="UPDATE")
+        assert mine.try_enqueue(KEY) is True
+        assert staged, "the other process's delete came first"
+        assert mine.states() == {KEY: "queued"}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_marking_a_key_running_while_another_process_releases_it(kind: str, tmp_path: Path) -> None:
+    with _two_processes(kind, tmp_path, ("rabbitmq:tasks", "rabbitmq:tasks")) as (mine, theirs, engine):
+        theirs.try_enqueue(KEY)
+        staged = _just_before_my_insert(engine, lambda: theirs.release(KEY), write="UPDATE")
+        mine.mark_running(KEY)
+        assert staged, "the other process's delete came first"
         assert mine.states() == {KEY: "running"}
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from coding_agent.domain.memories import ChannelRecord, ThreadRecord, channel_of, workspace_of
 from coding_agent.domain.tasks import TaskKey
-from coding_agent.runtime.tables.base import TableStore, again_if_inserted_meanwhile
+from coding_agent.runtime.tables.base import TableStore, again_if_changed_meanwhile
 
 __all__ = ["MemoryStore", "ChannelRecord", "ThreadRecord", "channel_of", "workspace_of"]
 
@@ -82,7 +82,7 @@ class MemoryStore(TableStore):
             with self._session() as session:
                 self._row(session, key).last_active_at = self._clock()
 
-        again_if_inserted_meanwhile(touch)  # a run of another task of the repository, ending now
+        again_if_changed_meanwhile(touch)  # a run of another task of the repository, ending now
 
     def write_channel(self, key: TaskKey, long_term: str | None, short_term: str | None) -> None:
         """Replace the repository's memories; None keeps what is there."""
@@ -96,7 +96,7 @@ class MemoryStore(TableStore):
                     row.short_term = short_term
                 row.updated_at = row.last_active_at = self._clock()
 
-        again_if_inserted_meanwhile(write)  # a run of another task of the repository, ending now
+        again_if_changed_meanwhile(write)  # a run of another task of the repository, ending now
 
     def add_thread_memory(self, key: TaskKey, run_uuid: str, summary: str) -> None:
         with self._session() as session:

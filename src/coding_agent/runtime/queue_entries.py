@@ -17,7 +17,7 @@ from sqlalchemy import Float, String, delete, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from coding_agent.runtime.tables.base import TableStore, again_if_inserted_meanwhile
+from coding_agent.runtime.tables.base import TableStore, again_if_changed_meanwhile
 from coding_agent.runtime.tables.leases import LEASES
 
 __all__ = ["QueueEntries"]
@@ -44,7 +44,7 @@ class QueueEntries(TableStore):
 
     def try_enqueue(self, task_key: str) -> bool:
         """Record `task_key` as queued; False when it is queued or running already."""
-        return again_if_inserted_meanwhile(lambda: self._try_enqueue(task_key))
+        return again_if_changed_meanwhile(lambda: self._try_enqueue(task_key))
 
     def _try_enqueue(self, task_key: str) -> bool:
         now = self._clock()
@@ -67,7 +67,7 @@ class QueueEntries(TableStore):
         return entry.updated_at >= now - self._stale_seconds
 
     def mark_running(self, task_key: str) -> None:
-        again_if_inserted_meanwhile(lambda: self._mark_running(task_key))
+        again_if_changed_meanwhile(lambda: self._mark_running(task_key))
 
     def _mark_running(self, task_key: str) -> None:
         with self._session() as session:

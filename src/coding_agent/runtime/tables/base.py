@@ -15,11 +15,12 @@ from typing import TypeVar
 from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm.exc import StaleDataError
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from coding_agent.runtime.schema import migrate
 
-__all__ = ["TableStore", "StateTables", "again_if_inserted_meanwhile", "open_engine"]
+__all__ = ["TableStore", "StateTables", "again_if_changed_meanwhile", "open_engine"]
 
 T = TypeVar("T")
 
@@ -69,15 +70,18 @@ class TableStore:
             yield session
 
 
-def again_if_inserted_meanwhile(write: Callable[[], T]) -> T:
-    """Run `write` (one transaction that reads a row and inserts it when missing) once more
-    when another process inserted the same row between its read and its insert: the
-    primary key refused ours, and the second time it reads that row.
+def again_if_changed_meanwhile(write: Callable[[], T]) -> T:
+    """Run `write` (one transaction that reads a row, then inserts it when missing or
+    updates it) once more when another process changed that row between the read and the
+    write: inserted it first (the primary key refused ours) or deleted it (our update
+    matched no row). The second time it reads the row as it is now.
 
     Two producers offering one key, two runs of one repository ending together: a read
     under `with_for_update` locks no row that is not there yet, on SQLite or PostgreSQL.
+    A worker releasing a key's entry as a producer offers the key again: SQLite locks no
+    row it read, and a read without `with_for_update` does not lock it on PostgreSQL.
     """
     try:
         return write()
-    except IntegrityError:
+    except (IntegrityError, StaleDataError):
         return write()

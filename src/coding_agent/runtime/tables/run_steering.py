@@ -11,7 +11,7 @@ from sqlalchemy import Boolean, Float, Integer, String, Text, delete, literal_co
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunMarks, RunRecord
-from coding_agent.runtime.tables.base import StateTables, TableStore, again_if_inserted_meanwhile
+from coding_agent.runtime.tables.base import StateTables, TableStore, again_if_changed_meanwhile
 from coding_agent.runtime.tables.runs import RunRow, record_of
 
 __all__ = ["RunSteering", "KEEP_NUDGES_SECONDS"]
@@ -80,7 +80,7 @@ class RunSteering(TableStore):
                 elif row.kind != "stop":  # a stop is never downgraded to a pause
                     row.kind, row.requested_at = kind, self._clock()
 
-        again_if_inserted_meanwhile(request)  # two operators (dashboard, CLI) at once
+        again_if_changed_meanwhile(request)  # two operators (dashboard, CLI) at once
 
     def control_request(self, task_key: str) -> str | None:
         """The pending request for `task_key` (`pause` or `stop`), if any."""
@@ -119,7 +119,7 @@ class RunSteering(TableStore):
                     session.add(_RunNudge(task_key=task_key, serial=1, nudged_at=now))
                 session.execute(delete(_RunNudge).where(_RunNudge.nudged_at < now - KEEP_NUDGES_SECONDS))
 
-        again_if_inserted_meanwhile(bump)  # another process added the task's row first: bump that one
+        again_if_changed_meanwhile(bump)  # another process added the task's row first: bump that one
 
     def clear_control_request(self, task_key: str) -> None:
         with self._session() as session:
