@@ -14,9 +14,11 @@ from urllib.parse import urlsplit, urlunsplit
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from coding_agent.runtime.queue import QueuedTask
+from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.replay_model import ReplaySandbox
@@ -394,3 +396,59 @@ def test_the_database_lost_mid_run_ends_nothing(
     assert sorted(runs) == sorted((f"github:{REPO}#{n}", "done") for n in (first, second[0])), "one run per task"
     for number in (first, second[0]):
         assert len(_finals(github_forge, number)) == 1, number
+
+
+@pytest.mark.parametrize("losing", ["poll", "pick-up"])
+def test_an_unforeseen_failure_to_offer_or_pick_up_a_task_ends_nothing(
+    github_forge: GitHubForge, tmp_path: Path, losing: str
+) -> None:
+    """The queue's bookkeeping of the task loses two races in a row to another process
+    (its entry deleted before an update, then inserted again before the insert that
+    follows) and gives up with an IntegrityError, an error no handler foresees: in the
+    producer's offer (`poll`) or in the worker's pick-up (`pick-up`). That poll or that
+    pick-up is lost, not `serve`: the task is offered again and worked once."""
+    number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt.")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = steering_config(tmp_path, [github_forge], model, scheduling={"interval_seconds": 0.2})
+        config = load_for_service(setup)
+        other = StateStore(config.database.url)  # another process's bookkeeping, in a queue not ours
+        others = QueueEntries(other.engine, "memory:another-process", 3600)
+        if losing == "poll":  # an entry the producer's offer updates (not one of its queue's)
+            others.try_enqueue(key)
+        staged: list[str] = []
+
+        def lose_the_races(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            verb = statement.lstrip().upper()
+            if not staged and verb.startswith("UPDATE QUEUE_ENTRIES"):
+                staged.append("deleted")
+                others.release(key)
+            elif staged == ["deleted"] and verb.startswith("INSERT INTO QUEUE_ENTRIES"):
+                staged.append("inserted")
+                others.try_enqueue(key)
+
+        async def serve() -> list[str]:
+            service = AgentService(config)
+            event.listen(service.store.engine, "before_cursor_execute", lose_the_races)
+            events: list[str] = []
+            service.workers.on_event = lambda what, _: events.append(what)
+            stop = asyncio.Event()
+            serving = asyncio.create_task(service.serve(stop))
+            try:
+                await wait_until(lambda: "ended" in events or serving.done(), 120, "the task's run to end")
+                assert not serving.done(), "serve is still serving"
+            finally:
+                stop.set()
+                await serving
+                await service.aclose()
+            return events
+
+        try:
+            events = asyncio.run(asyncio.wait_for(serve(), 180))
+        finally:
+            other.close()
+
+    assert staged == ["deleted", "inserted"], "both races were lost"
+    assert events.count("started") == 1, events
+    assert len(_finals(github_forge, number)) == 1
+    assert "coding agent done" in github_forge.labels("issue", number)

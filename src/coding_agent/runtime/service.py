@@ -162,7 +162,10 @@ class AgentService:
                 await asyncio.to_thread(self.cleanup.maybe_run)  # retention (SPEC 9.3), once a day
             except OperationalError as error:  # the store is away: the next cycle tries again
                 log.error("cleanup: %s; tried again at the next cycle", store_unreachable(error, self.redactor))
-            await self.producer.cycle(queue)
+            try:
+                await self.producer.cycle(queue)
+            except Exception:  # unforeseen (a bug, a race lost twice): that poll is lost, not serve
+                log.exception("poll: failed; the next cycle tries again")
             try:
                 await asyncio.wait_for(stop.wait(), timeout=interval)
             except asyncio.TimeoutError:

@@ -126,6 +126,9 @@ class Workers:
             message = f"{key}: {store_unreachable(error, self._redactor)}; the task is offered again later"
             log.error(message)
             return message
+        except Exception:  # unforeseen before the run (a bug, a race lost twice): not the worker's end
+            log.exception("%s: could not be picked up; the task is offered again later", key)
+            return f"{key}: could not be picked up (see the agent's log); the task is offered again later"
         finally:
             self._snapshots.pop(key, None)
             self._running.discard(key)
