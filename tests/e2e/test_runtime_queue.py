@@ -84,13 +84,15 @@ def test_a_task_labelled_while_a_long_one_runs_starts_before_it_ends(github_forg
 
 
 def _starts(github_forge: GitHubForge, tmp_path: Path, starts_at_once: int) -> list[tuple[str, str]]:
-    """Three tasks in one `run --once` cycle with three slots: the workers' events."""
+    """Three tasks in one `run --once` cycle with three slots: the workers' events. No run
+    goes ahead without a start slot (after 2 s by default: a machine busy with other
+    tests can take that long to claim and clone)."""
     tmp_path.mkdir()
     for n in range(3):
         github_forge.open_task("issue", f"Task {n}", "Please add hello.txt.")
     events: list[tuple[str, str]] = []
     with ReplaySandbox(HELLO_SCRIPT) as model:
-        setup = steering_config(tmp_path, [github_forge], model, workers=3, scheduling={"starts_at_once": starts_at_once})
+        setup = steering_config(tmp_path, [github_forge], model, workers=3, scheduling={"starts_at_once": starts_at_once, "start_wait_seconds": 600})
 
         async def cycle() -> list[str]:
             service = AgentService(load_for_service(setup))

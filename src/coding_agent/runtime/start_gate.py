@@ -11,9 +11,9 @@ and their ends are spread the same way. (Measured with `benchmarks/bench_runtime
 --timeline`, 16 runs on 2 cores: the end after the last model reply went from 0.76-0.87 s
 with no gate to 0.16-0.44 s with two slots.)
 
-No run waits for unrelated work for long: a run that has waited `max_wait_seconds` for
-a slot goes ahead without one, so a slow clone of a huge repository holds the others
-back by at most that. A setup (`setup.commands`, which can take minutes) runs after
+No run waits for unrelated work for long: a run that has waited `max_wait_seconds`
+(`scheduling.start_wait_seconds`, 2 s) for a slot goes ahead without one, so a slow
+clone of a huge repository holds the others back by at most that. A setup (`setup.commands`, which can take minutes) runs after
 the slot is given back.
 """
 

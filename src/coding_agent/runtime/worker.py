@@ -75,7 +75,8 @@ class Workers:
         self._redactor = redactor
         self._shutdown = shutdown
         self._snapshots = snapshots
-        self._starts = StartGate(config.scheduling.starts_at_once or default_starts_at_once())
+        scheduling = config.scheduling
+        self._starts = StartGate(scheduling.starts_at_once or default_starts_at_once(), scheduling.start_wait_seconds)
         self._running: set[str] = set()  # queue keys this process is working now
         self.on_event: Callable[[str, str], None] = lambda event, key: None  # observers (tests, metrics)
 
