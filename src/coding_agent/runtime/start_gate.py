@@ -13,8 +13,8 @@ with no gate to 0.16-0.44 s with two slots.)
 
 No run waits for unrelated work for long: a run that has waited `max_wait_seconds`
 (`scheduling.start_wait_seconds`, 2 s) for a slot goes ahead without one, so a slow
-clone of a huge repository holds the others back by at most that. A setup (`setup.commands`, which can take minutes) runs after
-the slot is given back.
+clone of a huge repository holds the others back by at most that. A setup
+(`setup.commands`, which can take minutes) runs after the slot is given back.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from typing import TypeVar
 from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm.exc import StaleDataError
 from sqlalchemy.orm import DeclarativeBase, Session
+from sqlalchemy.orm.exc import StaleDataError
 
 from coding_agent.runtime.schema import migrate
 
