@@ -160,18 +160,18 @@ def _refuse_the_label_swap(forge: GitHubForge, config: AgentConfig, change: int,
     assert forge.sandbox.faults.injected == 1 and "coding agent done" in forge.labels("issue", issue), failed
 
 
-def _claim_then_die(forge: GitHubForge, config: AgentConfig, change: int, issue: int) -> None:
+def _claim_then_die(forge: ForgeUnderTest, config: AgentConfig, change: int, issue: int) -> None:
     """What a worker leaves when it dies right after claiming a thread's follow-up, before
     its run begins: the decision recorded, `done` swapped for `processing`, the issue's
     lease held and then run out. The claim is the real one."""
     service = AgentService(config)
     source = service.sources[0]
-    issue_key = f"github:{REPO}#{issue}"
+    issue_key = f"{forge.name}:{REPO}#{issue}"
 
     async def claim() -> None:
         try:
-            pull = await source.get_task(TaskKey.parse(f"github:{REPO}!{change}"))
-            assert await service.followups.try_claim(source, pull) is not None, "the follow-up is claimed"
+            change_task = await source.get_task(TaskKey.parse(f"{forge.name}:{REPO}!{change}"))
+            assert await service.followups.try_claim(source, change_task) is not None, "the follow-up is claimed"
         finally:
             await service.aclose()
 
@@ -185,23 +185,31 @@ def _claim_then_die(forge: GitHubForge, config: AgentConfig, change: int, issue:
     assert "coding agent processing" in forge.labels("issue", issue)
 
 
-@pytest.mark.parametrize("cut_short", [_refuse_the_label_swap, _claim_then_die], ids=["swap-refused", "worker-died"])
+@pytest.mark.parametrize(
+    ("forge_name", "cut_short"),
+    [("github", _refuse_the_label_swap), ("github", _claim_then_die), ("gitlab", _claim_then_die)],
+    ids=["swap-refused", "worker-died", "worker-died-gitlab"],
+)
 def test_a_thread_followup_whose_claim_was_cut_short_runs_once_and_answers_there(
-    github_forge: GitHubForge, tmp_path: Path, cut_short: Callable[[GitHubForge, AgentConfig, int, int], None]
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    forge_name: str,
+    cut_short: Callable[[Any, AgentConfig, int, int], None],
 ) -> None:
     """A claim records "run" for the @mention (so it never acts twice) before it swaps the
     issue's labels, and the run begins after. Cut short at the swap, the mention used to
     count as handled and the request was lost; cut short after it (its worker died), the
     takeover started the issue afresh: the thread was neither read nor answered. Either
     way the next look runs the follow-up once, with the thread, and answers there."""
-    review = Review(github_forge)
-    number = github_forge.open_task("issue", "Greet people", "Please add hello.txt.")
+    forge: ForgeUnderTest = request.getfixturevalue(f"{forge_name}_forge")
+    review = Review(forge)
+    number = forge.open_task("issue", "Greet people", "Please add hello.txt.")
     with ReplaySandbox(SCRIPT) as model:
-        setup = write_config(tmp_path, [github_forge], llm_section(model))
+        setup = write_config(tmp_path, [forge], llm_section(model))
         assert run_cycle(load_for_service(setup)).errors == ()
         [(change, _)] = review.changes()
         thread = review.start_thread(change, MAINTAINER, f"@{BOT} please also add a notes file")
-        cut_short(github_forge, load_for_service(setup), change, number)
+        cut_short(forge, load_for_service(setup), change, number)
         assert runs(tmp_path) == ["done"], "no run began"
         report = run_cycle(load_for_service(setup))
         assert report.errors == (), report.errors
@@ -213,4 +221,5 @@ def test_a_thread_followup_whose_claim_was_cut_short_runs_once_and_answers_there
     assert runs(tmp_path) == ["done", "done"]
     replies = review.thread(change, thread)
     assert replies[-1][0] == BOT and replies[-1][1].startswith("RUN-TWO-FINAL: notes.txt added."), replies
-    assert not any(body.startswith("RUN-TWO-FINAL") for _, body in github_forge.comments("issue", number)), "not top-level"
+    assert not any(body.startswith("RUN-TWO-FINAL") for _, body in forge.comments("issue", number)), "not top-level"
+
