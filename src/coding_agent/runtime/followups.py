@@ -278,11 +278,16 @@ class FollowUpIntake:
         action, decided_at = decision
         if action != "run":
             return True
-        latest = await asyncio.to_thread(self._store.latest_run, run_key)
-        if latest is not None and latest.started_at >= decided_at:
+        if await self._last_run_start(run_key) >= decided_at:
             return True
         log.warning("%s: comment %s was to start a run that never began; claiming it again", record_key, comment_id)
         return False
+
+    async def _last_run_start(self, run_key: str) -> float:
+        """When the newest run of `run_key` started (-inf: never). A "run" decision recorded
+        before it became that run (or an earlier one); one recorded after it, none yet."""
+        latest = await asyncio.to_thread(self._store.latest_run, run_key)
+        return latest.started_at if latest is not None else float("-inf")
 
     async def claim_cut_short(self, task: Task) -> Claim | None:
         """The follow-up claim of `task` whose worker died after the label swap, before its
@@ -290,9 +295,7 @@ class FollowUpIntake:
         decision that no run of the task followed, as a claim of who asked and where to
         answer; None when the cut-short claim was not a follow-up's. Trust is read afresh."""
         key = str(task.key)
-        latest = await asyncio.to_thread(self._store.latest_run, key)
-        after = latest.started_at if latest is not None else float("-inf")
-        decided = await asyncio.to_thread(self._records.run_decided_after, key, after)
+        decided = await asyncio.to_thread(self._records.run_decided_after, key, await self._last_run_start(key))
         if decided is None:
             return None
         requester, reply_to = decided
