@@ -45,7 +45,7 @@ async def _two_workers(config: AgentConfig, model: ReplaySandbox) -> tuple[Cycle
         others: list[CycleReport] = []
         while not working.done():
             others.append(await second.run_cycle())
-            await asyncio.sleep(0.1)  # a poll interval, not a wait for an outcome
+            await asyncio.wait({working}, timeout=0.1)  # B's poll interval, cut short once A ends
         return await working, others
     finally:
         await first.aclose()
