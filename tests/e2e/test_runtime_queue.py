@@ -10,7 +10,7 @@ import signal
 import subprocess
 import threading
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from coding_agent.runtime.queue import QueuedTask
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
+from coding_agent.testing.faults import Fault
 from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.testing.tcp_relay import TcpRelay
 from coding_agent.testing.waiting import wait_for, wait_until
@@ -115,6 +116,56 @@ def test_runs_start_a_few_at_a_time(github_forge: GitHubForge, tmp_path: Path) -
     assert [key for _, key in one_at_a_time[0::2]] == [key for _, key in one_at_a_time[1::2]]
     together = _starts(github_forge, tmp_path / "three", 3)
     assert [event for event, _ in together][:3] == ["started"] * 3, together
+
+
+@pytest.mark.parametrize("mode", ["run --once", "serve"])
+def test_a_discovered_task_starts_while_the_follow_up_searches_are_still_out(
+    github_forge: GitHubForge, tmp_path: Path, mode: str
+) -> None:
+    """A poll's labelled task is offered as soon as its search is answered, and `run
+    --once` works it while the poll goes on: the follow-up search (done items that
+    @mention the bot) is held by the forge until the task's model has been asked. With
+    the offers made only after every search (and `run --once` working only after the
+    whole poll), the model is never asked while that search is out."""
+    number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt.")
+    searched: list[int] = []
+    gate = threading.Event()
+
+    def followup_searches() -> int:
+        return sum(
+            r.path == "/search/issues" and "mentions:" in unquote_plus(r.query) for r in github_forge.sandbox.state.requests()
+        )
+
+    def note_the_search_and_open_the_gate(_: dict[str, Any]) -> None:
+        searched.append(followup_searches())
+        gate.set()
+
+    github_forge.sandbox.faults.add(Fault(r"^GET /search/issues$", query="mentions:", status=None, hold=gate))
+    script = {"replies": [{**HELLO_SCRIPT["replies"][0], "before": {"note": {}}}, *HELLO_SCRIPT["replies"][1:]]}
+    with ReplaySandbox(script, actions={"note": note_the_search_and_open_the_gate}) as model:
+        setup = steering_config(tmp_path, [github_forge], model, scheduling={"interval_seconds": 0.2})
+
+        async def work() -> list[str]:
+            service = AgentService(load_for_service(setup))
+            events: list[str] = []
+            service.workers.on_event = lambda what, _: events.append(what)
+            try:
+                if mode == "run --once":
+                    return [result.status for result in (await service.run_cycle()).results]
+                stop = asyncio.Event()
+                serving = asyncio.create_task(service.serve(stop))
+                await wait_until(lambda: "ended" in events or serving.done(), 120, "the task's run to end")
+                stop.set()
+                await serving
+                return ["done"] if "coding agent done" in github_forge.labels("issue", number) else events
+            finally:
+                gate.set()
+                await service.aclose()
+
+        assert asyncio.run(asyncio.wait_for(work(), 180)) == ["done"]
+    assert searched == [0], "the model was asked while the follow-up search was still out"
+    assert followup_searches() >= 1, "and the poll went on to search for follow-ups"
+    assert len(_finals(github_forge, number)) == 1
 
 
 def test_a_redelivered_message_of_a_task_running_here_leaves_its_run_alone(

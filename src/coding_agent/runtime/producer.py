@@ -79,6 +79,11 @@ class Producer:
                 self.cycles += 1
                 return ProducerReport(0, tuple(enqueued), ())
             found = await self._discover("discovery", lambda source: source.discover(), errors)
+            log.info("poll: %d pending task(s), %d run(s) to continue", len(found), len(enqueued))
+            # Offered before the follow-up searches: a free worker starts on them while
+            # this poll goes on (with a real forge, each search takes a while).
+            for task in found:
+                await self._offer(queue, str(task.key), "new", enqueued, task)
             since = datetime.now(timezone.utc) - timedelta(days=self._config.comment_handling.followup_days)
             pending = {str(task.key) for task in found}
             candidates = await self._discover("follow-up discovery", lambda source: source.discover_followups(since), errors)
@@ -86,9 +91,6 @@ class Producer:
             candidates += await self._discover(
                 "review follow-up discovery", lambda source: source.discover_review_followups(since), errors
             )
-            log.info("poll: %d pending task(s), %d run(s) to continue", len(found), len(enqueued))
-            for task in found:
-                await self._offer(queue, str(task.key), "new", enqueued, task)
             for task in candidates:
                 if str(task.key) not in pending:
                     await self._offer(queue, str(task.key), "followup", enqueued, task)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
@@ -31,7 +32,7 @@ from coding_agent.runtime.cleanup import Cleanup
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Intake
 from coding_agent.runtime.memory_store import MemoryStore
-from coding_agent.runtime.producer import Producer
+from coding_agent.runtime.producer import Producer, ProducerReport
 from coding_agent.runtime.queue import TaskQueue
 from coding_agent.runtime.queue.factory import open_queue
 from coding_agent.runtime.queue.memory import MemoryQueue
@@ -140,18 +141,40 @@ class AgentService:
         self.shutdown.set()
 
     async def run_cycle(self) -> CycleReport:
-        """`run --once`: one producer cycle, then work the queue until it is empty."""
+        """`run --once`: one producer cycle, and the queue worked until it is empty."""
         queue = await self.queue()
-        produced = await self.producer.cycle(queue)
-        outcomes = await self.workers.run(queue, drain=True)
+        produced, outcomes = await self._produce_and_drain(queue, self.producer.cycle(queue))
         return _report(produced.discovered, produced.errors, outcomes)
 
     async def continue_runs(self, only: set[str] | None = None) -> CycleReport:
         """Only the runs to continue (paused and released, or orphaned), e.g. for `resume`."""
         queue = MemoryQueue()  # these runs only, whatever else the shared queue holds
-        produced = await self.producer.cycle(queue, only, discover=False)
-        outcomes = await self.workers.run(queue, drain=True)
+        produced, outcomes = await self._produce_and_drain(queue, self.producer.cycle(queue, only, discover=False))
         return _report(len(produced.enqueued), produced.errors, outcomes)
+
+    async def _produce_and_drain(
+        self, queue: TaskQueue, cycle: Coroutine[Any, Any, ProducerReport]
+    ) -> tuple[ProducerReport, list[Outcome]]:
+        """The producer's `cycle` and the workers at once: a task offered early starts in
+        a free slot while the cycle goes on (its follow-up searches, say), and the workers
+        stop once the cycle has ended and the queue is empty. A cycle that fails raises
+        after the work it queued before failing is done."""
+        produced = asyncio.Event()
+
+        async def produce() -> ProducerReport:
+            try:
+                return await cycle
+            finally:
+                produced.set()
+
+        producing = asyncio.create_task(produce())
+        try:
+            outcomes = await self.workers.run(queue, drain=True, produced=produced)
+        except BaseException:
+            producing.cancel()
+            await asyncio.gather(producing, return_exceptions=True)
+            raise
+        return await producing, outcomes
 
     async def produce(self, stop: asyncio.Event) -> None:
         """The producer role: a cycle every `scheduling.interval_seconds` until `stop`."""

@@ -80,17 +80,31 @@ class Workers:
         self._running: set[str] = set()  # queue keys this process is working now
         self.on_event: Callable[[str, str], None] = lambda event, key: None  # observers (tests, metrics)
 
-    async def run(self, queue: TaskQueue, stop: asyncio.Event | None = None, drain: bool = False) -> list[Outcome]:
-        """Work the queue with `workers` slots until `stop` (or, with `drain`, until empty)."""
+    async def run(
+        self,
+        queue: TaskQueue,
+        stop: asyncio.Event | None = None,
+        drain: bool = False,
+        produced: asyncio.Event | None = None,
+    ) -> list[Outcome]:
+        """Work the queue with `workers` slots until `stop` (or, with `drain`, until empty;
+        while a producer still offers work, until `produced` is set and then empty)."""
         outcomes: list[Outcome] = []
-        slots = [self._slot(queue, stop, drain, outcomes) for _ in range(self._config.workers)]
+        slots = [self._slot(queue, stop, drain, produced, outcomes) for _ in range(self._config.workers)]
         await asyncio.gather(*slots)
         return outcomes
 
-    async def _slot(self, queue: TaskQueue, stop: asyncio.Event | None, drain: bool, outcomes: list[Outcome]) -> None:
+    async def _slot(
+        self,
+        queue: TaskQueue,
+        stop: asyncio.Event | None,
+        drain: bool,
+        produced: asyncio.Event | None,
+        outcomes: list[Outcome],
+    ) -> None:
         while not self._shutdown.is_set() and not (stop is not None and stop.is_set()):
             try:
-                delivery = await _next(queue, stop, drain)
+                delivery = await _next(queue, stop, drain, produced)
             except QueueUnavailable as error:  # a look without waiting (`run --once`) found the broker away
                 log.error("%s; this cycle takes no more work", error)
                 return
@@ -235,8 +249,15 @@ class Workers:
         return False
 
 
-async def _next(queue: TaskQueue, stop: asyncio.Event | None, drain: bool) -> Delivery | None:
+async def _next(
+    queue: TaskQueue, stop: asyncio.Event | None, drain: bool, produced: asyncio.Event | None = None
+) -> Delivery | None:
     if drain:
+        if produced is not None and not produced.is_set():
+            # The producer is still at it: wait for its next offer, or for its end.
+            delivery = await _next(queue, produced, drain=False)
+            if delivery is not None:
+                return delivery
         return await queue.get(wait=False)
     getting = asyncio.ensure_future(queue.get())
     if stop is None:

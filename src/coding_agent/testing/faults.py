@@ -1,5 +1,6 @@
 """Fault injection for the testing servers: answer the next N matching requests with an
-error status (5xx, 429 with Retry-After) or after a delay, then behave normally again.
+error status (5xx, 429 with Retry-After), after a delay, or once a test opens a gate
+(`hold`), then behave normally again.
 
 `applied=True` is the nastiest real failure of a write: the forge applies the request
 (the comment exists) and still answers with the error, as a proxy timing out in front
@@ -12,16 +13,22 @@ import asyncio
 import re
 import threading
 from dataclasses import dataclass
+from urllib.parse import unquote_plus
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 __all__ = ["Fault", "FaultInjector"]
 
+# The longest a `hold` keeps a request waiting: a test that never opens its gate fails
+# on its own assertion after this, instead of hanging.
+HOLD_LIMIT_SECONDS = 60.0
+
 
 @dataclass
 class Fault:
-    """`count` requests whose `METHOD path` matches `pattern` get `status` (or just `delay`)."""
+    """`count` requests whose `METHOD path` matches `pattern` (and whose query string
+    matches `query`, if given) get `status` (or just `delay`, or just wait for `hold`)."""
 
     pattern: str
     count: int = 1
@@ -29,6 +36,8 @@ class Fault:
     retry_after: int | None = None  # whole seconds, as HTTP sends it
     delay: float = 0.0
     applied: bool = False  # serve the request first, then answer `status` instead
+    query: str | None = None  # a pattern the decoded query string must match too
+    hold: threading.Event | None = None  # the request waits until a test sets it
 
 
 class FaultInjector:
@@ -49,8 +58,11 @@ class FaultInjector:
 
     def _take(self, request: Request) -> Fault | None:
         target = f"{request.method} {request.url.path}"
+        query = unquote_plus(request.url.query)
         with self._lock:
             for fault in self._faults:
+                if fault.query is not None and not re.search(fault.query, query):
+                    continue
                 if fault.count > 0 and re.search(fault.pattern, target):
                     fault.count -= 1
                     self.injected += 1
@@ -68,6 +80,8 @@ class FaultInjector:
             return None
         if fault.delay:
             await asyncio.sleep(fault.delay)
+        if fault.hold is not None:
+            await asyncio.to_thread(fault.hold.wait, HOLD_LIMIT_SECONDS)
         if fault.status is None:
             return None
         if fault.applied:
