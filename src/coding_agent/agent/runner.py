@@ -41,6 +41,7 @@ from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.ports import RunStore, Workspaces
 from coding_agent.domain.tasks import Comment, Task, Thread, ThreadRef
 from coding_agent.errors import AgentError
+from coding_agent.heap import settle_heap
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
 from coding_agent.llm.protocols import create_protocol
@@ -258,6 +259,7 @@ class TaskRunner:
         # a poll that finds nothing to do never loads it (`run --once` from cron).
         from coding_agent.tools.hub import ToolHub
 
+        settle_heap()  # once per process, now that what runs use is imported (heap.py)
         # SPEC 7.1: the egress proxy and the setup, before the servers and the first request.
         async with RunEnvironment(config, source, task, workspace, self._redactor) as environment, ToolHub(
             environment.servers(config.mcp_servers), config.tools, workspace, self._redactor.secrets
