@@ -11,7 +11,7 @@ no lease is renewed and no webhook is answered. It was the event loop's worst la
 `settle_heap` runs once per process, when its first run has imported what runs use (the
 runner calls it right after the MCP SDK's import): one full collection, then `gc.freeze`,
 which moves every object still alive into a generation the collector never walks again.
-Later full passes walk only what runs create since: 14-22 ms measured the same way.
+Later full passes walk only what runs create since: 14-46 ms measured the same way.
 
 Only cyclic garbage is affected: an object frozen here that later becomes part of an
 unreachable cycle is never freed. What is alive at that moment is the imported modules,
