@@ -169,7 +169,7 @@ class AgentService:
 
         producing = asyncio.create_task(produce())
         try:
-            outcomes = await self.workers.run(queue, drain=True, produced=produced)
+            outcomes = await self.workers.run(queue, produced=produced)
         except BaseException:
             producing.cancel()
             await asyncio.gather(producing, return_exceptions=True)

@@ -81,16 +81,12 @@ class Workers:
         self.on_event: Callable[[str, str], None] = lambda event, key: None  # observers (tests, metrics)
 
     async def run(
-        self,
-        queue: TaskQueue,
-        stop: asyncio.Event | None = None,
-        drain: bool = False,
-        produced: asyncio.Event | None = None,
+        self, queue: TaskQueue, stop: asyncio.Event | None = None, produced: asyncio.Event | None = None
     ) -> list[Outcome]:
-        """Work the queue with `workers` slots until `stop` (or, with `drain`, until empty;
-        while a producer still offers work, until `produced` is set and then empty)."""
+        """Work the queue with `workers` slots until `stop`; with `produced` (`run --once`),
+        until that is set (the producer's cycle has ended) and the queue is empty."""
         outcomes: list[Outcome] = []
-        slots = [self._slot(queue, stop, drain, produced, outcomes) for _ in range(self._config.workers)]
+        slots = [self._slot(queue, stop, produced, outcomes) for _ in range(self._config.workers)]
         await asyncio.gather(*slots)
         return outcomes
 
@@ -98,13 +94,12 @@ class Workers:
         self,
         queue: TaskQueue,
         stop: asyncio.Event | None,
-        drain: bool,
         produced: asyncio.Event | None,
         outcomes: list[Outcome],
     ) -> None:
         while not self._shutdown.is_set() and not (stop is not None and stop.is_set()):
             try:
-                delivery = await _next(queue, stop, drain, produced)
+                delivery = await _next(queue, stop, produced)
             except QueueUnavailable as error:  # a look without waiting (`run --once`) found the broker away
                 log.error("%s; this cycle takes no more work", error)
                 return
@@ -249,13 +244,11 @@ class Workers:
         return False
 
 
-async def _next(
-    queue: TaskQueue, stop: asyncio.Event | None, drain: bool, produced: asyncio.Event | None = None
-) -> Delivery | None:
-    if drain:
-        if produced is not None and not produced.is_set():
+async def _next(queue: TaskQueue, stop: asyncio.Event | None, produced: asyncio.Event | None = None) -> Delivery | None:
+    if produced is not None:
+        if not produced.is_set():
             # The producer is still at it: wait for its next offer, or for its end.
-            delivery = await _next(queue, produced, drain=False)
+            delivery = await _next(queue, produced)
             if delivery is not None:
                 return delivery
         return await queue.get(wait=False)
