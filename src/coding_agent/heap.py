@@ -8,8 +8,8 @@ the process waits: on a 2-core VM a pause of 150-240 ms, in which no run takes a
 no lease is renewed and no webhook is answered. It was the event loop's worst lag in
 `benchmarks/bench_runtime.py` (16 tasks at once: max 150-240 ms; p99 14-19 ms).
 
-`settle_heap` runs once per process, when its first run has imported what runs use (the
-runner calls it right after the MCP SDK's import): one full collection, then `gc.freeze`,
+`settle_heap` runs once per process, when what runs use has been imported (by
+`agent/run_libraries.py`, right after it): one full collection, then `gc.freeze`,
 which moves every object still alive into a generation the collector never walks again.
 Later full passes walk only what runs create since: 14-46 ms measured the same way.
 

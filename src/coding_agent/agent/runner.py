@@ -30,6 +30,7 @@ from coding_agent.agent.planning import render_instructions
 from coding_agent.agent.publishing import give_up, publish_outcome
 from coding_agent.agent.reply_thread import request_thread
 from coding_agent.agent.reporter import IssueReporter
+from coding_agent.agent.run_libraries import RunLibraries
 from coding_agent.agent.run_setup import first_turn_for, planner_for
 from coding_agent.agent.steering import Continuation, RunControl, RunControls, RunInterrupted
 from coding_agent.agent.trust import TrustCache
@@ -41,7 +42,6 @@ from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.ports import RunStore, Workspaces
 from coding_agent.domain.tasks import Comment, Task, Thread, ThreadRef
 from coding_agent.errors import AgentError
-from coding_agent.heap import settle_heap
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
 from coding_agent.llm.protocols import create_protocol
@@ -95,6 +95,8 @@ class TaskRunner:
         self._llm_factory = llm_factory or (lambda: create_llm_client(config.llm, retry_policy(config)))
         self._memories = memories
         self._workspaces = workspaces
+        # The model's SDK and the MCP SDK, loaded off the event loop (`run_libraries.py`).
+        self.libraries = RunLibraries(config.llm)
 
     async def run(
         self,
@@ -157,6 +159,7 @@ class TaskRunner:
         interruption: RunInterrupted | None = None
         async with ledger:  # on leaving: the last progress write awaited, the usage written
             try:
+                await self.libraries.loaded()
                 llm = self._llm_factory()
                 llm.on_usage(ledger.record_usage)
                 recorded = control.recorded_outcome()
@@ -255,11 +258,10 @@ class TaskRunner:
         instructions = protocol.instructions()
         if planner is not None:
             instructions += "\n\n" + render_instructions(protocol.uses_native_tools, config.planning.max_actions)
-        # The MCP SDK (about a second of CPU to import) only when a run starts its tools:
-        # a poll that finds nothing to do never loads it (`run --once` from cron).
+        # The MCP SDK only once a run starts (`run --once` from cron mostly finds nothing),
+        # and imported already, in a worker thread, by `self.libraries.loaded()`.
         from coding_agent.tools.hub import ToolHub
 
-        settle_heap()  # once per process, now that what runs use is imported (heap.py)
         # SPEC 7.1: the egress proxy and the setup, before the servers and the first request.
         async with RunEnvironment(config, source, task, workspace, self._redactor) as environment, ToolHub(
             environment.servers(config.mcp_servers), config.tools, workspace, self._redactor.secrets

@@ -11,7 +11,7 @@ from coding_agent.errors import ConfigError
 from coding_agent.llm.base import LLMClient
 from coding_agent.retry import RetryPolicy
 
-__all__ = ["create_llm_client"]
+__all__ = ["create_llm_client", "load_client_library"]
 
 _OPENAI_HOST = "api.openai.com"
 
@@ -48,3 +48,15 @@ def create_llm_client(config: LLMConfig, retry: RetryPolicy) -> LLMClient:
         timeout_seconds=section.timeout_seconds,
         provider=config.provider,
     )
+
+
+def load_client_library(config: LLMConfig) -> None:
+    """Import the configured provider's client and load what its first client would load
+    lazily (the SDK's resources, the shared TLS context). Blocking, for a worker thread:
+    done on the event loop's thread, it would stall every other run for about half a
+    second (`agent/run_libraries.py`)."""
+    if isinstance(config.active, OllamaConfig):
+        from coding_agent.llm.ollama_client import load_library
+    else:
+        from coding_agent.llm.openai_client import load_library
+    load_library()

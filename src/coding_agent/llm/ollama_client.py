@@ -21,12 +21,18 @@ from coding_agent.llm.tool_names import ToolNameCodec, answer_unanswered_tool_ca
 from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolCallRequest, ToolSpec
 from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
 
-__all__ = ["OllamaClient"]
+__all__ = ["OllamaClient", "load_library"]
 
 
 def _wire_tool(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
     parameters = schema or {"type": "object", "properties": {}}
     return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
+def load_library() -> None:
+    """What a first client would load: the shared TLS context (the SDK is imported with
+    this module)."""
+    shared_tls_context("httpx")
 
 
 class OllamaClient(LLMClient):

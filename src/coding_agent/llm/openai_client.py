@@ -26,7 +26,7 @@ from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolCallReques
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
 
-__all__ = ["OpenAICompatibleClient", "LMSTUDIO_DEFAULT_API_KEY"]
+__all__ = ["OpenAICompatibleClient", "LMSTUDIO_DEFAULT_API_KEY", "load_library"]
 
 LMSTUDIO_DEFAULT_API_KEY = "lm-studio"
 _NO_API_KEY = "no-api-key"  # local OpenAI-compatible servers ignore the key, the SDK insists on one
@@ -36,6 +36,19 @@ _MAX_SERVER_MESSAGE = 500
 def _http_library() -> str:
     """The HTTP library this openai SDK is built on (`httpx`, or `httpx2` in later versions)."""
     return openai.DefaultAsyncHttpxClient.__mro__[1].__module__.partition(".")[0]
+
+
+def load_library() -> None:
+    """What the SDK and this module load on a first client's first use, loaded now: the
+    shared TLS context and the SDK's resource modules (imported as a client first touches
+    them). A throwaway client, which sends nothing."""
+    client = openai.AsyncOpenAI(
+        base_url="http://127.0.0.1",
+        api_key=_NO_API_KEY,
+        max_retries=0,
+        http_client=openai.DefaultAsyncHttpxClient(verify=shared_tls_context(_http_library())),
+    )
+    client.chat.completions, client.models  # noqa: B018 - each is imported as it is first read
 
 
 def _server_message(body: object, fallback: str) -> str:

@@ -17,6 +17,7 @@ outside any check's deadline, so a slow import never reads as a dead service.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import shutil
 import tempfile
@@ -29,6 +30,7 @@ from sqlalchemy.engine import make_url
 
 from coding_agent.agent.environment import describe_egress
 from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServerConfig
+from coding_agent.llm.factory import load_client_library
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.tools.sandbox import bwrap_usable
@@ -72,23 +74,25 @@ async def _guarded(
 # ------------------------------------------------------------------------------ forge
 
 
-def _client_modules(config: AgentConfig) -> list[str]:
-    """The client libraries the forge and LLM checks of `config` need."""
+def _forge_modules(config: AgentConfig) -> list[str]:
+    """The client libraries the forge checks of `config` need."""
     names = [name for name in ("github", "gitlab") if name in config.sources]
-    modules = ["githubkit" if name == "github" else "gitlab" for name in names]
-    return [*modules, "ollama" if config.llm.provider == "ollama" else "openai"]
+    return ["githubkit" if name == "github" else "gitlab" for name in names]
 
 
-def _import(names: list[str]) -> None:
-    for name in names:
-        try:
+def _load(config: AgentConfig) -> None:
+    """The forge libraries, and the model's as a run loads it (its lazily loaded parts
+    too, which the LLM check's client would otherwise load on the event loop)."""
+    # On an ImportError the check that needs the library imports it again and reports it.
+    for name in _forge_modules(config):
+        with contextlib.suppress(ImportError):
             importlib.import_module(name)
-        except ImportError:
-            pass  # the check that needs it imports it again and reports the failure
+    with contextlib.suppress(ImportError):
+        load_client_library(config.llm)
 
 
 async def _load_clients(config: AgentConfig) -> None:
-    await asyncio.to_thread(_import, _client_modules(config))
+    await asyncio.to_thread(_load, config)
 
 
 async def _github(config: GitHubConfig) -> Check:

@@ -86,6 +86,8 @@ class Workers:
         """Work the queue with `workers` slots until `stop`; with `produced` (`run --once`),
         until that is set (the producer's cycle has ended) and the queue is empty."""
         outcomes: list[Outcome] = []
+        if produced is None:  # `serve`, `worker`: ready for the first task before it comes
+            self._runner.libraries.load_soon()
         slots = [self._slot(queue, stop, produced, outcomes) for _ in range(self._config.workers)]
         await asyncio.gather(*slots)
         return outcomes
@@ -126,6 +128,7 @@ class Workers:
                 log.error("%s: no configured source for this task key; dropped", key)
                 return None
             picked_at = time.monotonic()  # its clone holds every push made before now
+            self._runner.libraries.load_soon()  # `run --once`: while this task is claimed
             await asyncio.to_thread(self._entries.mark_running, key)
             self.on_event("picked", key)
             return await self._claim_and_run(source, item, redelivered, picked_at)
