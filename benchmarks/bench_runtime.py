@@ -12,7 +12,11 @@ while they run, and how soon a task labelled while another runs is picked up.
    request. Target: under one poll interval + 1 s. And the same with the label's
    webhook (`issues` labeled, signed, POSTed to `/webhooks/github` of `serve`, polling
    an hour apart): from the delivery to the first model request. Target: under 1 s.
-4. CPU-seconds per task until every task's first model request (this process, its
+4. A restarted `serve`: N tasks waiting as it starts, in a fresh process (spawned), whose
+   first runs import the model's SDK and the MCP SDK; its time against the warmed-up
+   `serve` measure, and its event loop's lag (the imports run in a worker thread,
+   `agent/run_libraries.py`).
+5. CPU-seconds per task until every task's first model request (this process, its
    live descendants and its reaped children, the servers' process left out; less
    sensitive to other load than wall time): what a task pays before it starts working.
    Budget: about 0.1 CPU-s.
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 from collections import Counter
 import os
 import re
@@ -270,8 +275,17 @@ async def _served(servers: ServerProcess, tasks: int, latency: float) -> float:
     until every run has ended (the first poll finds them all)."""
     await servers.ask_async("load", _script(latency))
     await servers.ask_async("open", "Served", tasks)
+    started, ended_at, _ = await _serve_until_ended(servers.urls, tasks)
+    if TIMELINE:
+        TIMELINES[f"serve {tasks}"] = _timeline(await servers.ask_async("timeline"), started, ended_at, latency)
+    return ended_at - started
+
+
+async def _serve_until_ended(urls: dict[str, str], tasks: int) -> tuple[float, float, list[float]]:
+    """`serve` with `tasks` slots from its start until `tasks` runs have ended: its start
+    and end (`time.monotonic()`), and the event loop's lag samples meanwhile."""
     with tempfile.TemporaryDirectory() as scratch, _database(Path(scratch)) as database:
-        service = AgentService(_config(Path(scratch), servers.urls, database, workers=tasks))
+        service = AgentService(_config(Path(scratch), urls, database, workers=tasks))
         ended = asyncio.Event()
         count = [0]
 
@@ -281,20 +295,47 @@ async def _served(servers: ServerProcess, tasks: int, latency: float) -> float:
                 ended.set()
 
         service.workers.on_event = on_event
-        stop = asyncio.Event()
+        stop, sampled = asyncio.Event(), asyncio.Event()
+        samples: list[float] = []
+        sampler = asyncio.create_task(_lag_sampler(samples, sampled))
         started = time.monotonic()
         serving = asyncio.create_task(service.serve(stop))
         await ended.wait()
         ended_at = time.monotonic()
-        elapsed = ended_at - started
+        sampled.set()
         stop.set()
-        await serving
+        await asyncio.gather(serving, sampler)
         done = await asyncio.to_thread(service.store.runs_with_status, "done")
         await service.aclose()
     assert len(done) == tasks, f"{len(done)} of {tasks} runs done"
-    if TIMELINE:
-        TIMELINES[f"serve {tasks}"] = _timeline(await servers.ask_async("timeline"), started, ended_at, latency)
-    return elapsed
+    return started, ended_at, samples
+
+
+def serve_in_a_fresh_process(conn: Connection) -> None:
+    """In a spawned interpreter, which has imported neither the model's SDK nor the MCP
+    SDK (a `serve` just restarted): `_serve_until_ended` for `(urls, tasks, options)`
+    received (`options`: this module's settings in the parent, from its command line)."""
+    urls, tasks, options = conn.recv()
+    globals().update(options)
+    conn.send(asyncio.run(_serve_until_ended(urls, tasks)))
+
+
+async def _restarted(servers: ServerProcess, tasks: int, latency: float) -> tuple[float, list[float]]:
+    """`tasks` labelled issues worked by a `serve` in a fresh process (a restart with a
+    backlog): seconds until every run has ended, and its event loop's lag samples. What
+    the warmed-up `serve` measure does not pay: the first runs' imports."""
+    await servers.ask_async("load", _script(latency))
+    await servers.ask_async("open", "Restarted", tasks)
+    parent, child = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(target=serve_in_a_fresh_process, args=(child,), daemon=True)
+    process.start()
+    try:
+        options = {"MIRROR": MIRROR, "STARTS_AT_ONCE": STARTS_AT_ONCE, "POSTGRES": POSTGRES}
+        parent.send((servers.urls, tasks, options))
+        started, ended_at, samples = await asyncio.to_thread(parent.recv)
+    finally:
+        process.join(timeout=60)
+    return ended_at - started, samples
 
 
 async def _pickup(servers: ServerProcess, latency: float, interval: float, by_webhook: bool = False) -> float:
@@ -392,6 +433,8 @@ async def main(tasks: int, latency: float, interval: float, rounds: int) -> dict
         pickup = await _pickup(servers, latency * 4, interval)
     with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
         webhook_pickup = await _pickup(servers, latency * 4, interval, by_webhook=True)
+    with ServerProcess(serve_forge_and_model, SERVERS_IN_PROCESS) as servers:
+        restarted, restarted_lag = await _restarted(servers, tasks, latency)
     lag = [sample for measurement in measured for sample in measurement["lag"]]
     return {
         "benchmark": "runtime",
@@ -417,6 +460,15 @@ async def main(tasks: int, latency: float, interval: float, rounds: int) -> dict
             "p99": round(percentile(lag, 0.99) * 1000, 2),
             "max": round(max(lag) * 1000, 2),
             "target_p99": 50,
+        },
+        # `serve` restarted with N tasks waiting: its first runs import the SDKs meanwhile.
+        "restarted_serve": {
+            f"{tasks}_tasks_s": round(restarted, 3),
+            "vs_warm_serve": round(restarted / served["served_many"], 3),
+            "event_loop_lag_ms": {
+                "p99": round(percentile(restarted_lag, 0.99) * 1000, 2),
+                "max": round(max(restarted_lag) * 1000, 2),
+            },
         },
         "pickup_while_busy_s": round(pickup, 3),
         "pickup_target_s": interval + 1,
