@@ -28,14 +28,15 @@ __all__ = ["RunLibraries"]
 
 log = logging.getLogger(__name__)
 
+_loaded = False  # imports are the process's: once loaded, by any service, loaded for all
+
 
 class RunLibraries:
-    """The libraries a run needs, loaded once for the process (one load per event loop
-    at most: a load that failed is tried again by the next run)."""
+    """The libraries a run needs, loaded once for the process (one load at a time per
+    event loop: a load that failed is tried again by the next run)."""
 
     def __init__(self, llm: LLMConfig) -> None:
         self._llm = llm
-        self._loaded = False
         self._loading: asyncio.Task[None] | None = None
 
     def _load(self) -> None:
@@ -55,17 +56,18 @@ class RunLibraries:
 
     def load_soon(self) -> None:
         """Start loading now, without waiting for it (nothing when already loaded)."""
-        if not self._loaded:
+        if not _loaded:
             self._task()
 
     async def loaded(self) -> None:
         """Return once the libraries are loaded; raise what the load raised (a broken
         installation), for the run to end failed with it."""
-        if self._loaded:
+        global _loaded
+        if _loaded:
             return
         # Shielded: a run cancelled while it waits leaves the load going for the others.
         await asyncio.shield(self._task())
-        self._loaded = True
+        _loaded = True
 
 
 def _succeeded(task: asyncio.Task[None]) -> bool:
