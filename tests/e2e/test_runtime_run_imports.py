@@ -49,7 +49,7 @@ def _recorded(record: Path) -> dict[str, set[str]]:
     if not record.exists():
         return {}
     threads: dict[str, set[str]] = {}
-    for line in record.read_text(encoding="utf-8").splitlines():
+    for line in record.read_text(encoding="utf-8").split("\n")[:-1]:  # not a line being written
         entry = json.loads(line)
         threads.setdefault(entry["module"], set()).add(entry["thread"])
     return threads
