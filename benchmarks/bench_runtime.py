@@ -329,6 +329,7 @@ async def _restarted(servers: ServerProcess, tasks: int, latency: float) -> tupl
     parent, child = multiprocessing.Pipe()
     process = multiprocessing.get_context("spawn").Process(target=serve_in_a_fresh_process, args=(child,), daemon=True)
     process.start()
+    child.close()  # the child's end, here: a child that dies then reads as EOF, not a hang
     try:
         options = {"MIRROR": MIRROR, "STARTS_AT_ONCE": STARTS_AT_ONCE, "POSTGRES": POSTGRES}
         parent.send((servers.urls, tasks, options))
