@@ -38,16 +38,22 @@ def _http_library() -> str:
     return openai.DefaultAsyncHttpxClient.__mro__[1].__module__.partition(".")[0]
 
 
-def load_library() -> None:
-    """What the SDK and this module load on a first client's first use, loaded now: the
-    shared TLS context and the SDK's resource modules (imported as a client first touches
-    them). A throwaway client, which sends nothing."""
-    client = openai.AsyncOpenAI(
-        base_url="http://127.0.0.1",
-        api_key=_NO_API_KEY,
+def _sdk_client(base_url: str, api_key: str, timeout_seconds: float) -> openai.AsyncOpenAI:
+    """The SDK's client as every conversation has it: its retries off, the shared TLS context."""
+    return openai.AsyncOpenAI(
+        base_url=base_url,
+        api_key=api_key,
+        timeout=timeout_seconds,
         max_retries=0,
         http_client=openai.DefaultAsyncHttpxClient(verify=shared_tls_context(_http_library())),
     )
+
+
+def load_library() -> None:
+    """What the SDK and this module load on a first client's first use, loaded now: the
+    shared TLS context and the SDK's resource modules (imported as a client first touches
+    them). A throwaway client, made as a conversation's is, which sends nothing."""
+    client = _sdk_client("http://127.0.0.1", _NO_API_KEY, 1.0)
     client.chat.completions, client.models  # noqa: B018 - each is imported as it is first read
 
 
@@ -86,13 +92,7 @@ class OpenAICompatibleClient(LLMClient):
         self._temperature = temperature
         self._base_url = base_url.rstrip("/")
         self._api_key = api_key or (LMSTUDIO_DEFAULT_API_KEY if provider == "lmstudio" else _NO_API_KEY)
-        self._client = openai.AsyncOpenAI(
-            base_url=self._base_url,
-            api_key=self._api_key,
-            timeout=timeout_seconds,
-            max_retries=0,
-            http_client=openai.DefaultAsyncHttpxClient(verify=shared_tls_context(_http_library())),
-        )
+        self._client = _sdk_client(self._base_url, self._api_key, timeout_seconds)
         # The codec of the last tool list, and each history message's wire form under it
         # (by identity; a message is never changed once in the history): converting the
         # whole history at every request cost O(history) a step, a JSON encoding of every
