@@ -99,12 +99,14 @@ def pause_signal_action(directory: Path) -> Callable[[dict[str, Any]], None]:
     return create
 
 
-def spawn_cli(config_path: Path, *args: str, output: int = subprocess.PIPE) -> subprocess.Popen[str]:
-    """`coding-agent <args> --config <file>` as a background process, secrets in its env."""
+def spawn_cli(
+    config_path: Path, *args: str, output: int = subprocess.PIPE, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """`coding-agent <args> --config <file>` as a background process, secrets (and `env`) in its env."""
     return subprocess.Popen(
         [sys.executable, "-m", "coding_agent.cli", *args, "--config", str(config_path)],
         cwd=config_path.parent,
-        env={**os.environ, **secret_env()},
+        env={**os.environ, **secret_env(), **(env or {})},
         stdout=output,
         stderr=output,
         text=True,

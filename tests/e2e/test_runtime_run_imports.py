@@ -16,13 +16,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.testing.waiting import wait_for
 
-from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, secret_env, write_config
+from ._steering import spawn_cli
+from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, write_config
 
 WATCHED = ("openai", "mcp")
 
@@ -55,29 +55,21 @@ def _recorded(record: Path) -> dict[str, set[str]]:
     return threads
 
 
-def _cli(directory: Path, config: Path, *args: str) -> subprocess.Popen[str]:
+def _cli(config: Path, *args: str) -> subprocess.Popen[str]:
+    """The CLI with the recording `sitecustomize` first on its path."""
+    directory = config.parent
     hooks = directory / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")
-    env = {**os.environ, **secret_env(), "IMPORT_RECORD": str(directory / "imports.jsonl")}
-    env["PYTHONPATH"] = os.pathsep.join([str(hooks), *filter(None, [env.get("PYTHONPATH")])])
-    for name in ("GITHUB_TOKEN", "OPENAI_API_KEY", "GITHUB_BOT_NAME"):
-        env.pop(name, None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "coding_agent.cli", *args, "--config", str(config)],
-        cwd=directory,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    path = os.pathsep.join([str(hooks), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return spawn_cli(config, *args, env={"IMPORT_RECORD": str(directory / "imports.jsonl"), "PYTHONPATH": path})
 
 
 def test_run_once_imports_what_its_first_run_needs_off_the_event_loop(github_forge: GitHubForge, tmp_path: Path) -> None:
     with ReplaySandbox(HELLO_SCRIPT) as model:
         number = github_forge.open_task("issue", "Say hello", "Please add hello.txt")
         setup = write_config(tmp_path, [github_forge], llm_section(model))
-        process = _cli(tmp_path, setup.config_path, "run", "--once")
+        process = _cli(setup.config_path, "run", "--once")
         out, err = process.communicate(timeout=180)
     assert process.returncode == 0, err[-3000:]
     assert "coding agent done" in github_forge.labels("issue", number), out
@@ -95,7 +87,7 @@ def test_serve_imports_what_runs_need_as_it_starts_off_the_event_loop(github_for
             scheduling={"interval_seconds": 3600},
             dashboard={"enabled": False},
         )
-        process = _cli(tmp_path, setup.config_path, "serve")
+        process = _cli(setup.config_path, "serve")
         try:
 
             def loaded_or_ended() -> bool:
