@@ -168,8 +168,12 @@ async def test_a_wildcard_bind_answers_loopback_names_and_says_to_set_public_url
         async with httpx.AsyncClient(base_url=local, headers={"Authorization": f"Bearer {hidden[2]}"}) as client:
             loopback = await client.get("/api/tasks")
             by_address = await client.get("/api/tasks", headers={"Host": f"192.0.2.7:{urlsplit(url).port}"})
+        async with httpx.AsyncClient(base_url=local) as browser:  # the login form, a form post
+            foreign_login = await browser.post("/login", data={"token": hidden[2]}, headers={"Origin": "http://evil.example"})
+            own_login = await browser.post("/login", data={"token": hidden[2]}, headers={"Origin": local})
     store.close()
     assert loopback.status_code == 200
+    assert foreign_login.status_code == 403 and own_login.status_code == 303
     assert by_address.status_code == 421 and "dashboard.public_url" in by_address.json()["error"]
 
 
