@@ -74,7 +74,7 @@ async def test_a_state_change_from_elsewhere_is_403_and_stops_nothing(
     assert store.control_request(KEY) is None
 
 
-async def test_a_foreign_origin_on_the_same_port_is_403(served: tuple[str, StateStore]) -> None:
+async def test_another_port_of_the_same_host_is_a_foreign_origin(served: tuple[str, StateStore]) -> None:
     """Another port of the same host is another origin: `Origin` names the port too."""
     url, store = served
     other_port = urlsplit(url).port + 1  # type: ignore[operator]

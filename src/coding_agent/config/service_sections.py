@@ -139,4 +139,3 @@ class DashboardConfig(_Strict):
             key = "bind" if beyond == self.bind else "public_url"
             raise ValueError(f"dashboard.{key} {beyond} is beyond localhost: set dashboard.token")
         return self
-
