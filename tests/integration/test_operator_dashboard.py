@@ -72,9 +72,9 @@ async def test_api_lists_tasks_details_and_usage(served: tuple[str, StateStore, 
 async def test_actions_go_through_the_cli_code(served: tuple[str, StateStore, list[str]]) -> None:
     url, store, _ = served
     async with httpx.AsyncClient(base_url=url) as client:
-        paused = await client.post(f"/api/tasks/{quote(KEY, safe='')}/pause")
-        unknown = await client.post("/api/tasks/github:acme/nothing%231/stop")
-        not_paused = await client.post(f"/api/tasks/{quote(DONE_KEY, safe='')}/resume")
+        paused = await client.post(f"/api/tasks/{quote(KEY, safe='')}/pause", json={})
+        unknown = await client.post("/api/tasks/github:acme/nothing%231/stop", json={})
+        not_paused = await client.post(f"/api/tasks/{quote(DONE_KEY, safe='')}/resume", json={})
     assert paused.status_code == 200 and store.control_request(KEY) == "pause"
     assert unknown.status_code == 404 and "no running or paused run" in unknown.json()["error"]
     assert not_paused.status_code == 404
@@ -125,7 +125,7 @@ async def test_beyond_localhost_every_page_needs_the_token(tmp_path: Path) -> No
         local = url.replace("0.0.0.0", "127.0.0.1")
         async with httpx.AsyncClient(base_url=local) as client:
             refused = [(await client.get(path)).status_code for path in ("/", "/api/tasks", "/metrics", "/usage")]
-            refused.append((await client.post(f"/api/tasks/{quote(KEY, safe='')}/pause")).status_code)
+            refused.append((await client.post(f"/api/tasks/{quote(KEY, safe='')}/pause", json={})).status_code)
             wrong = await client.get("/api/tasks", headers={"Authorization": "Bearer wrong"})
             right = await client.get("/api/tasks", headers={"Authorization": f"Bearer {hidden[2]}"})
             login = await client.post("/login", data={"token": hidden[2]})

@@ -4,7 +4,11 @@ pause button pauses it (through the same code as `coding-agent pause`)."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -138,3 +142,93 @@ async def test_a_planned_run_shows_its_checklist_tool_calls_and_comments_live(tm
             report = await run
             store.close()
     assert [result.status for result in report.results] == ["done"]
+
+
+@contextlib.contextmanager
+def attacker_site(pages: dict[str, str]) -> Iterator[int]:
+    """A second local web server, on another port, serving `pages` (path -> HTML); yields its port."""
+
+    class Pages(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's protocol
+            body = pages.get(self.path, "").encode()
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _auto_submit(action: str, enctype: str, field: str, value: str) -> str:
+    """A page that posts a form to `action` as soon as it loads (`field`/`value` HTML-safe)."""
+    return (f'<!doctype html><form id="f" method="post" action="{action}" enctype="{enctype}">'
+            f'<input type="hidden" name=\'{field}\' value=\'{value}\'></form>'
+            '<script>document.getElementById("f").submit()</script>')  # fmt: skip
+
+
+async def test_another_site_can_neither_steer_nor_read_the_dashboard(tmp_path: Path, chromium: str) -> None:
+    """No token (bound to localhost): a page on another site (and one on another port of
+    localhost) auto-submits a form to stop the task, and a DNS-rebound name asks for
+    /api/tasks; neither works, and the dashboard's own Pause and Stop buttons still do."""
+    from urllib.parse import quote, urlsplit
+
+    config = parse_config(
+        {
+            "task_source": "github",
+            "github": {"owner": "acme", "token": "t"},
+            "llm": {"provider": "openai", "openai": {"model": "m"}},
+            "database": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "dashboard": {"bind": "127.0.0.1:0"},
+        },
+        env={},
+    )
+    store = StateStore(config.database.url)
+    store.start_run("run-1", KEY, "worker-a", "alice")
+    store.heartbeat(KEY, "worker-a", 60, "run-1", steps=1)
+    async with serving_dashboard(config, store) as url, async_playwright() as playwright:
+        assert url is not None
+        port = urlsplit(url).port
+        stop = f"{url}/api/tasks/{quote(KEY, safe='')}/stop"
+        pages = {
+            "/form": _auto_submit(stop, "application/x-www-form-urlencoded", "confirm", "1"),
+            "/text": _auto_submit(stop, "text/plain", '{"a":"', '"}'),  # a body that reads as JSON
+        }
+        # evil.example and rebind.example resolve to this machine, as an attacker's DNS would make them.
+        resolve = "--host-resolver-rules=MAP evil.example 127.0.0.1, MAP rebind.example 127.0.0.1"
+        with attacker_site(pages) as attacker_port:
+            browser = await playwright.chromium.launch(executable_path=chromium, args=[*ARGS, resolve])
+            try:
+                page = await browser.new_page()
+                for attacker in (f"http://evil.example:{attacker_port}/form", f"http://evil.example:{attacker_port}/text",
+                                 f"http://127.0.0.1:{attacker_port}/form"):  # fmt: skip
+                    async with page.expect_response(lambda response: response.url == stop) as submitted:
+                        await page.goto(attacker)
+                    assert (await submitted.value).status == 403, attacker
+                assert store.control_request(KEY) is None
+
+                rebound = await page.goto(f"http://rebind.example:{port}/api/tasks")
+                assert rebound is not None and rebound.status == 421
+                assert KEY not in await rebound.text()
+
+                await page.goto(f"{url}/tasks/{quote(KEY, safe='')}")
+                await page.locator("#pause").click()
+                await expect(page.locator("#message")).to_contain_text("pause requested")
+                assert store.control_request(KEY) == "pause"
+                await page.locator("#stop").click()
+                await expect(page.locator("#message")).to_contain_text("stop requested")
+                assert store.control_request(KEY) == "stop"
+            finally:
+                await browser.close()
+    store.close()

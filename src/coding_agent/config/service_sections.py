@@ -5,6 +5,7 @@ the queue, webhooks, the dashboard.
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -90,12 +91,16 @@ class RetryConfig(_Strict):
     forge_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 class DashboardConfig(_Strict):
     """The web dashboard of `serve` (SPEC 11.3). Beyond localhost every page needs `token`."""
 
     enabled: bool = True
     bind: str = Field(default="127.0.0.1:8080", pattern=r"^\[?[A-Za-z0-9.:-]*\]?:[0-9]{1,5}$")
     token: SecretStr | None = None
+    public_url: str | None = None
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -104,11 +109,33 @@ class DashboardConfig(_Strict):
 
     @property
     def local_only(self) -> bool:
-        """Bound to a loopback address: nothing beyond this machine can reach it."""
-        return self.host_port[0] in ("127.0.0.1", "localhost", "::1")
+        """Bound to a loopback address and named by no other: nothing beyond this machine
+        reaches it (a `public_url` elsewhere means a proxy or a published port does)."""
+        public = urlsplit(self.public_url).hostname if self.public_url else None
+        return all(host in _LOOPBACK for host in (self.host_port[0], public) if host is not None)
+
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value.strip())
+        try:
+            parts.port  # noqa: B018 - a bad port raises here
+        except ValueError:
+            raise ValueError("not an http(s) URL: bad port") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+            raise ValueError("not an http(s) URL such as https://agent.example.com")
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError("the dashboard is served at the root of its host: give the URL without a path")
+        default_port = {"http": 80, "https": 443}[parts.scheme]
+        netloc = parts.netloc.lower().removesuffix(f":{default_port}")
+        return f"{parts.scheme}://{netloc}"  # an origin as browsers write it in `Origin`
 
     @model_validator(mode="after")
     def _token_beyond_localhost(self) -> DashboardConfig:
         if self.enabled and not self.local_only and (self.token is None or not self.token.get_secret_value()):
-            raise ValueError(f"dashboard.bind {self.bind} is beyond localhost: set dashboard.token")
+            beyond = self.bind if self.host_port[0] not in _LOOPBACK else self.public_url
+            key = "bind" if beyond == self.bind else "public_url"
+            raise ValueError(f"dashboard.{key} {beyond} is beyond localhost: set dashboard.token")
         return self

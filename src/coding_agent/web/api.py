@@ -7,6 +7,8 @@ that also works tasks never waits on the database.
 
 from __future__ import annotations
 
+import json
+
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -38,7 +40,11 @@ def api_routes(store: StateStore, redactor: Redactor, activity: RunActivity | No
         return JSONResponse(await run_in_threadpool(usage, store))
 
     async def act(request: Request) -> Response:
+        # The action takes no parameters, but a body there must be what the guard in front
+        # let through as `application/json` (web/same_origin.py): JSON, or nothing.
         key = request.path_params["key"]
+        if not _empty_or_json(await request.body()):
+            return JSONResponse({"error": "the request body is not JSON"}, status_code=400)
         action = request.url.path.rsplit("/", 1)[1]
         try:
             result = await run_in_threadpool(apply_action, store, key, action)
@@ -52,3 +58,13 @@ def api_routes(store: StateStore, redactor: Redactor, activity: RunActivity | No
         *(Route(f"/api/tasks/{{key:path}}/{name}", act, methods=["POST"], name=f"api-{name}") for name in ACTIONS),
         Route("/api/tasks/{key:path}", task, methods=["GET"]),
     ]
+
+
+def _empty_or_json(body: bytes) -> bool:
+    if not body.strip():
+        return True
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
+    return True

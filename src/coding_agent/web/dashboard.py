@@ -111,8 +111,11 @@ events.onmessage = (event) => {
 };
 for (const button of document.querySelectorAll("button[data-action]")) {
   button.onclick = async () => {
-    const reply = await fetch("/api/tasks/" + path + "/" + button.dataset.action, {method: "POST"});
-    document.getElementById("message").textContent = (await reply.json()).message || (await reply.text());
+    // JSON, as the API takes for a state change (a form from another site cannot send it).
+    const reply = await fetch("/api/tasks/" + path + "/" + button.dataset.action,
+      {method: "POST", headers: {"Content-Type": "application/json"}, body: "{}"});
+    const answer = await reply.json().catch(() => ({}));
+    document.getElementById("message").textContent = answer.message || answer.error || reply.statusText;
   };
 }
 </script>""")

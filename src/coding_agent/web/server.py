@@ -33,6 +33,7 @@ from coding_agent.web.app import build_app
 from coding_agent.web.auth import TokenGuard, login_routes
 from coding_agent.web.dashboard import dashboard_routes
 from coding_agent.web.metrics import health_routes
+from coding_agent.web.same_origin import SameOriginGuard
 from coding_agent.web.webhooks import warm_up, webhook_routes
 
 __all__ = [
@@ -74,9 +75,10 @@ def _token(config: AgentConfig) -> str | None:
 
 
 def _app(config: AgentConfig, route_lists: list[Sequence[BaseRoute]]) -> Starlette:
-    # The guard lets /webhooks/ through: a forge cannot send the dashboard's token,
-    # and every delivery is verified by its own signature.
-    return build_app(*route_lists, middleware=[Middleware(TokenGuard, token=_token(config))])  # type: ignore[arg-type]
+    # The guards let /webhooks/ through: a forge cannot send the dashboard's token,
+    # nor comes from its origin or Host, and every delivery is verified by its own signature.
+    guards = [Middleware(SameOriginGuard, settings=config.dashboard), Middleware(TokenGuard, token=_token(config))]
+    return build_app(*route_lists, middleware=guards)  # type: ignore[arg-type]
 
 
 def dashboard_app(config: AgentConfig, store: StateStore) -> Starlette:
