@@ -13,7 +13,10 @@ asked for, and again for the address it resolves to — it connects to that chec
 address itself, so a name cannot resolve to something else between check and connect.
 
 One request per connection (`Connection: close` both ways): a redirect the client
-follows is a new request, checked again. Refusals answer 403 with the reason, are
+follows is a new request, checked again. The head is read strictly (`egress_request.py`:
+no bare LF, folded or duplicate `Host` headers), the origin gets exactly one `Host`, the
+checked URL's authority, and of what the client sends after its head only the body
+(`Content-Length` bytes): a second request on the connection never reaches the origin. Refusals answer 403 with the reason, are
 logged, and are kept (`refusals`) with the command that tried, for the PR body.
 """
 
@@ -43,6 +46,7 @@ from coding_agent.domain.egress_policy import (
 )
 from coding_agent.tools.egress_handoff import ListenerHandoff
 from coding_agent.tools.egress_relay import Busy, ClientSide, UpstreamSide
+from coding_agent.tools.egress_request import MalformedRequest, RequestHead
 
 __all__ = ["MAX_CLIENTS", "EgressProxy", "Phase", "Refusal", "blocked_lines"]
 
@@ -58,7 +62,10 @@ _HEAD_LIMIT = 65536
 MAX_CLIENTS = 64
 _HEAD_TIMEOUT_SECONDS = 30.0
 _CONNECT_TIMEOUT_SECONDS = 15.0
-_HOP_HEADERS = frozenset({"proxy-connection", "proxy-authorization", "connection", "keep-alive", "host"})
+# Hop-by-hop (RFC 9110 7.6.1) and proxy headers, and Host: never passed on as sent.
+_HOP_HEADERS = frozenset(
+    {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "host", "te", "trailer", "upgrade"}
+)
 
 
 @dataclass(frozen=True)
@@ -207,22 +214,23 @@ class EgressProxy:
             client.answer(502, "coding-agent egress proxy: internal error")
 
     async def _serve(self, client: ClientSide, head: bytes, rest: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            client.answer(400, "malformed request line")
+        try:
+            request = RequestHead.parse(head)
+        except MalformedRequest as malformed:
+            logger.warning("egress proxy (%s): a malformed request from %r: %s",
+                           self.phase, self.command[:200], malformed.reason)  # fmt: skip
+            client.answer(malformed.status, f"coding-agent egress proxy: {malformed.reason}")
             return
-        method, target, version = parts
-        if method.upper() == "CONNECT":
-            host, port = self._target(target, None)
+        if request.method.upper() == "CONNECT":
+            host, port = self._target(request.target, None)
             upstream = await self._open(host, port)
-            client.link(upstream, b"HTTP/1.1 200 Connection Established\r\n\r\n", rest)
+            client.link(upstream, b"HTTP/1.1 200 Connection Established\r\n\r\n", b"", rest)
         else:
-            host, port, path = self._absolute(target)
+            host, port, path = self._absolute(request.target)
             upstream = await self._open(host, port)
             authority = host if port == 80 else f"{host}:{port}"
             authority = f"[{host}]:{port}" if ":" in host else authority
-            client.link(upstream, b"", _rewrite(method, path, version, authority, lines[1:]) + rest)
+            client.link(upstream, b"", _rewrite(request, path, authority), rest, upload_limit=request.body_length)
 
     def _target(self, authority: str, default_port: int | None) -> tuple[str, int]:
         try:
@@ -283,12 +291,16 @@ class EgressProxy:
         )  # fmt: skip
 
 
-def _rewrite(method: str, path: str, version: str, authority: str, headers: list[str]) -> bytes:
-    """The request head for the origin: origin-form path, no proxy headers, one request.
+def _rewrite(request: RequestHead, path: str, authority: str) -> bytes:
+    """The request head for the origin: origin-form path, no proxy or hop-by-hop headers.
 
     `Host` is the checked URL's authority, whatever the client sent: on a shared front
-    (a CDN) another Host header would reach a site the allow-list does not name.
+    (a CDN) another Host header would reach a site the allow-list does not name. And
+    `Connection: close`: the proxy relays one request per connection, so the origin must
+    not wait for a second.
     """
-    kept = [line for line in headers if line and line.split(":", 1)[0].strip().lower() not in _HOP_HEADERS]
-    head = [f"{method} {path} {version}", f"Host: {authority}", *kept, "Connection: close"]
+    named = {token.strip().lower() for value in request.values("connection") for token in value.split(",")}
+    dropped = _HOP_HEADERS | named
+    kept = [f"{name}: {value}" for name, value in request.headers if name.lower() not in dropped]
+    head = [f"{request.method} {path} {request.version}", f"Host: {authority}", *kept, "Connection: close"]
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
