@@ -12,7 +12,9 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import pytest
 
 from coding_agent.testing.package_index import PackageIndex
 from coding_agent.testing.waiting import wait_for, wait_until
-from coding_agent.tools.egress_proxy import EgressProxy, blocked_lines
+from coding_agent.tools.egress_proxy import MAX_SOCKET_PATH, EgressProxy, EgressUnavailable, blocked_lines
 from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value
 from coding_agent.tools.sandbox import bwrap_usable, run_command
 
@@ -166,6 +168,25 @@ async def test_a_chunked_body_is_refused_with_411() -> None:
         answer = await asyncio.wait_for(reader.read(), 10)
         writer.close()
         assert answer.startswith(b"HTTP/1.1 411 ") and b"Content-Length" in answer, answer
+
+
+async def test_a_deep_temp_directory_still_gets_a_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The socket goes where its path fits (at most 107 bytes); where it cannot be made, the
+    error is one line naming the path."""
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    async with EgressProxy([], []) as proxy:
+        assert len(os.fsencode(proxy.socket_path)) <= MAX_SOCKET_PATH
+        assert stat.S_IMODE(proxy.socket_path.parent.stat().st_mode) == 0o700
+        answer = await _exchange(proxy, b"GET http://127.0.0.1:1/ HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 403 "), answer
+    assert not proxy.socket_path.parent.exists()
+    with pytest.raises(EgressUnavailable) as raised:
+        await EgressProxy([], [], socket_dir=deep).start()
+    assert str(raised.value).startswith(f"the egress proxy cannot listen on {deep / 'proxy.sock'}: ")
+    assert "\n" not in str(raised.value)
 
 
 async def test_empty_probe_is_not_a_refusal() -> None:

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import re
 import shutil
 import socket
@@ -44,11 +45,21 @@ from coding_agent.domain.egress_policy import (
     normalize_host,
     split_host_port,
 )
+from coding_agent.errors import AgentError
 from coding_agent.tools.egress_handoff import ListenerHandoff
 from coding_agent.tools.egress_relay import Busy, ClientSide, UpstreamSide
 from coding_agent.tools.egress_request import MalformedRequest, RequestHead
 
-__all__ = ["MAX_CLIENTS", "EgressProxy", "Phase", "Refusal", "blocked_lines"]
+__all__ = [
+    "MAX_CLIENTS",
+    "MAX_SOCKET_PATH",
+    "EgressProxy",
+    "EgressUnavailable",
+    "Phase",
+    "Refusal",
+    "blocked_lines",
+    "socket_directory",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +67,9 @@ Phase = Literal["setup", "run"]
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 _HEAD_LIMIT = 65536
+# sun_path holds 108 bytes on Linux, the terminating NUL among them.
+MAX_SOCKET_PATH = 107
+_SOCKET_NAME = "proxy.sock"
 # Connections open at once (each download holds six descriptors in the agent process:
 # two sockets, the splice's pipe and its two duplicates). Package managers open a
 # dozen or so; a command opening thousands must not run the agent out of descriptors.
@@ -106,6 +120,44 @@ async def _resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+class EgressUnavailable(AgentError):
+    """The proxy's socket cannot be made: the run ends saying so, in one line naming the path."""
+
+
+def socket_directory(prefix: str = "ca-egress-") -> Path:
+    """A new private directory (0700) where a Unix socket can listen, whatever the
+    temp directory's depth.
+
+    A Unix socket's path has at most `MAX_SOCKET_PATH` bytes, which a `TMPDIR` a few
+    dozen characters deep (a test run's, a container's) already passes. So the temp
+    directory is used when the path fits in it, else `$XDG_RUNTIME_DIR` (the user's own),
+    else `/tmp`. (Not an abstract socket: it is bound into the sandbox as a file, and an
+    abstract one is not reachable from the sandbox's network namespace.)
+    """
+    tried: list[str] = []
+    for base in dict.fromkeys(filter(None, (tempfile.gettempdir(), os.environ.get("XDG_RUNTIME_DIR"), "/tmp"))):
+        # mkdtemp appends 8 characters to the prefix
+        example = os.path.join(base, prefix + "x" * 8, _SOCKET_NAME)
+        if len(os.fsencode(example)) > MAX_SOCKET_PATH:
+            tried.append(f"{base} is too deep")
+            continue
+        try:
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+        except OSError as error:
+            tried.append(f"{base}: {error.strerror or error}")
+    raise EgressUnavailable(
+        f"the egress proxy's socket cannot be made: no directory for a path of at most {MAX_SOCKET_PATH} bytes "
+        f"({'; '.join(tried)})"
+    )
+
+
+def _check_length(path: Path) -> None:
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise EgressUnavailable(
+            f"the egress proxy cannot listen on {path}: a Unix socket's path has at most {MAX_SOCKET_PATH} bytes"
+        )
+
+
 class _Refused(Exception):
     def __init__(self, status: int, host: str, port: int, reason: str) -> None:
         super().__init__(reason)
@@ -153,17 +205,24 @@ class EgressProxy:
     async def start(self) -> Path:
         """Listen on a fresh socket in a private directory (0700); return the socket's path.
 
-        The directory is short and under the system temp dir: a Unix socket path has a
-        limit of about 100 bytes, which a deep workspace path would break.
+        Raises `EgressUnavailable` (one line, naming the path) when no socket can be made.
         """
         if self._socket_dir is None:
-            self._own_dir = Path(tempfile.mkdtemp(prefix="ca-egress-"))
+            self._own_dir = socket_directory()
             directory = self._own_dir
         else:
             directory = self._socket_dir
-        self.socket_path = directory / "proxy.sock"
-        self._handoff = ListenerHandoff(self._protocol)
-        self._handoff.start(self.socket_path)
+        self.socket_path = directory / _SOCKET_NAME
+        handoff = ListenerHandoff(self._protocol)
+        try:
+            _check_length(self.socket_path)
+            handoff.start(self.socket_path)
+        except (OSError, EgressUnavailable) as error:
+            await self.close()
+            if isinstance(error, EgressUnavailable):
+                raise
+            raise EgressUnavailable(f"the egress proxy cannot listen on {self.socket_path}: {error}") from None
+        self._handoff = handoff
         return self.socket_path
 
     @property
