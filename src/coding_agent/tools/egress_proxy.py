@@ -16,8 +16,9 @@ One request per connection (`Connection: close` both ways): a redirect the clien
 follows is a new request, checked again. The head is read strictly (`egress_request.py`:
 no bare LF, folded or duplicate `Host` headers), the origin gets exactly one `Host`, the
 checked URL's authority, and of what the client sends after its head only the body
-(`Content-Length` bytes): a second request on the connection never reaches the origin. Refusals answer 403 with the reason, are
-logged, and are kept (`refusals`) with the command that tried, for the PR body.
+(`Content-Length` bytes): a second request on the connection never reaches the origin.
+Refusals answer 403 with the reason, are logged, and are kept (`refusals`) with the
+command that tried, for the PR body.
 """
 
 from __future__ import annotations

@@ -139,8 +139,9 @@ class ClientSide(_Side):
         if self.peer is not None or self.task is not None:
             self._upload(data)
             return
+        searched = len(self._buffer)
         self._buffer += data
-        end = head_end(self._buffer)
+        end = head_end(self._buffer, searched)
         if end < 0:
             if len(self._buffer) > self._limit:
                 self.answer(431, "request head too large")

@@ -81,9 +81,13 @@ class RequestHead:
         return [value for header, value in self.headers if header.lower() == name]
 
 
-def head_end(buffer: bytes | bytearray) -> int:
-    """Where the head in `buffer` ends (just after its blank line), or -1 if not yet."""
-    found = _HEAD_END.search(buffer)
+def head_end(buffer: bytes | bytearray, searched: int = 0) -> int:
+    """Where the head in `buffer` ends (just after its blank line), or -1 if not yet.
+
+    `searched`: how much of `buffer` an earlier call already found no end in (a head
+    that arrives a byte at a time is then not searched again from its start each time).
+    """
+    found = _HEAD_END.search(buffer, max(0, searched - 3))
     return -1 if found is None else found.end()
 
 
