@@ -298,7 +298,9 @@ _SMUGGLING: dict[str, tuple[bytes, bytes | None, int]] = {
     "duplicate-Host": (_FIRST + b"Host: 169.254.169.254\r\n\r\n", None, 400),
     "pipelined-in-one-write": (_FIRST + b"\r\n" + _SECOND, None, 200),
     "pipelined-after-the-response": (_FIRST + b"\r\n", _SECOND, 200),
-    "pipelined-after-a-body": (b"POST http://ORIGIN/first HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello" + _SECOND, None, 200),
+    "pipelined-after-a-body": (
+        b"POST http://ORIGIN/first HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello" + _SECOND, None, 200
+    ),
 }
 
 
