@@ -13,6 +13,7 @@ import asyncio
 import json
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -232,3 +233,23 @@ def test_setup_filling_the_disk_is_killed_and_the_run_goes_on(github_forge: GitH
     bodies = [body for _, body in github_forge.comments("issue", number)]
     [progress] = progress_comments(bodies)
     assert "wrote more than its limit of 2 MB" in progress
+
+
+def test_a_run_with_a_deep_temp_directory_reaches_its_listed_host(
+    github_forge: GitHubForge, index: PackageIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Unix socket's path has at most 107 bytes: with a 150-character TMPDIR the proxy's
+    socket goes where its path fits, and the run works as with any other."""
+    deep = tmp_path / ("d" * max(1, 149 - len(str(tmp_path))))
+    deep.mkdir()
+    assert len(str(deep)) >= 150
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    listed = f"127.0.0.1:{index.port}"
+    github_forge.sandbox.state.init_repo(REPO, files={"README.md": "# widgets\n"})
+    github_forge.open_task("issue", "Reach the index", "Check that the index answers.")
+    script = {"replies": [_run(f"curl -sS http://{listed}/hello"), {"done": "The index answers."}]}
+    with ReplaySandbox(script) as model:
+        [result] = _run_once(_config(tmp_path, github_forge, model, [], [listed])).results
+        assert result.status == "done"
+        assert "hello through the proxy" in _transcript(model)

@@ -21,7 +21,7 @@ import pytest
 from coding_agent.testing.package_index import PackageIndex
 from coding_agent.testing.waiting import wait_until
 from coding_agent.tools.egress_handoff import HANDSHAKE, LEASE_FD, MAX_PENDING
-from coding_agent.tools.egress_proxy import MAX_CLIENTS, EgressProxy, blocked_lines
+from coding_agent.tools.egress_proxy import MAX_CLIENTS, EgressProxy, blocked_lines, socket_directory
 from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value, python_path
 from coding_agent.tools.sandbox import bwrap_usable, run_command
 
@@ -207,13 +207,15 @@ async def test_the_command_runs_whatever_the_proxy_does_with_the_port(tmp_path: 
     async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.close()
 
-    server = await asyncio.start_unix_server(hang_up, path=str(tmp_path / "not-a-proxy.sock"))
+    directory = socket_directory()  # tmp_path may be too deep for a Unix socket's path
+    server = await asyncio.start_unix_server(hang_up, path=str(directory / "not-a-proxy.sock"))
     try:
-        egress = EgressSandbox(tmp_path / "not-a-proxy.sock")
+        egress = EgressSandbox(directory / "not-a-proxy.sock")
         command = "curl -sS --max-time 10 http://example.invalid/ 2>&1 | grep -c 'Failed to connect'; exit 3"
         result = await run_command(command, tmp_path, 60, "bwrap", egress=egress)
     finally:
         server.close()
+        shutil.rmtree(directory)
     # (the forwarder may or may not have sent before the hang-up: "Broken pipe" on stderr if not)
     assert (result.exit_code, result.output.splitlines()[-1]) == (3, "1"), result.output
     (tmp_path / "not-a-socket").write_text("")

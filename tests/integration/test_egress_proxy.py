@@ -9,17 +9,20 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import shutil
 import socket
+import stat
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from coding_agent.testing.package_index import PackageIndex
-from coding_agent.testing.waiting import wait_for
-from coding_agent.tools.egress_proxy import EgressProxy, blocked_lines
+from coding_agent.testing.waiting import wait_for, wait_until
+from coding_agent.tools.egress_proxy import MAX_SOCKET_PATH, EgressProxy, EgressUnavailable, blocked_lines
 from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value
 from coding_agent.tools.sandbox import bwrap_usable, run_command
 
@@ -137,6 +140,15 @@ async def test_listed_name_rebinding_to_loopback_refused(client: Client) -> None
         b"CONNECT [::1:443 HTTP/1.1\r\n\r\n",
         b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
         b"\x00\xff garbage\r\n\r\n",
+        b"GET http://127.0.0.1:1/ HTTP/2.0\r\n\r\n",
+        b"GET http://127.0.0.1:1/ HTTP/1.1\r\nHost : 127.0.0.1:1\r\n\r\n",
+        b"GET http://127.0.0.1:1/ HTTP/1.1\r\nX-A: b\rHost: c\r\n\r\n",
+        b"GET http://127.0.0.1:1/ HTTP/1.1\r\nX-A: b\x00c\r\n\r\n",
+        b"GET http://127.0.0.1:1/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        b"GET http://127.0.0.1:1/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+        b"GET http://127.0.0.1:1/ HTTP/1.1\nHost: 127.0.0.1:1\n\n",
+        b"CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\tfolded\r\n\r\n",
+        b"CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\nHost: 10.0.0.1:443\r\n\r\n",
     ],
 )
 async def test_malformed_requests_get_400(raw: bytes) -> None:
@@ -146,6 +158,35 @@ async def test_malformed_requests_get_400(raw: bytes) -> None:
         answer = await asyncio.wait_for(reader.read(), 10)
         writer.close()
         assert answer.startswith(b"HTTP/1.1 400 "), answer
+
+
+async def test_a_chunked_body_is_refused_with_411() -> None:
+    """Where a chunked body ends is a second parser's to agree on: a body needs a Content-Length."""
+    async with EgressProxy([], []) as proxy:
+        reader, writer = await asyncio.open_unix_connection(str(proxy.socket_path))
+        writer.write(b"POST http://127.0.0.1:1/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 411 ") and b"Content-Length" in answer, answer
+
+
+async def test_a_deep_temp_directory_still_gets_a_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The socket goes where its path fits (at most 107 bytes); where it cannot be made, the
+    error is one line naming the path."""
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    async with EgressProxy([], []) as proxy:
+        assert len(os.fsencode(proxy.socket_path)) <= MAX_SOCKET_PATH
+        assert stat.S_IMODE(proxy.socket_path.parent.stat().st_mode) == 0o700
+        answer = await _exchange(proxy, b"GET http://127.0.0.1:1/ HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 403 "), answer
+    assert not proxy.socket_path.parent.exists()
+    with pytest.raises(EgressUnavailable) as raised:
+        await EgressProxy([], [], socket_dir=deep).start()
+    assert str(raised.value).startswith(f"the egress proxy cannot listen on {deep / 'proxy.sock'}: ")
+    assert "\n" not in str(raised.value)
 
 
 async def test_empty_probe_is_not_a_refusal() -> None:
@@ -159,20 +200,32 @@ async def test_empty_probe_is_not_a_refusal() -> None:
 
 
 class _Origin:
-    """An origin that answers any GET with `body` (random bytes: a reordered, dropped or
-    doubled chunk changes the digest) and counts what it served."""
+    """An origin that answers every request it reads with `body` (random bytes: a reordered,
+    dropped or doubled chunk changes the digest) and records each request head.
+
+    It serves every request on a connection, whatever `Connection` says, until the
+    client's EOF: the worst origin for a smuggled request, which it would answer too.
+    """
 
     def __init__(self, body: bytes) -> None:
         self.body = body
         self.server: asyncio.Server | None = None
+        self.heads: list[bytes] = []
+        self.connections_done = 0
 
     async def __aenter__(self) -> str:
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(self.body))
-            writer.write(self.body)
-            await writer.drain()
-            writer.close()
+            try:
+                while True:
+                    self.heads.append(await reader.readuntil(b"\r\n\r\n"))
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(self.body))
+                    writer.write(self.body)
+                    await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+                self.connections_done += 1
 
         self.server = await asyncio.start_server(serve, "127.0.0.1", 0)
         return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
@@ -182,6 +235,28 @@ class _Origin:
         self.server.close()
 
 
+async def _download(proxy: EgressProxy, url: str, target: Path, *curl_args: str) -> None:
+    """curl `url` into `target` through the proxy, by way of a socat forwarder (as on the host)."""
+    port = _free_port()
+    forwarder = subprocess.Popen(
+        ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{proxy.socket_path}"]
+    )
+    try:
+        wait_for(lambda: _listening(port), 10, "the socat forwarder")
+        process = await asyncio.create_subprocess_exec(
+            "curl", "-sS", "--max-time", "30", "--proxy", f"http://127.0.0.1:{port}", *curl_args,
+            "-o", str(target), url,
+        )  # fmt: skip
+        assert await process.wait() == 0
+    finally:
+        forwarder.kill()
+        forwarder.wait()
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 @pytest.mark.parametrize("rate", [None, "4M"], ids=["fast-reader", "slow-reader"])
 async def test_large_download_arrives_intact(rate: str | None, tmp_path: Path) -> None:
     """The body is spliced origin -> sandbox in the kernel: every byte, in order, also when
@@ -189,23 +264,72 @@ async def test_large_download_arrives_intact(rate: str | None, tmp_path: Path) -
     body = os.urandom(6 * 1024 * 1024)
     async with _Origin(body) as listed, EgressProxy([], [listed]) as proxy:
         proxy.phase = "run"
-        port = _free_port()
-        forwarder = subprocess.Popen(
-            ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{proxy.socket_path}"]
-        )
-        try:
-            wait_for(lambda: _listening(port), 10, "the socat forwarder")
-            target = tmp_path / "body"
-            limit = ["--limit-rate", rate] if rate else []
-            process = await asyncio.create_subprocess_exec(
-                "curl", "-sS", "--max-time", "30", "--proxy", f"http://127.0.0.1:{port}", *limit,
-                "-o", str(target), f"http://{listed}/big",
-            )  # fmt: skip
-            assert await process.wait() == 0
-        finally:
-            forwarder.kill()
-            forwarder.wait()
-    assert hashlib.sha256(target.read_bytes()).hexdigest() == hashlib.sha256(body).hexdigest()
+        await _download(proxy, f"http://{listed}/big", tmp_path / "body", *(["--limit-rate", rate] if rate else []))
+    assert _digest((tmp_path / "body").read_bytes()) == _digest(body)
+    assert proxy.refusals == []
+
+
+async def _exchange(proxy: EgressProxy, request: bytes, after_the_response: bytes | None = None) -> bytes:
+    """Send `request` on one connection to the proxy (and, once a whole response to it has
+    arrived, `after_the_response`), half-close, and return all the proxy answered."""
+    reader, writer = await asyncio.open_unix_connection(str(proxy.socket_path))
+    try:
+        writer.write(request)
+        answer = b""
+        if after_the_response is not None:
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+            length = re.search(rb"Content-Length: (\d+)", answer)
+            assert length is not None, answer
+            answer += await asyncio.wait_for(reader.readexactly(int(length[1])), 20)
+            writer.write(after_the_response)
+        writer.write_eof()
+        return answer + await asyncio.wait_for(reader.read(), 20)
+    finally:
+        writer.close()
+
+
+_FIRST = b"GET http://ORIGIN/first HTTP/1.1\r\nHost: ORIGIN\r\n"
+_SECOND = b"GET http://169.254.169.254/second HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n"
+# attack: (what is sent, what is sent once its response arrived, the status answered);
+# ORIGIN stands for the listed origin's host:port.
+_SMUGGLING: dict[str, tuple[bytes, bytes | None, int]] = {
+    "bare-LF-hides-a-second-Host": (_FIRST + b"X-Note: a\nHost: 169.254.169.254\r\n\r\n", None, 400),
+    "obs-fold": (_FIRST + b"X-Note: a\r\n folded\r\n\r\n", None, 400),
+    "duplicate-Host": (_FIRST + b"Host: 169.254.169.254\r\n\r\n", None, 400),
+    "pipelined-in-one-write": (_FIRST + b"\r\n" + _SECOND, None, 200),
+    "pipelined-after-the-response": (_FIRST + b"\r\n", _SECOND, 200),
+    "pipelined-after-a-body": (
+        b"POST http://ORIGIN/first HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello" + _SECOND, None, 200
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", list(_SMUGGLING))
+async def test_no_request_is_smuggled_past_the_checks(attack: str, tmp_path: Path) -> None:
+    """SPEC 15: one request per connection, with one Host (the checked authority); bare LF,
+    folded and duplicate headers refused. A refused head reaches the origin not at all, a
+    second request on a connection never; and the proxy still serves a GET and a download."""
+    sent, sent_after, status = _SMUGGLING[attack]
+    body = os.urandom(1024 * 1024)
+    origin = _Origin(body)
+    async with origin as listed, EgressProxy([], [listed]) as proxy:
+        proxy.phase = "run"
+        authority = listed.encode()
+        answer = await _exchange(proxy, sent.replace(b"ORIGIN", authority), sent_after)
+        assert answer.startswith(b"HTTP/1.1 %d " % status), answer[:200]
+        connections = 1 if status == 200 else 0
+        await wait_until(lambda: origin.connections_done == connections, 20, "the origin's connection to end")
+        assert len(origin.heads) == connections and b"second" not in b"".join(origin.heads), origin.heads
+        assert answer.count(b"HTTP/1.1 200 ") <= 1, "one response on the connection"
+
+        plain = b"GET http://ORIGIN/plain HTTP/1.1\r\nHost: elsewhere.example\r\nAccept: */*\r\n"
+        plain += b"Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\n\r\n"
+        answer = await _exchange(proxy, plain.replace(b"ORIGIN", authority))
+        assert answer.startswith(b"HTTP/1.1 200 ") and _digest(answer[-len(body) :]) == _digest(body)
+        forwarded = b"GET /plain HTTP/1.1\r\nHost: ORIGIN\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        assert origin.heads[-1] == forwarded.replace(b"ORIGIN", authority)
+        await _download(proxy, f"http://{listed}/download", tmp_path / "download")
+    assert _digest((tmp_path / "download").read_bytes()) == _digest(body)
     assert proxy.refusals == []
 
 

@@ -13,8 +13,12 @@ asked for, and again for the address it resolves to — it connects to that chec
 address itself, so a name cannot resolve to something else between check and connect.
 
 One request per connection (`Connection: close` both ways): a redirect the client
-follows is a new request, checked again. Refusals answer 403 with the reason, are
-logged, and are kept (`refusals`) with the command that tried, for the PR body.
+follows is a new request, checked again. The head is read strictly (`egress_request.py`:
+no bare LF, folded or duplicate `Host` headers), the origin gets exactly one `Host`, the
+checked URL's authority, and of what the client sends after its head only the body
+(`Content-Length` bytes): a second request on the connection never reaches the origin.
+Refusals answer 403 with the reason, are logged, and are kept (`refusals`) with the
+command that tried, for the PR body.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import re
 import shutil
 import socket
@@ -41,10 +46,21 @@ from coding_agent.domain.egress_policy import (
     normalize_host,
     split_host_port,
 )
+from coding_agent.errors import AgentError
 from coding_agent.tools.egress_handoff import ListenerHandoff
 from coding_agent.tools.egress_relay import Busy, ClientSide, UpstreamSide
+from coding_agent.tools.egress_request import MalformedRequest, RequestHead
 
-__all__ = ["MAX_CLIENTS", "EgressProxy", "Phase", "Refusal", "blocked_lines"]
+__all__ = [
+    "MAX_CLIENTS",
+    "MAX_SOCKET_PATH",
+    "EgressProxy",
+    "EgressUnavailable",
+    "Phase",
+    "Refusal",
+    "blocked_lines",
+    "socket_directory",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +68,19 @@ Phase = Literal["setup", "run"]
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 _HEAD_LIMIT = 65536
+# sun_path holds 108 bytes on Linux, the terminating NUL among them.
+MAX_SOCKET_PATH = 107
+_SOCKET_NAME = "proxy.sock"
 # Connections open at once (each download holds six descriptors in the agent process:
 # two sockets, the splice's pipe and its two duplicates). Package managers open a
 # dozen or so; a command opening thousands must not run the agent out of descriptors.
 MAX_CLIENTS = 64
 _HEAD_TIMEOUT_SECONDS = 30.0
 _CONNECT_TIMEOUT_SECONDS = 15.0
-_HOP_HEADERS = frozenset({"proxy-connection", "proxy-authorization", "connection", "keep-alive", "host"})
+# Hop-by-hop (RFC 9110 7.6.1) and proxy headers, and Host: never passed on as sent.
+_HOP_HEADERS = frozenset(
+    {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "host", "te", "trailer", "upgrade"}
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +119,44 @@ async def _resolve(host: str, port: int) -> list[str]:
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class EgressUnavailable(AgentError):
+    """The proxy's socket cannot be made: the run ends saying so, in one line naming the path."""
+
+
+def socket_directory(prefix: str = "ca-egress-") -> Path:
+    """A new private directory (0700) where a Unix socket can listen, whatever the
+    temp directory's depth.
+
+    A Unix socket's path has at most `MAX_SOCKET_PATH` bytes, which a `TMPDIR` a few
+    dozen characters deep (a test run's, a container's) already passes. So the temp
+    directory is used when the path fits in it, else `$XDG_RUNTIME_DIR` (the user's own),
+    else `/tmp`. (Not an abstract socket: it is bound into the sandbox as a file, and an
+    abstract one is not reachable from the sandbox's network namespace.)
+    """
+    tried: list[str] = []
+    for base in dict.fromkeys(filter(None, (tempfile.gettempdir(), os.environ.get("XDG_RUNTIME_DIR"), "/tmp"))):
+        # mkdtemp appends 8 characters to the prefix
+        example = os.path.join(base, prefix + "x" * 8, _SOCKET_NAME)
+        if len(os.fsencode(example)) > MAX_SOCKET_PATH:
+            tried.append(f"{base} is too deep")
+            continue
+        try:
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+        except OSError as error:
+            tried.append(f"{base}: {error.strerror or error}")
+    raise EgressUnavailable(
+        f"the egress proxy's socket cannot be made: no directory for a path of at most {MAX_SOCKET_PATH} bytes "
+        f"({'; '.join(tried)})"
+    )
+
+
+def _check_length(path: Path) -> None:
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise EgressUnavailable(
+            f"the egress proxy cannot listen on {path}: a Unix socket's path has at most {MAX_SOCKET_PATH} bytes"
+        )
 
 
 class _Refused(Exception):
@@ -146,17 +206,24 @@ class EgressProxy:
     async def start(self) -> Path:
         """Listen on a fresh socket in a private directory (0700); return the socket's path.
 
-        The directory is short and under the system temp dir: a Unix socket path has a
-        limit of about 100 bytes, which a deep workspace path would break.
+        Raises `EgressUnavailable` (one line, naming the path) when no socket can be made.
         """
         if self._socket_dir is None:
-            self._own_dir = Path(tempfile.mkdtemp(prefix="ca-egress-"))
+            self._own_dir = socket_directory()
             directory = self._own_dir
         else:
             directory = self._socket_dir
-        self.socket_path = directory / "proxy.sock"
-        self._handoff = ListenerHandoff(self._protocol)
-        self._handoff.start(self.socket_path)
+        self.socket_path = directory / _SOCKET_NAME
+        handoff = ListenerHandoff(self._protocol)
+        try:
+            _check_length(self.socket_path)
+            handoff.start(self.socket_path)
+        except (OSError, EgressUnavailable) as error:
+            await self.close()
+            if isinstance(error, EgressUnavailable):
+                raise
+            raise EgressUnavailable(f"the egress proxy cannot listen on {self.socket_path}: {error}") from None
+        self._handoff = handoff
         return self.socket_path
 
     @property
@@ -207,22 +274,23 @@ class EgressProxy:
             client.answer(502, "coding-agent egress proxy: internal error")
 
     async def _serve(self, client: ClientSide, head: bytes, rest: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            client.answer(400, "malformed request line")
+        try:
+            request = RequestHead.parse(head)
+        except MalformedRequest as malformed:
+            logger.warning("egress proxy (%s): a malformed request from %r: %s",
+                           self.phase, self.command[:200], malformed.reason)  # fmt: skip
+            client.answer(malformed.status, f"coding-agent egress proxy: {malformed.reason}")
             return
-        method, target, version = parts
-        if method.upper() == "CONNECT":
-            host, port = self._target(target, None)
+        if request.method.upper() == "CONNECT":
+            host, port = self._target(request.target, None)
             upstream = await self._open(host, port)
-            client.link(upstream, b"HTTP/1.1 200 Connection Established\r\n\r\n", rest)
+            client.link(upstream, b"HTTP/1.1 200 Connection Established\r\n\r\n", b"", rest)
         else:
-            host, port, path = self._absolute(target)
+            host, port, path = self._absolute(request.target)
             upstream = await self._open(host, port)
             authority = host if port == 80 else f"{host}:{port}"
             authority = f"[{host}]:{port}" if ":" in host else authority
-            client.link(upstream, b"", _rewrite(method, path, version, authority, lines[1:]) + rest)
+            client.link(upstream, b"", _rewrite(request, path, authority), rest, upload_limit=request.body_length)
 
     def _target(self, authority: str, default_port: int | None) -> tuple[str, int]:
         try:
@@ -283,12 +351,16 @@ class EgressProxy:
         )  # fmt: skip
 
 
-def _rewrite(method: str, path: str, version: str, authority: str, headers: list[str]) -> bytes:
-    """The request head for the origin: origin-form path, no proxy headers, one request.
+def _rewrite(request: RequestHead, path: str, authority: str) -> bytes:
+    """The request head for the origin: origin-form path, no proxy or hop-by-hop headers.
 
     `Host` is the checked URL's authority, whatever the client sent: on a shared front
-    (a CDN) another Host header would reach a site the allow-list does not name.
+    (a CDN) another Host header would reach a site the allow-list does not name. And
+    `Connection: close`: the proxy relays one request per connection, so the origin must
+    not wait for a second.
     """
-    kept = [line for line in headers if line and line.split(":", 1)[0].strip().lower() not in _HOP_HEADERS]
-    head = [f"{method} {path} {version}", f"Host: {authority}", *kept, "Connection: close"]
+    named = {token.strip().lower() for value in request.values("connection") for token in value.split(",")}
+    dropped = _HOP_HEADERS | named
+    kept = [f"{name}: {value}" for name, value in request.headers if name.lower() not in dropped]
+    head = [f"{request.method} {path} {request.version}", f"Host: {authority}", *kept, "Connection: close"]
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")

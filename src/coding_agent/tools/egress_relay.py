@@ -17,13 +17,14 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from coding_agent.tools.egress_request import head_end
 from coding_agent.tools.egress_splice import DownloadSplice, splice_available
 
 __all__ = ["Busy", "ClientSide", "UpstreamSide", "answer_bytes"]
 
 _WRITE_BUFFER_HIGH = 1024 * 1024
-_REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 431: "Request Header Fields Too Large",
-            502: "Bad Gateway", 503: "Service Unavailable"}  # fmt: skip
+_REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 411: "Length Required",
+            431: "Request Header Fields Too Large", 502: "Bad Gateway", 503: "Service Unavailable"}  # fmt: skip
 
 
 def answer_bytes(status: int, message: str) -> bytes:
@@ -120,6 +121,7 @@ class ClientSide(_Side):
         self._initial = initial
         self._buffer = bytearray()
         self._timer: asyncio.TimerHandle | None = None
+        self._upload_left: int | None = None  # bytes still relayed to the origin; None: all
         self.task: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -135,10 +137,11 @@ class ClientSide(_Side):
 
     def data_received(self, data: bytes) -> None:
         if self.peer is not None or self.task is not None:
-            super().data_received(data)
+            self._upload(data)
             return
+        searched = len(self._buffer)
         self._buffer += data
-        end = self._buffer.find(b"\r\n\r\n")
+        end = head_end(self._buffer, searched)
         if end < 0:
             if len(self._buffer) > self._limit:
                 self.answer(431, "request head too large")
@@ -147,7 +150,7 @@ class ClientSide(_Side):
         self.transport.pause_reading()
         if self._timer is not None:
             self._timer.cancel()
-        head, rest = bytes(self._buffer[: end + 4]), bytes(self._buffer[end + 4 :])
+        head, rest = bytes(self._buffer[:end]), bytes(self._buffer[end:])
         self._buffer.clear()
         self.task = asyncio.get_running_loop().create_task(self._on_head(self, head, rest))
 
@@ -176,9 +179,18 @@ class ClientSide(_Side):
             self.transport.write(answer_bytes(status, message))
             self.transport.close()
 
-    def link(self, upstream: UpstreamSide, to_client: bytes, to_upstream: bytes) -> None:
+    def link(
+        self, upstream: UpstreamSide, to_client: bytes, to_upstream: bytes, following: bytes,
+        upload_limit: int | None = None,
+    ) -> None:  # fmt: skip
         """Start relaying: `to_client` (e.g. `200 Connection Established`) and `to_upstream`
-        (the rewritten head plus what followed it) are written first."""
+        (the rewritten head) are written first, then `following` (what the client sent
+        after its head).
+
+        `upload_limit`: how many bytes of the client's (its request's body) the origin
+        gets; what comes after them (a pipelined second request, never checked) is dropped.
+        None: everything, for a CONNECT tunnel's opaque stream.
+        """
         if self.transport is None or self.transport.is_closing() or upstream.transport is None:
             upstream.close()
             self.close()
@@ -189,12 +201,21 @@ class ClientSide(_Side):
             transport.set_write_buffer_limits(high=_WRITE_BUFFER_HIGH)
         if to_client:
             self.transport.write(to_client)
+        self._upload_left = upload_limit
         if to_upstream:
             upstream.transport.write(to_upstream)
+        self._upload(following)
         if self._eof and upstream.transport.can_write_eof():
             upstream.transport.write_eof()  # the client half-closed while we connected
         self._splice_download(upstream)
         self.transport.resume_reading()
+
+    def _upload(self, data: bytes) -> None:
+        if self._upload_left is not None:
+            data = data[: self._upload_left]
+            self._upload_left -= len(data)
+        if data:
+            super().data_received(data)
 
     def _splice_download(self, upstream: UpstreamSide) -> None:
         """Hand origin -> client to the kernel, when nothing is queued in the client's transport."""
