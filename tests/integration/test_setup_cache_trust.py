@@ -92,12 +92,13 @@ def gitlab() -> Iterator[GitLabSandbox]:
 
 
 async def test_gitlab_merge_requests_by_developers_are_trusted_by_reporters_not(gitlab: GitLabSandbox) -> None:
-    config = GitLabConfig(api_url=gitlab.url + "/api/v4", token=BOT_TOKEN, group="team", bot_name=BOT)
+    config = GitLabConfig(api_url=gitlab.url + "/api/v4", token=SecretStr(BOT_TOKEN), group="team", bot_name=BOT)
     source = GitLabSource(config, RetryPolicy(base_delay=0.01))
     try:
         by_developer = gitlab.state.create_merge_request("team/app", "Dev", "", author="dora", source_branch="dev")
         by_reporter = gitlab.state.create_merge_request("team/app", "Rep", "", author="reed", source_branch="rep")
-        tasks = [await source.get_task(TaskKey("gitlab", "team/app", TaskKind.CHANGE, n)) for n in (by_developer, by_reporter)]
+        keys = [TaskKey("gitlab", "team/app", TaskKind.CHANGE, number) for number in (by_developer, by_reporter)]
+        tasks = [await source.get_task(key) for key in keys]
         assert [await head_is_trusted(source, task) for task in tasks] == [True, False]
         identity = await source.repository_id("team/app")
         assert identity.startswith(f"gitlab {gitlab.url.rstrip('/')} ") and identity.split()[-1].isdigit()

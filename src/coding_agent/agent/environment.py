@@ -134,7 +134,8 @@ class RunEnvironment:
             plan = await plan_setup(settings, self._source, project)
             if plan is not None:
                 git = Git(timeout=self._config.workspace.git_timeout_seconds, redact=self._redactor.text)
-                mode, scope = self._config.security.sandbox, await self._cache_scope() if plan.cache else None
+                mode = self._config.security.sandbox
+                scope = await self._cache_scope() if plan.cache else None
                 self.setup = await run_setup(
                     plan, project, self._workspace, self._config, self.sandbox, git, mode, scope=scope
                 )
