@@ -21,8 +21,9 @@ from coding_agent.tools.sandbox import bwrap_usable
 from coding_agent.workspace.env_setup import plan_setup, run_setup
 from coding_agent.tools.host_git import git_dir_for
 from coding_agent.workspace.git import Git
-from coding_agent.workspace.setup_cache import SetupCache
+from coding_agent.workspace.setup_cache import CacheScope, SetupCache
 
+SCOPE = CacheScope("github https://api.github.com 1", trusted=True)
 needs_bwrap = pytest.mark.skipif(not bwrap_usable(Path("/tmp")), reason="bwrap cannot create namespaces here")
 
 
@@ -84,13 +85,15 @@ async def test_runaway_setup_is_killed_with_its_tree_and_leaves_the_workspace_us
     plan = await plan_setup(config.setup, _NoSource(), "acme/widgets")  # type: ignore[arg-type]
     assert plan is not None
     async with EgressProxy([], []) as proxy:
-        outcome = await run_setup(plan, "acme/widgets", workspace, config, EgressSandbox(proxy.socket_path), Git(timeout=30))
+        outcome = await run_setup(
+            plan, "acme/widgets", workspace, config, EgressSandbox(proxy.socket_path), Git(timeout=30), scope=SCOPE
+        )
     assert outcome.timed_out and not outcome.ok and "STARTED" in outcome.output_tail
     assert "timed out after 3s" in outcome.first_turn_note(3)
     assert not (workspace / "filler.bin").exists(), "what a failed setup created is removed"
     assert (workspace / "requirements.txt").read_text() == "tinypkg==1.0\n"
     assert _sleepers(tag) == [], "no process of the setup outlives it"
-    assert SetupCache(tmp_path / "cache").lookup(SetupCache(tmp_path / "cache").key("acme/widgets", plan.script, workspace)) is None
+    assert not list((tmp_path / "cache").glob("*/*/setup.json")), "a failed setup fills no cache entry"
 
 
 @needs_bwrap
@@ -145,13 +148,14 @@ async def test_cache_hit_restores_and_lockfile_change_misses(tmp_path: Path) -> 
     config = _config(tmp_path, commands=["mkdir -p .deps && echo built > .deps/lib.txt && echo RAN-SETUP"])
     plan = await plan_setup(config.setup, _NoSource(), "acme/widgets")  # type: ignore[arg-type]
     assert plan is not None
-    first, second, third = (_repository(tmp_path / "workspaces" / name) for name in ("a", "b", "c"))
-    (third / "requirements.txt").write_text("tinypkg==2.0\n")
+    first, second = (_repository(tmp_path / "workspaces" / name) for name in ("a", "b"))
+    third = tmp_path / "workspaces" / "c"
+    checkout_like(third, git_dir_for(third), {"requirements.txt": "tinypkg==2.0\n"})
     async with EgressProxy([], []) as proxy:
         egress, git = EgressSandbox(proxy.socket_path), Git(timeout=30)
-        cold = await run_setup(plan, "acme/widgets", first, config, egress, git)
-        warm = await run_setup(plan, "acme/widgets", second, config, egress, git)
-        changed = await run_setup(plan, "acme/widgets", third, config, egress, git)
+        cold = await run_setup(plan, "acme/widgets", first, config, egress, git, scope=SCOPE)
+        warm = await run_setup(plan, "acme/widgets", second, config, egress, git, scope=SCOPE)
+        changed = await run_setup(plan, "acme/widgets", third, config, egress, git, scope=SCOPE)
     assert cold.ok and not cold.cached and "RAN-SETUP" in cold.output_tail
     assert warm.cached and "RAN-SETUP" in warm.output_tail and (second / ".deps/lib.txt").read_text() == "built\n"
     assert "restored from the setup cache" in warm.first_turn_note(600)

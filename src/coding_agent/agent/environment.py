@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 from coding_agent.agent.loop import ToolRunner
+from coding_agent.agent.trust import head_is_trusted
 from coding_agent.config import AgentConfig, MCPServerConfig
 from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError
@@ -26,6 +27,7 @@ from coding_agent.tools.sandbox import SandboxUnavailable
 from coding_agent.tools.types import ToolResult
 from coding_agent.workspace.env_setup import REPOSITORY_SCRIPT, SetupOutcome, plan_setup, run_setup
 from coding_agent.workspace.git import Git
+from coding_agent.workspace.setup_cache import CacheScope
 
 __all__ = ["RunEnvironment", "WORKSPACE_SERVER_MODULE", "describe_egress", "is_workspace_server"]
 
@@ -84,8 +86,18 @@ class _AttributedTools:
 class RunEnvironment:
     """`async with RunEnvironment(...) as environment:` around the MCP servers; entering runs the setup."""
 
-    def __init__(self, config: AgentConfig, source: Source, task: Task, workspace: Path, redactor: Redactor) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        source: Source,
+        task: Task,
+        workspace: Path,
+        redactor: Redactor,
+        writers: frozenset[str] = frozenset(),
+    ) -> None:
+        """`writers`: who the claim of this run found to have write access (`Claim.writers`)."""
         egress = config.security.egress
+        self._writers = writers
         self._config = config
         self._source = source
         self._task = task
@@ -123,7 +135,10 @@ class RunEnvironment:
             if plan is not None:
                 git = Git(timeout=self._config.workspace.git_timeout_seconds, redact=self._redactor.text)
                 mode = self._config.security.sandbox
-                self.setup = await run_setup(plan, project, self._workspace, self._config, self.sandbox, git, mode)
+                scope = await self._cache_scope() if plan.cache else None
+                self.setup = await run_setup(
+                    plan, project, self._workspace, self._config, self.sandbox, git, mode, scope=scope
+                )
         except (AgentError, SandboxUnavailable) as error:
             message = self._redactor.text(str(error))
             log.warning("%s: setup could not start: %s", self._task.key, message)
@@ -131,6 +146,15 @@ class RunEnvironment:
         finally:
             self.proxy.phase, self.proxy.command = "run", "(no tool running)"
         return self.setup
+
+    async def _cache_scope(self) -> CacheScope | None:
+        """The setup cache's view of this run (SPEC 15); None (no cache) when the forge cannot say."""
+        try:
+            repository = await self._source.repository_id(self._task.key.project)
+        except AgentError as error:
+            log.warning("%s: setup cache not used: %s", self._task.key, self._redactor.text(str(error)))
+            return None
+        return CacheScope(repository, await head_is_trusted(self._source, self._task, self._writers))
 
     def servers(self, servers: list[MCPServerConfig]) -> list[MCPServerConfig]:
         """The MCP server configs with the proxy's socket handed to the built-in workspace server."""

@@ -263,7 +263,7 @@ class TaskRunner:
         from coding_agent.tools.hub import ToolHub
 
         # SPEC 7.1: the egress proxy and the setup, before the servers and the first request.
-        async with RunEnvironment(config, source, task, workspace, self._redactor) as environment, ToolHub(
+        async with RunEnvironment(config, source, task, workspace, self._redactor, writers) as environment, ToolHub(
             environment.servers(config.mcp_servers), config.tools, workspace, self._redactor.secrets
         ) as hub:
             # The conversation is read here, right before the first prompt is built from it:

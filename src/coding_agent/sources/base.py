@@ -126,5 +126,10 @@ class Source(Protocol):
         """`path` on the default branch (SPEC 7.1: the setup script; never a PR/MR head)."""
         ...
 
+    async def repository_id(self, project: str) -> str:
+        """The repository as no other on any forge is named: the forge's address and the
+        repository's own id (a repository deleted and made again under the name is another)."""
+        ...
+
     async def aclose(self) -> None:
         ...

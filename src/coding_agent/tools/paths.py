@@ -148,17 +148,21 @@ class ConfinedRoot:
         return os.open(self.root, _DIRECTORY_FLAGS)
 
     @contextmanager
-    def locate(self, path: str, *, follow_last: bool = True, make_parents: bool = False) -> Iterator[Located]:
+    def locate(
+        self, path: str, *, follow_last: bool = True, make_parents: bool = False, refuse_links: bool = False
+    ) -> Iterator[Located]:
         """Walk to `path` without following anything out of the root; yields its `Located`.
 
         `follow_last`: a symlink as the last component is followed (inside the root)
         rather than returned as itself. `make_parents`: missing directories are created.
+        `refuse_links`: a symlink as a directory on the way is refused, even one that stays
+        inside the root (for the host's own copies, which follow no link the tree holds).
         Raises `PathOutsideWorkspace`, `FileNotFoundError`, `NotADirectoryError`.
         """
         given = os.fspath(path)
         parts = self.components(given)
         for _ in range(_MAX_LINK_HOPS):
-            restart = self._walk(self.open_root(), parts, given, follow_last, make_parents)
+            restart = self._walk(self.open_root(), parts, given, follow_last, make_parents, refuse_links)
             if isinstance(restart, tuple):
                 parts = restart
                 continue
@@ -171,7 +175,7 @@ class ConfinedRoot:
         raise PathOutsideWorkspace(f"{given!r}: too many levels of symbolic links")
 
     def _walk(
-        self, fd: int, parts: tuple[str, ...], given: str, follow_last: bool, make_parents: bool
+        self, fd: int, parts: tuple[str, ...], given: str, follow_last: bool, make_parents: bool, refuse_links: bool
     ) -> Located | tuple[str, ...]:
         """One walk from the root descriptor `fd` (owned here): a `Located`, or new parts to restart with."""
         done: tuple[str, ...] = ()
@@ -187,6 +191,8 @@ class ConfinedRoot:
                     target = self._readlink(fd, name)
                     if target is None:
                         raise NotADirectoryError(errno.ENOTDIR, f"{'/'.join((*done, name))} is not a directory") from None
+                    if refuse_links:
+                        raise PathOutsideWorkspace(f"{given!r} goes through the symlink {'/'.join((*done, name))!r}")
                     os.close(fd)
                     fd = -1
                     return self._link_target(done, target, given) + parts[index + 1 :]

@@ -12,13 +12,14 @@ it is killed the same way.
 A failed or timed-out setup never fails the run: the model is told (exit code and the
 tail of the output) and the run goes on. What the setup created in the workspace is
 kept out of the agent's commit (`info/exclude`) and, with `setup.cache`, copied to the
-setup cache so that the next run of the same repository and lockfiles skips it.
+setup cache so that the next run of the same repository, script and lockfiles skips it;
+only a run whose workspace holds a trusted tree fills an entry (`setup_cache.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +28,11 @@ from coding_agent.config import AgentConfig, SetupConfig, SetupOverride
 from coding_agent.errors import AgentError
 from coding_agent.sources.base import Source
 from coding_agent.tools.egress_sandbox import EgressSandbox
+from coding_agent.tools.paths import ConfinedRoot
 from coding_agent.tools.sandbox import SandboxMode, run_command
 from coding_agent.workspace.disk_watch import DiskWatch
 from coding_agent.workspace.git import Git
-from coding_agent.workspace.setup_cache import SetupCache
+from coding_agent.workspace.setup_cache import CacheScope, SetupCache, remove_quietly
 
 __all__ = ["REPOSITORY_SCRIPT", "SetupOutcome", "SetupPlan", "plan_setup", "run_setup"]
 
@@ -130,14 +132,25 @@ async def plan_setup(config: SetupConfig, source: Source, project: str) -> Setup
     return SetupPlan("setup.commands from the agent's config", script, timeout, bool(settings.cache), disk_mb)
 
 
-async def _created_paths(git: Git, workspace: Path) -> set[str]:
-    """Untracked and ignored paths (directories collapsed), as git sees them."""
+async def _status(git: Git, workspace: Path) -> list[str]:
+    """`git status` records of everything that differs from the checked-out commit, ignored files too."""
     result = await git.run(
         workspace, "status", "--porcelain=v1", "-z", "--ignored=traditional", "--untracked-files=normal", check=False
     )
-    paths = {record[3:].rstrip("/") for record in result.stdout.split("\0") if record[:2] in ("??", "!!")}
+    return [record for record in result.stdout.split("\0") if record]
+
+
+def _created_paths(records: list[str]) -> set[str]:
+    """Untracked and ignored paths (directories collapsed) among `git status` records."""
+    paths = {record[3:].rstrip("/") for record in records if record[:2] in ("??", "!!")}
     # git lists ignored files inside an untracked directory too; keep the outermost only.
     return {path for path in paths if not any(path.startswith(other + "/") for other in paths)}
+
+
+async def _workspace_files(git: Git, workspace: Path) -> list[str]:
+    """Every file of the work tree git would commit: tracked, and untracked but not ignored."""
+    result = await git.run(workspace, "ls-files", "-z", "--cached", "--others", "--exclude-standard", check=False)
+    return sorted({path for path in result.stdout.split("\0") if path})
 
 
 async def _exclude(git: Git, workspace: Path, paths: list[str]) -> None:
@@ -153,12 +166,9 @@ async def _exclude(git: Git, workspace: Path, paths: list[str]) -> None:
 
 
 def _remove(workspace: Path, paths: list[str]) -> None:
+    root = ConfinedRoot(workspace)
     for relative in paths:
-        target = workspace / relative
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target, ignore_errors=True)
-        else:
-            target.unlink(missing_ok=True)
+        remove_quietly(root, relative)
 
 
 async def run_setup(
@@ -169,31 +179,40 @@ async def run_setup(
     egress: EgressSandbox | None,
     git: Git,
     sandbox: SandboxMode = "bwrap",
+    *,
+    scope: CacheScope | None = None,
 ) -> SetupOutcome:
-    """Run (or restore from the cache) `plan` in `workspace`. Never raises for the script's failures."""
+    """Run (or restore from the cache) `plan` in `workspace`. Never raises for the script's failures.
+
+    `scope`: the repository's identity and trust for the setup cache (SPEC 15); None
+    means no cache for this run. An entry is filled only when the scope is trusted and
+    the workspace is exactly its checked-out commit (nothing modified, nothing extra).
+    """
     started = time.monotonic()
     tail_chars = config.setup.output_tail_chars
-    cache = SetupCache(Path(config.setup.cache_dir)) if plan.cache else None
-    key = cache.key(project, plan.script, workspace) if cache is not None else ""
-    entry = cache.lookup(key) if cache is not None else None
-    if cache is not None and entry is not None:
-        cache.restore(entry, workspace)
-        await _exclude(git, workspace, entry.paths)
-        log.info("%s: setup restored from the cache (%s)", project, key[:12])
-        return SetupOutcome(plan.source, entry.exit_code, False, entry.output_tail, True, time.monotonic() - started)
-    before = await _created_paths(git, workspace)
+    records = await _status(git, workspace)
+    cache = SetupCache(Path(config.setup.cache_dir)) if plan.cache and scope is not None else None
+    key = ""
+    if cache is not None and scope is not None:
+        key = await asyncio.to_thread(cache.key, scope, plan.script, workspace, await _workspace_files(git, workspace))
+        entry = cache.lookup(key)
+        if entry is not None and await asyncio.to_thread(cache.restore, entry, workspace):
+            await _exclude(git, workspace, entry.paths)
+            log.info("%s: setup restored from the cache (%s)", project, key[:12])
+            return SetupOutcome(plan.source, entry.exit_code, False, entry.output_tail, True, time.monotonic() - started)
+    before = _created_paths(records)
     limit = plan.max_disk_mb * 1024 * 1024
     async with DiskWatch(workspace, limit) as watch:
         result = await run_command(
             plan.script, workspace, plan.timeout_seconds, sandbox, max_output_bytes=max(tail_chars * 2, 4096),
             egress=egress, stop=watch.stop, tmp_size_bytes=limit,
         )  # fmt: skip
-    created = sorted(await _created_paths(git, workspace) - before)
+    created = sorted(_created_paths(await _status(git, workspace)) - before)
     over_disk = plan.max_disk_mb if result.stopped and watch.exceeded else 0
     if result.exit_code != 0 or result.timed_out or over_disk:
         # A failed setup may have filled the disk or left half an install: give the model
         # the workspace as it was cloned (the repository's files are never touched here).
-        _remove(workspace, created)
+        await asyncio.to_thread(_remove, workspace, created)
         created = []
     await _exclude(git, workspace, created)
     tail = result.output[-tail_chars:] if tail_chars else ""
@@ -202,7 +221,8 @@ async def run_setup(
         "%s: setup from %s ended: exit %s%s in %.1fs", project, plan.source, result.exit_code, ending,
         result.duration_seconds,
     )  # fmt: skip
-    if cache is not None and result.exit_code == 0 and not result.timed_out:
-        cache.store(key, workspace, created, result.exit_code, tail)
+    trusted_tree = scope is not None and scope.trusted and not records
+    if cache is not None and trusted_tree and result.exit_code == 0 and not result.timed_out:
+        await asyncio.to_thread(cache.store, key, workspace, created, result.exit_code, tail)
     elapsed = time.monotonic() - started
     return SetupOutcome(plan.source, result.exit_code, result.timed_out, tail, False, elapsed, disk_limit_mb=over_disk)

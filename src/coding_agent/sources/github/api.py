@@ -270,6 +270,14 @@ class GitHubSource:
             raise ForgeError(f"github GET {where}: not a file")
         return base64.b64decode(data["content"])
 
+    async def repository_id(self, project: str) -> str:
+        owner, repo = split_project(project)
+        data = await self._json_object(f"/repos/{project}", lambda: self._rest.repos.async_get(owner, repo))
+        number = data.get("id")
+        if not isinstance(number, int):
+            raise ForgeError(f"github GET /repos/{project}: the repository has no id")
+        return f"github {self._config.api_url.rstrip('/')} {number}"
+
     def git_http_auth(self) -> str | None:
         """HTTP Basic with `x-access-token` as the user: what GitHub accepts from PATs and app tokens."""
         if not self._http.token:

@@ -331,6 +331,14 @@ class GitLabSource:
 
         return await self._http.call(f"GET {where}", read)
 
+    async def repository_id(self, project: str) -> str:
+        path = f"/projects/{project_ref(project)}"
+        data = await self._http.call(f"GET {path}", lambda: dict(self._http.gl.projects.get(project).attributes))
+        number = data.get("id")
+        if not isinstance(number, int):
+            raise ForgeError(f"gitlab GET {path}: the project has no id")
+        return f"gitlab {instance_url(self.config.api_url)} {number}"
+
     def git_http_auth(self) -> str | None:
         """HTTP Basic with user `oauth2` and the token as password (GitLab ignores the user for PATs)."""
         if not self._http.token:

@@ -115,6 +115,7 @@ def to_task(data: JSON, kind: TaskKind) -> Task:
     extra = {"id": str(data["id"]), "project_id": str(data.get("project_id", ""))}
     if kind is TaskKind.CHANGE:
         extra["draft"] = str(bool(data.get("draft"))).lower()
+        extra["source_project_id"] = str(data.get("source_project_id", ""))
     return Task(
         key=TaskKey("gitlab", project_path(data), kind, int(data["iid"])),
         title=data.get("title") or "",
