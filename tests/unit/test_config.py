@@ -80,9 +80,21 @@ def test_gitlab_needs_a_scope() -> None:
 def test_mcp_json_form_is_accepted() -> None:
     data = {**MINIMAL, "mcpServers": {"fs": {"command": "npx", "args": ["-y", "pkg", "{workspace}"], "env": {"A": "1"}}}}
     config = parse_config(data, env={"GH_TOKEN": "t"})
-    assert [(s.mcp_server_name, s.command, s.env) for s in config.mcp_servers] == [
+    assert [(s.mcp_server_name, s.command, s.env) for s in config.mcp_servers[1:]] == [
         ("fs", ["npx", "-y", "pkg", "{workspace}"], {"A": "1"})
     ]
+    assert config.mcp_servers[0].mcp_server_name == "workspace"  # SPEC 6: the built-in server stays
+
+
+def test_the_built_in_server_joins_the_configured_ones_unless_turned_off() -> None:
+    other = {"mcp_server_name": "team", "command": ["team-tools"]}
+    kept = parse_config({**MINIMAL, "mcp_servers": [other]}, env={"GH_TOKEN": "t"})
+    assert [s.mcp_server_name for s in kept.mcp_servers] == ["workspace", "team"]
+    off = parse_config({**MINIMAL, "mcp_servers": [other], "tools": {"builtin_workspace": False}}, env={"GH_TOKEN": "t"})
+    assert [s.mcp_server_name for s in off.mcp_servers] == ["team"]
+    own = {"mcp_server_name": "workspace", "command": ["{python}", "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"], "tools_allow": ["view"]}
+    replaced = parse_config({**MINIMAL, "mcp_servers": [own, other]}, env={"GH_TOKEN": "t"})
+    assert [(s.mcp_server_name, s.tools_allow) for s in replaced.mcp_servers] == [("workspace", ["view"]), ("team", None)]
 
 
 def test_unreadable_file(tmp_path: Path) -> None:

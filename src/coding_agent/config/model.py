@@ -37,6 +37,7 @@ from coding_agent.config.service_sections import (
     WebhooksConfig,
 )
 from coding_agent.config.tools import (
+    BUILTIN_SERVER_NAME,
     MCPServerConfig,
     ToolsConfig,
     builtin_workspace_server,
@@ -56,7 +57,7 @@ class AgentConfig(_Strict):
     gitlab: GitLabConfig | None = None
     llm: LLMConfig
     max_llm_process_num: int = Field(default=50, gt=0)
-    mcp_servers: list[MCPServerConfig] = Field(default_factory=lambda: [MCPServerConfig(**builtin_workspace_server())])
+    mcp_servers: list[MCPServerConfig] = Field(default_factory=list)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     workers: int = Field(default=1, ge=1)
@@ -105,6 +106,11 @@ class AgentConfig(_Strict):
             if getattr(self, name) is None:
                 raise ValueError(f"task_source includes {name!r} but there is no {name} section")
         names = [server.mcp_server_name for server in self.mcp_servers]
+        # SPEC 6: configuring a server never removes the built-in one; an entry of the
+        # operator's own named `workspace` takes its place (their command, their allow-list).
+        if self.tools.builtin_workspace and BUILTIN_SERVER_NAME not in names:
+            self.mcp_servers.insert(0, MCPServerConfig(**builtin_workspace_server()))
+            names.insert(0, BUILTIN_SERVER_NAME)
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"mcp_servers: duplicate mcp_server_name {', '.join(duplicates)}")

@@ -1,4 +1,5 @@
-"""The MCP sections: `mcp_servers` (with the built-in workspace server, their default) and `tools`.
+"""The MCP sections: `mcp_servers` (the operator's servers; the built-in workspace server joins them
+unless `tools.builtin_workspace` is false) and `tools`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from coding_agent.config.base import _Strict
 from coding_agent.prompts.prompting import text
 
 __all__ = [
+    "BUILTIN_SERVER_NAME",
     "MCPServerConfig",
     "WORKSPACE_SYSTEM_PROMPT",
     "builtin_workspace_server",
@@ -42,6 +44,7 @@ class MCPServerConfig(_Strict):
 
 
 WORKSPACE_SYSTEM_PROMPT = text("workspace_server.j2")
+BUILTIN_SERVER_NAME = "workspace"
 
 
 def builtin_workspace_server() -> dict[str, Any]:
@@ -50,7 +53,7 @@ def builtin_workspace_server() -> dict[str, Any]:
     It runs with this interpreter, so it works whether or not `coding-agent` is on PATH.
     """
     return {
-        "mcp_server_name": "workspace",
+        "mcp_server_name": BUILTIN_SERVER_NAME,
         "command": [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"],
         "system_prompt": WORKSPACE_SYSTEM_PROMPT,
     }
@@ -83,6 +86,10 @@ def with_sandbox_mode(command: list[str], mode: str) -> list[str]:
 
 
 class ToolsConfig(_Strict):
+    builtin_workspace: bool = Field(
+        default=True,
+        description="start the built-in workspace server beside the configured mcp_servers; false leaves it out",
+    )
     call_timeout_seconds: float = Field(default=120, gt=0)
     startup_timeout_seconds: float = Field(default=60, gt=0)
     max_output_chars: int = Field(default=20000, gt=0)
