@@ -24,6 +24,7 @@ from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey,
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.gitlab.client import PER_PAGE, GitLabClient
+from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
 from coding_agent.sources.http import LifetimeAnswers
 from coding_agent.sources.gitlab.mapping import (
     JSON,
@@ -42,6 +43,11 @@ from coding_agent.sources.gitlab.mapping import (
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
 __all__ = ["GitLabSource"]
+
+
+def _body(text: str) -> str:
+    """A note or description as GitLab may receive it: no quick action, within the size limit."""
+    return cap_body(neutralise_quick_actions(text), MAX_BODY_LENGTH)
 
 
 class GitLabSource:
@@ -169,7 +175,7 @@ class GitLabSource:
     async def post_comment(self, key: TaskKey, body: str) -> Comment:
         path = item_path(key) + "/notes"
         marker = new_marker()
-        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
+        text = marked(_body(body), marker)
 
         def create() -> JSON:
             item = self._http.manager(key).get(key.number, lazy=True)
@@ -183,7 +189,7 @@ class GitLabSource:
 
     async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
         path = f"{item_path(key)}/notes/{comment_id}"
-        text = cap_body(body, MAX_BODY_LENGTH)
+        text = _body(body)
 
         def update() -> None:
             self._http.manager(key).get(key.number, lazy=True).notes.update(int(comment_id), {"body": text})
@@ -286,7 +292,7 @@ class GitLabSource:
         """A note on the same discussion (`Thread.id` is the discussion id)."""
         path = f"{item_path(key)}/discussions/{thread_id}/notes"
         marker = new_marker()
-        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
+        text = marked(_body(body), marker)
 
         def create() -> JSON:
             item = self._http.manager(key).get(key.number, lazy=True)
@@ -384,8 +390,8 @@ class GitLabSource:
         fields = {
             "source_branch": head_branch,
             "target_branch": base_branch,
-            "title": title if title.lower().startswith("draft:") else f"Draft: {title}",
-            "description": cap_body(body, MAX_BODY_LENGTH),
+            "title": neutralise_quick_actions(title if title.lower().startswith("draft:") else f"Draft: {title}"),
+            "description": _body(body),
         }
 
         def create() -> JSON:
@@ -402,7 +408,7 @@ class GitLabSource:
         path = f"/projects/{project_ref(project)}/merge_requests/{number}"
 
         def update() -> JSON:
-            fields = {"description": cap_body(body, MAX_BODY_LENGTH)}
+            fields = {"description": _body(body)}
             return dict(self._http.gl.projects.get(project, lazy=True).mergerequests.update(number, fields))
 
         return to_change(await self._http.call(f"PUT {path}", update))
