@@ -2,7 +2,9 @@
 
 The request path (threads, retries, timeouts, conditional requests, error translation)
 is `client.py`; what GitLab's answers mean in domain terms is `mapping.py`. This module
-says which endpoints answer each `Source` question. (Over 300 lines: one method per
+says which endpoints answer each `Source` question. Every note, description and title
+it writes is neutralised first (`quick_actions.py`: GitLab would run a line-leading
+`/merge` as the bot); `mapping.py` undoes it on read. (Over 300 lines: one method per
 `Source` operation, each a few lines; splitting them would scatter the protocol.)
 """
 
