@@ -18,11 +18,26 @@ from typing import Any
 import pytest
 from markdown_it import MarkdownIt
 
+from coding_agent.context.storage import ContextStorage
+from coding_agent.redaction import Redactor
+from coding_agent.runtime.state_store import StateStore
+from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
 from coding_agent.testing.replay_model import ReplaySandbox
 
 from ._planning import action, plan, planning_config
 from ._steering import assign, run_cycle
-from .conftest import BOT, REPO, ForgeUnderTest, GitLabForge, llm_section, load_for_service, progress_comments, write_config
+from .conftest import (
+    BOT,
+    HELLO_SCRIPT,
+    MAINTAINER,
+    REPO,
+    ForgeUnderTest,
+    GitLabForge,
+    llm_section,
+    load_for_service,
+    progress_comments,
+    write_config,
+)
 
 JOINER = "\u200d"
 EVE = "eve"
@@ -92,6 +107,35 @@ def test_a_summary_of_quick_actions_in_a_new_merge_request_runs_none(gitlab_forg
     [final] = [body for body in _bot_bodies(gitlab_forge, "issue", number) if "Reviewed the change" in body]
     assert COMMAND_LINE.search(final) is None and final.replace(JOINER, "").startswith(ANSWER)
     assert "merge request !" in final
+
+
+def test_a_takeover_finds_the_neutralised_final_comment_its_predecessor_posted(
+    gitlab_forge: GitLabForge, tmp_path: Path
+) -> None:
+    """The dead worker posted the final comment (neutralised, as GitLab holds it) but died
+    before saying so: the next worker reads it back as the recorded words, and posts none."""
+    state = gitlab_forge.sandbox.state
+    number = gitlab_forge.open_task("issue", "Add a greeting file", "Please add hello.txt.")
+    state.remove_label(REPO, number, "coding agent", actor=BOT)
+    state.add_label(REPO, number, "coding agent processing", actor=BOT)
+    key = f"gitlab:{REPO}#{number}"
+    ContextStorage(tmp_path / "contexts", Redactor()).start_run("dead-run", task_key=key)
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        store.start_run("dead-run", key, "dead-worker", MAINTAINER)
+        store.record_final("dead-run", "done", ANSWER)
+        assert store.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
+    finally:
+        store.close()
+    state.add_note(REPO, number, BOT, neutralise_quick_actions(ANSWER))
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = write_config(tmp_path, [gitlab_forge], llm_section(model))
+        report = run_cycle(load_for_service(setup))
+
+    assert [(result.run_uuid, result.status) for result in report.results] == [("dead-run", "done")]
+    finals = [body for body in _bot_bodies(gitlab_forge, "issue", number) if "Reviewed the change" in body]
+    assert len(finals) == 1, "the final comment is not posted twice"
+    assert state.issue(REPO, number).quick_actions == []
 
 
 # ------------------------------------------------------------------ host-rendered model text
