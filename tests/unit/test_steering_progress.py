@@ -96,6 +96,7 @@ async def test_the_models_words_are_redacted_then_shown_inert() -> None:
         await progress.finish("done")
         [comment] = f.sandbox.state.comments(REPO, f.number)
 
-    assert "Using *** for @\u200dorg/team \\<img src=x>" in comment.body
-    assert "✓ `run'x` (command=echo *** \\[link\\](http\u200d://evil))" in comment.body
+    masked = "\\*\\*\\*"  # the redaction's *** as inert markdown: it still reads ***
+    assert f"Using {masked} for @\u200dorg/team \\<img src=x>" in comment.body
+    assert f"✓ `run'x` (command=echo {masked} \\[link\\](http\u200d://evil))" in comment.body
     assert "ss[w" not in comment.body and "ss\\[w" not in comment.body, "neither the secret nor its escaped form"
