@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from coding_agent.config import GitLabConfig
@@ -244,6 +246,67 @@ async def test_post_and_edit_comment(sandbox: GitLabSandbox, make_source: Source
     assert posted.author == "agent-bot" and posted.body == "Working on it"
     await source.edit_comment(issue_key(iid), posted.id, "Done")
     assert [(str(note.id), note.body) for note in state.notes(PROJECT, iid)] == [(posted.id, "Done")]
+
+
+QUICK_ACTIONS = "Looks done.\n/merge\n/approve\n/label ~x\n/assign @bob\n  /close\n> /unassign @agent-bot\nThat is all."
+# A line GitLab could take for a command: `/word` at its start; blanks and `>` too, to be strict.
+COMMAND_LINE = re.compile(r"^[\s>]*/\w", re.MULTILINE)
+
+
+async def test_notes_run_no_quick_action_and_read_back_as_written(sandbox: GitLabSandbox, make_source: SourceFactory) -> None:
+    state = sandbox.state
+    iid = state.create_merge_request(PROJECT, "Review", author="alice", source_branch="review")
+    thread_id = state.add_discussion(PROJECT, iid, "alice", "And this?")
+    source = make_source()
+
+    posted = await source.post_comment(mr_key(iid), QUICK_ACTIONS)
+    await source.edit_comment(mr_key(iid), posted.id, "Edited.\n" + QUICK_ACTIONS)
+    reply = await source.reply_in_thread(mr_key(iid), thread_id, QUICK_ACTIONS)
+
+    mr = state.merge_request(PROJECT, iid)
+    assert mr.quick_actions == [] and mr.state == "opened" and mr.approved_by == [] and "x" not in mr.labels
+    stored = [note.body for note in state.notes(PROJECT, iid, kind="mr", system=False)]
+    assert all(COMMAND_LINE.search(body) is None for body in stored), stored
+    assert posted.body == QUICK_ACTIONS and reply.body == QUICK_ACTIONS
+    [comment] = await source.list_comments(mr_key(iid))
+    assert comment.body == "Edited.\n" + QUICK_ACTIONS, "read back as it was written"
+    [thread] = await source.list_threads(mr_key(iid))
+    assert thread.comments[-1].body == QUICK_ACTIONS
+
+
+async def test_merge_request_title_and_description_run_no_quick_action(
+    sandbox: GitLabSandbox, make_source: SourceFactory
+) -> None:
+    state = sandbox.state
+    state.create_branch(PROJECT, "coding-agent/1-x")
+    source = make_source()
+
+    opened = await source.open_change(PROJECT, "coding-agent/1-x", "main", "draft: x\n/merge", QUICK_ACTIONS)
+    created = state.merge_request(PROJECT, opened.number)
+    updated = await source.update_change(PROJECT, opened.number, "Updated.\n" + QUICK_ACTIONS)
+    found = await source.find_open_change(PROJECT, "coding-agent/1-x")
+
+    mr = state.merge_request(PROJECT, opened.number)
+    assert mr.quick_actions == [] and mr.state == "opened" and mr.approved_by == [] and "x" not in mr.labels
+    assert COMMAND_LINE.search(created.description) is None and COMMAND_LINE.search(mr.description) is None
+    assert COMMAND_LINE.search(mr.title) is None
+    assert opened.body == QUICK_ACTIONS and updated.body == found.body == "Updated.\n" + QUICK_ACTIONS  # type: ignore[union-attr]
+
+
+async def test_the_sandbox_runs_quick_actions_as_gitlab_does(sandbox: GitLabSandbox) -> None:
+    """The attack the tests above guard against works on the sandbox: as the note's author."""
+    state = sandbox.state
+    iid = state.create_merge_request(PROJECT, "Review", author="alice", source_branch="review", assignees=["agent-bot"])
+    url = f"{sandbox.url}/api/v4/projects/{PROJECT.replace('/', '%2F')}/merge_requests/{iid}/notes"
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(url, headers={"PRIVATE-TOKEN": TOKEN}, json={"body": QUICK_ACTIONS})
+    assert answer.status_code == 201
+
+    mr = state.merge_request(PROJECT, iid)
+    assert mr.quick_actions == ["/merge", "/approve", "/label ~x", "/assign @bob"]
+    assert mr.state == "merged" and mr.approved_by == [state.require_user("agent-bot").id] and "x" in mr.labels
+    assert state.assignees_of(PROJECT, iid, kind="mr") == ["agent-bot", "bob"]
+    assert answer.json()["body"] == "Looks done.\n  /close\n> /unassign @agent-bot\nThat is all.", "run lines leave the note"
 
 
 @pytest.mark.parametrize(

@@ -84,3 +84,19 @@ async def test_an_adopted_comment_is_edited_not_posted_again() -> None:
         await again.finish("paused")
         [comment] = f.sandbox.state.comments(REPO, f.number)
         assert "⏸️ 一時停止中" in comment.body
+
+
+async def test_the_models_words_are_redacted_then_shown_inert() -> None:
+    secret = "p@ss[w]<rd>&x"  # a configured secret with the characters escaping changes
+    async with forge() as f:
+        progress = ProgressComment(f.source, f.key, Redactor([secret]), "en", "run-1", 0)
+        await progress.start()
+        progress.note_step(f"Using {secret} for @org/team <img src=x>")
+        progress.note_action("run`x", {"command": f"echo {secret} [link](http://evil)"}, is_error=False)
+        await progress.finish("done")
+        [comment] = f.sandbox.state.comments(REPO, f.number)
+
+    masked = "\\*\\*\\*"  # the redaction's *** as inert markdown: it still reads ***
+    assert f"Using {masked} for @\u200dorg/team \\<img src=x>" in comment.body
+    assert f"✓ `run'x` (command=echo {masked} \\[link\\](http\u200d://evil))" in comment.body
+    assert "ss[w" not in comment.body and "ss\\[w" not in comment.body, "neither the secret nor its escaped form"

@@ -5,7 +5,9 @@ in here instead of being posted as a comment of its own) and the last actions. E
 throttled to one per `min_edit_interval_seconds`: an update that comes sooner is written
 by a timer when the interval has passed, and `finish` always writes the final state.
 
-A progress comment that cannot be written is logged and never fails the run.
+A progress comment that cannot be written is logged and never fails the run. The
+model's words in it (step comments, tool names and arguments) are redacted, then made
+inert markdown (`markdown.py`): no HTML, image, link or mention of theirs works there.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from coding_agent.agent.loop import ToolRunner
+from coding_agent.agent.markdown import inert_markdown
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
@@ -100,10 +103,15 @@ class ProgressComment:
             self.earlier_notes += len(self.notes) - _SHOWN_STEPS
             del self.notes[: len(self.notes) - _SHOWN_STEPS]
 
+    def shown(self, text: str) -> str:
+        """The model's `text` as this comment shows it: redacted, then inert markdown."""
+        return inert_markdown(self._redactor.text(text))
+
     def note_action(self, tool: str, args: dict[str, Any], is_error: bool) -> None:
         mark = "✗" if is_error else "✓"
-        described = _describe_args(args)
-        self.actions.append(f"{mark} `{tool}`" + (f" ({described})" if described else ""))
+        described = self.shown(_describe_args(args))
+        name = tool.replace("`", "'")  # inside the code span: nothing there renders but a backtick
+        self.actions.append(f"{mark} `{name}`" + (f" ({described})" if described else ""))
         del self.actions[:-_SHOWN_ACTIONS]
 
     def render(self) -> str:
@@ -121,7 +129,7 @@ class ProgressComment:
             lines += ["", notice("progress_steps", lang)]
             if self.earlier_notes:
                 lines.append(notice("progress_earlier", lang, count=self.earlier_notes))
-            lines += [f"{number}. {text}" for number, text in self.notes]
+            lines += [f"{number}. {self.shown(text)}" for number, text in self.notes]
         if self.actions:
             lines += ["", notice("progress_actions", lang)]
             lines += [f"- {action}" for action in self.actions]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from coding_agent.agent.markdown import inert_markdown
 from coding_agent.agent.planning import PlanningPolicy, load_planning_state
 from coding_agent.agent.steering import RunControl
 from coding_agent.agent.trust import TrustCache
@@ -15,13 +16,17 @@ from coding_agent.context.memory import MemoryKeeper
 from coding_agent.domain.runs import RunRecord
 from coding_agent.domain.tasks import Comment, Task, Thread
 from coding_agent.llm.protocols import ReplyProtocol
+from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 
 __all__ = ["planner_for", "first_turn_for"]
 
 
-def planner_for(config: AgentConfig, protocol: ReplyProtocol, workspace: Path, control: RunControl) -> PlanningPolicy | None:
-    """Planning mode's policy (SPEC 10), its state restored for a continued run."""
+def planner_for(
+    config: AgentConfig, protocol: ReplyProtocol, workspace: Path, control: RunControl, redactor: Redactor
+) -> PlanningPolicy | None:
+    """Planning mode's policy (SPEC 10), its state restored for a continued run. Its
+    checklist shows the model's words redacted, then inert (escaping could hide a secret)."""
     if not config.planning.enabled:
         return None
     saved = control.saved_planning()
@@ -35,6 +40,7 @@ def planner_for(config: AgentConfig, protocol: ReplyProtocol, workspace: Path, c
         lambda: control.steps,
         state,
         git_timeout=config.workspace.git_timeout_seconds,
+        shown=lambda text: inert_markdown(redactor.text(text)),
     )
     control.describe_position = planner.describe
     control.planning_state = planner.get_state

@@ -253,7 +253,7 @@ class TaskRunner:
         ready()
         control.save_work = lambda: clone.pause(files.run_uuid, control.steps)  # SPEC 8.3: a WIP commit
         protocol = create_protocol(config.llm.function_calling)
-        planner = planner_for(config, protocol, workspace, control)
+        planner = planner_for(config, protocol, workspace, control, self._redactor)
         policy: LoopPolicy = planner or ProtocolPolicy(protocol)
         instructions = protocol.instructions()
         if planner is not None:

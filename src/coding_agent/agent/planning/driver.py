@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from coding_agent.agent.planning.checklist import checklist_lines, headline, position
+from coding_agent.agent.markdown import inert_markdown
+from coding_agent.agent.planning.checklist import Shown, checklist_lines, headline, position
 from coding_agent.agent.planning.models import Action, Phase, PlanningState
 from coding_agent.agent.planning.prompts import final_comment, phase_request
 from coding_agent.agent.planning.replies import PHASE_TOOLS, PhaseReply, find_phase_reply
@@ -61,6 +62,7 @@ class PlanningPolicy:
         steps: Callable[[], int],
         state: PlanningState | None = None,
         git_timeout: float = 60,
+        shown: Shown = inert_markdown,
     ) -> None:
         self.settings = settings
         self.protocol = protocol
@@ -71,6 +73,7 @@ class PlanningPolicy:
         self._post_comment = post_comment
         self._steps = steps
         self._git_timeout = git_timeout
+        self._shown = shown  # the model's words in the checklist on the forge: redacted, inert
         self._effect: _Effect | None = None
         self._json = JsonTextProtocol()
         self.final_label = ""
@@ -343,8 +346,8 @@ class PlanningPolicy:
         """Update the checklist; `force` writes at once (a new plan, a revision, additions)."""
         if self._progress is None:
             return
-        self._progress.plan_headline = headline(self.state, self._phase_label(), self._steps())
-        self._progress.plan_lines = checklist_lines(self.state, self.settings.max_steps_per_action)
+        self._progress.plan_headline = headline(self.state, self._phase_label(), self._steps(), self._shown)
+        self._progress.plan_lines = checklist_lines(self.state, self.settings.max_steps_per_action, self._shown)
         await (self._progress.flush() if force else self._progress.refresh())
 
     async def _post_checklist(self) -> None:
@@ -353,7 +356,8 @@ class PlanningPolicy:
         if self._progress is not None:
             await self._show(force=True)
             return
-        lines = [headline(self.state, self._phase_label(), self._steps()), "", *checklist_lines(self.state, self.settings.max_steps_per_action)]
+        top = headline(self.state, self._phase_label(), self._steps(), self._shown)
+        lines = [top, "", *checklist_lines(self.state, self.settings.max_steps_per_action, self._shown)]
         await self._post_comment("\n".join(lines))
 
     async def finish(self) -> None:

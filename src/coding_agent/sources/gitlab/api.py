@@ -2,7 +2,9 @@
 
 The request path (threads, retries, timeouts, conditional requests, error translation)
 is `client.py`; what GitLab's answers mean in domain terms is `mapping.py`. This module
-says which endpoints answer each `Source` question. (Over 300 lines: one method per
+says which endpoints answer each `Source` question. Every note, description and title
+it writes is neutralised first (`quick_actions.py`: GitLab would run a line-leading
+`/merge` as the bot); `mapping.py` undoes it on read. (Over 300 lines: one method per
 `Source` operation, each a few lines; splitting them would scatter the protocol.)
 """
 
@@ -24,6 +26,7 @@ from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey,
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.gitlab.client import PER_PAGE, GitLabClient
+from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
 from coding_agent.sources.http import LifetimeAnswers
 from coding_agent.sources.gitlab.mapping import (
     JSON,
@@ -42,6 +45,11 @@ from coding_agent.sources.gitlab.mapping import (
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
 __all__ = ["GitLabSource"]
+
+
+def _body(text: str) -> str:
+    """A note or description as GitLab may receive it: no quick action, within the size limit."""
+    return cap_body(neutralise_quick_actions(text), MAX_BODY_LENGTH)
 
 
 class GitLabSource:
@@ -169,7 +177,7 @@ class GitLabSource:
     async def post_comment(self, key: TaskKey, body: str) -> Comment:
         path = item_path(key) + "/notes"
         marker = new_marker()
-        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
+        text = marked(_body(body), marker)
 
         def create() -> JSON:
             item = self._http.manager(key).get(key.number, lazy=True)
@@ -183,7 +191,7 @@ class GitLabSource:
 
     async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
         path = f"{item_path(key)}/notes/{comment_id}"
-        text = cap_body(body, MAX_BODY_LENGTH)
+        text = _body(body)
 
         def update() -> None:
             self._http.manager(key).get(key.number, lazy=True).notes.update(int(comment_id), {"body": text})
@@ -286,7 +294,7 @@ class GitLabSource:
         """A note on the same discussion (`Thread.id` is the discussion id)."""
         path = f"{item_path(key)}/discussions/{thread_id}/notes"
         marker = new_marker()
-        text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
+        text = marked(_body(body), marker)
 
         def create() -> JSON:
             item = self._http.manager(key).get(key.number, lazy=True)
@@ -392,8 +400,8 @@ class GitLabSource:
         fields = {
             "source_branch": head_branch,
             "target_branch": base_branch,
-            "title": title if title.lower().startswith("draft:") else f"Draft: {title}",
-            "description": cap_body(body, MAX_BODY_LENGTH),
+            "title": neutralise_quick_actions(title if title.lower().startswith("draft:") else f"Draft: {title}"),
+            "description": _body(body),
         }
 
         def create() -> JSON:
@@ -410,7 +418,7 @@ class GitLabSource:
         path = f"/projects/{project_ref(project)}/merge_requests/{number}"
 
         def update() -> JSON:
-            fields = {"description": cap_body(body, MAX_BODY_LENGTH)}
+            fields = {"description": _body(body)}
             return dict(self._http.gl.projects.get(project, lazy=True).mergerequests.update(number, fields))
 
         return to_change(await self._http.call(f"PUT {path}", update))

@@ -13,6 +13,7 @@ from urllib.parse import quote
 from coding_agent.domain.delivery import ChangeRequest
 from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, TaskKind
 from coding_agent.errors import ForgeError
+from coding_agent.sources.gitlab.quick_actions import restore_quick_actions
 from coding_agent.sources.writes import strip_marker
 
 __all__ = [
@@ -86,11 +87,11 @@ def assignees(data: JSON) -> list[str]:
 
 
 def to_comment(note: JSON, thread_id: str | None = None) -> Comment:
-    """A note as the domain sees it: without our hidden marker."""
+    """A note as the domain sees it: without our hidden marker and quick-action joiners."""
     return Comment(
         id=str(note["id"]),
         author=(note.get("author") or {}).get("username", ""),
-        body=strip_marker(note.get("body") or ""),
+        body=restore_quick_actions(strip_marker(note.get("body") or "")),
         created_at=_parse_time(note["created_at"]),
         thread_id=thread_id,
     )
@@ -118,8 +119,8 @@ def to_task(data: JSON, kind: TaskKind) -> Task:
         extra["source_project_id"] = str(data.get("source_project_id", ""))
     return Task(
         key=TaskKey("gitlab", project_path(data), kind, int(data["iid"])),
-        title=data.get("title") or "",
-        body=data.get("description") or "",
+        title=restore_quick_actions(data.get("title") or ""),
+        body=restore_quick_actions(data.get("description") or ""),
         author=(data.get("author") or {}).get("username", ""),
         labels=tuple(data.get("labels") or ()),
         assignees=tuple(assignees(data)),
@@ -139,6 +140,6 @@ def to_change(data: JSON) -> ChangeRequest:
         url=str(data.get("web_url") or ""),
         head_branch=str(data.get("source_branch") or ""),
         base_branch=str(data.get("target_branch") or ""),
-        body=str(data.get("description") or ""),
+        body=restore_quick_actions(str(data.get("description") or "")),
         draft=bool(data.get("draft") or data.get("work_in_progress")),
     )

@@ -1,5 +1,6 @@
 """The GitLab testing server's endpoints of issues and merge requests: listing them (in
-a group or a project, with GitLab's filters), creating, reading and updating one."""
+a group or a project, with GitLab's filters), creating, reading and updating one. A
+description created or edited runs its quick actions, as its author (`quick_actions.py`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from starlette.responses import Response
 from coding_agent.testing.gitlab import serialize as js
 from coding_agent.testing.gitlab.endpoints import group_of, item_of, kind_of, project_of, require_params, user_ids
 from coding_agent.testing.gitlab.models import Item, ItemKind, Project
+from coding_agent.testing.gitlab.quick_actions import run_quick_actions
 from coding_agent.testing.gitlab.state import GitLabState
 from coding_agent.testing.gitlab.web import ApiError, Call, as_list, json_response, paginated
 
@@ -133,6 +135,7 @@ def create_item(state: GitLabState, call: Call) -> Response:
     else:
         iid = state.create_issue(project.id, title, description, author, labels=labels, assignees=assignees)
     item = project.items(kind)[iid]
+    item.description = run_quick_actions(state, item, call.user.id, item.description)
     return json_response(call.request, js.item_json(state, item, call.base_url), status=201)
 
 
@@ -148,7 +151,8 @@ def update_item(state: GitLabState, call: Call) -> Response:
     touched = False
     for field in ("title", "description") + (("target_branch",) if item.kind == "mr" else ()):
         if field in params and params[field] is not None:
-            setattr(item, field, str(params[field]))
+            value = str(params[field])
+            setattr(item, field, run_quick_actions(state, item, actor, value) if field == "description" else value)
             touched = True
     if "labels" in params:
         state.set_labels(item, as_list(params["labels"]), actor)

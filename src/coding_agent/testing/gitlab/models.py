@@ -138,6 +138,8 @@ class Item:
     notes: dict[int, Note] = field(default_factory=dict)
     discussions: dict[str, Discussion] = field(default_factory=dict)
     label_events: list[LabelEvent] = field(default_factory=list)
+    approved_by: list[int] = field(default_factory=list)  # user ids (`/approve`)
+    quick_actions: list[str] = field(default_factory=list)  # the quick actions run on it, in order
 
     @property
     def draft(self) -> bool:

@@ -1,4 +1,7 @@
-"""The GitLab testing server's endpoints of notes and discussions on issues and merge requests."""
+"""The GitLab testing server's endpoints of notes and discussions on issues and merge requests.
+
+A note created or edited runs its quick actions, as its author (`quick_actions.py`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from starlette.responses import Response
 
 from coding_agent.testing.gitlab import serialize as js
 from coding_agent.testing.gitlab.endpoints import discussion_of, item_of, note_of, require_params
+from coding_agent.testing.gitlab.quick_actions import run_quick_actions
 from coding_agent.testing.gitlab.state import GitLabState
 from coding_agent.testing.gitlab.web import ApiError, Call, json_response, paginated
 
@@ -41,16 +45,18 @@ def get_note(state: GitLabState, call: Call) -> Response:
 
 def create_note(state: GitLabState, call: Call) -> Response:
     require_params(call, "body")
-    note = state.post_note(item_of(state, call), call.user.id, str(call.params["body"]))
+    item = item_of(state, call)
+    note = state.post_note(item, call.user.id, run_quick_actions(state, item, call.user.id, str(call.params["body"])))
     return json_response(call.request, js.note_json(state, note, call.base_url), status=201)
 
 
 def update_note(state: GitLabState, call: Call) -> Response:
     require_params(call, "body")
-    note = note_of(item_of(state, call), call)
+    item = item_of(state, call)
+    note = note_of(item, call)
     if note.author_id != call.user.id and call.user.username != "root":
         raise ApiError(403, "403 Forbidden")
-    state.edit_note(note, str(call.params["body"]))
+    state.edit_note(note, run_quick_actions(state, item, call.user.id, str(call.params["body"])))
     return json_response(call.request, js.note_json(state, note, call.base_url))
 
 
@@ -74,12 +80,14 @@ def create_discussion(state: GitLabState, call: Call) -> Response:
     position = call.params.get("position")
     if position is not None and not isinstance(position, dict):
         raise ApiError(400, "position is invalid", key="error")
-    discussion = state.start_discussion(item, call.user.id, str(call.params["body"]), position)
+    body = run_quick_actions(state, item, call.user.id, str(call.params["body"]))
+    discussion = state.start_discussion(item, call.user.id, body, position)
     return json_response(call.request, js.discussion_json(state, item, discussion, call.base_url), status=201)
 
 
 def reply_discussion(state: GitLabState, call: Call) -> Response:
     require_params(call, "body")
     item = item_of(state, call)
-    note = state.reply(item, discussion_of(item, call), call.user.id, str(call.params["body"]))
+    body = run_quick_actions(state, item, call.user.id, str(call.params["body"]))
+    note = state.reply(item, discussion_of(item, call), call.user.id, body)
     return json_response(call.request, js.note_json(state, note, call.base_url), status=201)

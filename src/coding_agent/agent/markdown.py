@@ -1,0 +1,39 @@
+"""Model text the host puts into its own markdown on a forge, made inert (SPEC 15).
+
+The progress comment and the planning checklist show the model's words (the plan's
+goal, action descriptions and summaries, step comments, tool arguments) inside
+markdown the host writes. Those words are untrusted: raw, `<img src=...>` would load a
+tracker in every reader's browser, `[text](url)` would hide where a link goes, and
+`@org/team` would ping a team with the bot's voice. `inert_markdown` keeps the words
+and what they read as, and takes away what they would do:
+
+- markdown's active characters (`\\`, backticks, `<`, `[`, `]`, `&`, `*`, `_`, `~`) are
+  backslash-escaped: no HTML, no code span closing the host's, no link or image, no
+  entity, no emphasis or strikethrough (`~~` is how the checklist marks a dropped action);
+- an `@` before a name gets a zero-width joiner after it: no mention (GitHub and GitLab
+  match the name right after the `@`; an escape would not help, they read the rendered text);
+- bare URLs get the same joiner before `://`, and `www` before its dot: no autolink.
+
+Redact before calling it: a secret with one of those characters would no longer read
+as itself afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["inert_markdown", "JOINER"]
+
+JOINER = "\u200d"  # ZERO WIDTH JOINER: invisible, and neither a name nor a URL character
+_ACTIVE = re.compile(r"([\\`<\[\]&*_~])")
+_MENTION = re.compile(r"@(?=\S)")
+_SCHEME = re.compile(r"(?<=\w)(?=://)")
+_WWW = re.compile(r"(?i)(?<![\w.])(www)(?=\.)")
+
+
+def inert_markdown(text: str) -> str:
+    """`text` as markdown that renders as the same words and does nothing else."""
+    text = _MENTION.sub("@" + JOINER, text)
+    text = _SCHEME.sub(JOINER, text)
+    text = _WWW.sub(r"\1" + JOINER, text)
+    return _ACTIVE.sub(r"\\\1", text)
