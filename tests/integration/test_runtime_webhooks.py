@@ -328,7 +328,8 @@ async def test_a_stalled_body_is_cut_off_at_the_deadline(sink: RecordingSink, gi
     _, hooks, number = github
     body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
     config = _config(github_secret=SECRET, body_timeout_seconds=0.5)
-    answer = await _post(config, sink, "/webhooks/github", _stalling(body[:10], asyncio.Event()), hooks.headers("issues", body, SECRET))
+    stalled = _stalling(body[:10], asyncio.Event())
+    answer = await _post(config, sink, "/webhooks/github", stalled, hooks.headers("issues", body, SECRET))
     assert (answer.status_code, answer.headers["connection"]) == (408, "close")
     assert "not received within 0.5 s" in answer.text and sink.accepted == []
 
@@ -350,9 +351,8 @@ async def test_bodies_beyond_max_concurrent_are_503_at_once(sink: RecordingSink,
     body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
     app = build_app(webhook_routes(_config(github_secret=SECRET, max_concurrent=1), sink))
     resume, reading = asyncio.Event(), asyncio.Event()
-    slow = asyncio.create_task(
-        _post_to(app, "/webhooks/github", _stalling(body[:10], resume, body[10:], reading), hooks.headers("issues", body, SECRET))
-    )
+    stalled = _stalling(body[:10], resume, body[10:], reading)
+    slow = asyncio.create_task(_post_to(app, "/webhooks/github", stalled, hooks.headers("issues", body, SECRET)))
     try:
         await asyncio.wait_for(reading.wait(), 30)
         refused = await _post_to(app, "/webhooks/github", body, hooks.headers("issues", body, SECRET))

@@ -241,12 +241,15 @@ async def _deliver(sink: WebhookSink, hints: list[Hint], forge: str, event: str)
     return _answer(202 if hints else 200, "accepted" if hints else "nothing to do")
 
 
+_Handler = Callable[[Request, AgentConfig, WebhookSink, BodyReader], Awaitable[Response]]
+
+
 def webhook_routes(config: AgentConfig, sink: WebhookSink) -> list[Route]:
     """Both endpoints, sharing one `BodyReader`: `webhooks.max_concurrent` bounds the
     bodies read at once by the process, not per forge."""
     reader = BodyReader(config.webhooks.max_concurrent, config.webhooks.body_timeout_seconds)
 
-    def endpoint(handler: Callable[[Request, AgentConfig, WebhookSink, BodyReader], Awaitable[Response]]):  # type: ignore[no-untyped-def]
+    def endpoint(handler: _Handler) -> Callable[[Request], Awaitable[Response]]:
         async def route(request: Request) -> Response:
             return await handler(request, config, sink, reader)
 
