@@ -5,9 +5,12 @@ githubkit's typed webhook models to accept them)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import httpx
 import pytest
@@ -72,10 +75,29 @@ def github() -> tuple[GitHubState, GitHubWebhooks, int]:
     return state, GitHubWebhooks(state), number
 
 
-async def _post(config: AgentConfig, sink: RecordingSink, path: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
-    transport = httpx.ASGITransport(app=build_app(webhook_routes(config, sink)))
+async def _post(
+    config: AgentConfig, sink: RecordingSink, path: str, body: bytes | AsyncIterator[bytes], headers: dict[str, str]
+) -> httpx.Response:
+    """POST to a fresh app of `config` (`body` as an iterator: sent chunked, as it comes)."""
+    return await _post_to(build_app(webhook_routes(config, sink)), path, body, headers)
+
+
+async def _post_to(app: Any, path: str, body: bytes | AsyncIterator[bytes], headers: dict[str, str]) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
         return await client.post(path, content=body, headers=headers)
+
+
+async def _stalling(
+    first: bytes, resume: asyncio.Event, rest: bytes = b"", reading: asyncio.Event | None = None
+) -> AsyncIterator[bytes]:
+    """A body that sends `first`, then nothing until `resume` is set (never, unless set);
+    `reading` is set once the server asks for more than `first`."""
+    yield first
+    if reading is not None:
+        reading.set()
+    await resume.wait()
+    yield rest
 
 
 async def test_a_signed_labeled_issue_is_enqueued(sink: RecordingSink, github: Any) -> None:
@@ -211,10 +233,13 @@ def _gitlab_note_hook() -> dict[str, Any]:
 
 
 def _gitlab_headers(event: str, token: str = GITLAB_TOKEN, uuid: str | None = None) -> dict[str, str]:
-    headers = {"X-Gitlab-Event": event, "X-Gitlab-Token": token, "Content-Type": "application/json"}
-    if uuid:
-        headers["X-Gitlab-Event-UUID"] = uuid
-    return headers
+    """GitLab's headers, with a fresh `X-Gitlab-Event-UUID` unless `uuid` is given."""
+    return {
+        "X-Gitlab-Event": event,
+        "X-Gitlab-Token": token,
+        "X-Gitlab-Event-UUID": uuid or str(uuid4()),
+        "Content-Type": "application/json",
+    }
 
 
 async def test_gitlab_issue_hook_with_the_label_is_enqueued(sink: RecordingSink) -> None:
@@ -257,4 +282,99 @@ async def test_gitlab_out_of_scope_and_not_json_enqueue_nothing(sink: RecordingS
         await _post(_config(), sink, "/webhooks/gitlab", b"[]", _gitlab_headers("Issue Hook")),
     ]
     assert [answer.status_code for answer in answers] == [200, 400, 200]
+    assert sink.accepted == []
+
+
+# -- Hostile deliveries (SPEC 15) ---------------------------------------------------------
+
+SLOW_SECONDS = 60.0  # what a body read would wait for: a refusal is answered without it
+
+
+async def test_a_delivery_without_an_id_is_refused_before_its_body_is_read(sink: RecordingSink, github: Any) -> None:
+    _, hooks, number = github
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    headers = hooks.headers("issues", body, SECRET)
+    del headers["X-GitHub-Delivery"]
+    gitlab_headers = _gitlab_headers("Issue Hook")
+    del gitlab_headers["X-Gitlab-Event-UUID"]
+    config = _config(github_secret=SECRET, gitlab_token=GITLAB_TOKEN, body_timeout_seconds=SLOW_SECONDS)
+    never = asyncio.Event()
+    answers = await asyncio.wait_for(
+        asyncio.gather(
+            _post(config, sink, "/webhooks/github", _stalling(body[:10], never), headers),
+            _post(config, sink, "/webhooks/gitlab", _stalling(b"{", never), gitlab_headers),
+        ),
+        SLOW_SECONDS / 2,
+    )
+    assert [answer.status_code for answer in answers] == [400, 400]
+    assert "X-GitHub-Delivery" in answers[0].text and "X-Gitlab-Event-UUID" in answers[1].text
+    assert all(answer.headers["connection"] == "close" for answer in answers), "the unread body closes the connection"
+    assert sink.accepted == []
+
+
+async def test_an_unsigned_delivery_is_401_before_its_body_is_read(sink: RecordingSink, github: Any) -> None:
+    _, hooks, number = github
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    headers = hooks.headers("issues", body, SECRET)
+    del headers["X-Hub-Signature-256"]
+    config = _config(github_secret=SECRET, body_timeout_seconds=SLOW_SECONDS)
+    answer = await asyncio.wait_for(
+        _post(config, sink, "/webhooks/github", _stalling(body[:10], asyncio.Event()), headers), SLOW_SECONDS / 2
+    )
+    assert (answer.status_code, answer.headers["connection"]) == (401, "close") and sink.accepted == []
+
+
+async def test_a_stalled_body_is_cut_off_at_the_deadline(sink: RecordingSink, github: Any) -> None:
+    _, hooks, number = github
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    config = _config(github_secret=SECRET, body_timeout_seconds=0.5)
+    stalled = _stalling(body[:10], asyncio.Event())
+    answer = await _post(config, sink, "/webhooks/github", stalled, hooks.headers("issues", body, SECRET))
+    assert (answer.status_code, answer.headers["connection"]) == (408, "close")
+    assert "not received within 0.5 s" in answer.text and sink.accepted == []
+
+
+async def test_a_chunked_body_over_one_mib_is_413(sink: RecordingSink, github: Any) -> None:
+    """No Content-Length to refuse by: the cap is on what arrives."""
+    _, hooks, _ = github
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(20):
+            yield b" " * 65536
+
+    answer = await _post(_config(), sink, "/webhooks/github", chunks(), hooks.headers("issues", b"", SECRET))
+    assert answer.status_code == 413 and sink.accepted == []
+
+
+async def test_bodies_beyond_max_concurrent_are_503_at_once(sink: RecordingSink, github: Any) -> None:
+    _, hooks, number = github
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    app = build_app(webhook_routes(_config(github_secret=SECRET, max_concurrent=1), sink))
+    resume, reading = asyncio.Event(), asyncio.Event()
+    stalled = _stalling(body[:10], resume, body[10:], reading)
+    slow = asyncio.create_task(_post_to(app, "/webhooks/github", stalled, hooks.headers("issues", body, SECRET)))
+    try:
+        await asyncio.wait_for(reading.wait(), 30)
+        refused = await _post_to(app, "/webhooks/github", body, hooks.headers("issues", body, SECRET))
+    finally:
+        resume.set()
+    assert (refused.status_code, refused.headers["connection"]) == (503, "close")
+    assert (await slow).status_code == 202, "the one being read goes on"
+    assert sink.accepted == [("new", f"github:{REPO}#{number}")]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"issue": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b"[" * 200_000,
+        b'{"a": ' + b'{"b": ' * 65 + b"1" + b"}" * 65 + b"}",
+    ],
+    ids=["deep", "unclosed", "just-too-deep"],
+)
+async def test_a_signed_body_nesting_too_deep_is_400_not_500(sink: RecordingSink, body: bytes) -> None:
+    github_answer = await _post(_config(), sink, "/webhooks/github", body, GitHubWebhooks.headers("issues", body, SECRET))
+    gitlab_answer = await _post(_config(), sink, "/webhooks/gitlab", body, _gitlab_headers("Issue Hook"))
+    assert [github_answer.status_code, gitlab_answer.status_code] == [400, 400]
+    assert "nests deeper than 64 levels" in github_answer.text and "nests deeper than 64 levels" in gitlab_answer.text
     assert sink.accepted == []

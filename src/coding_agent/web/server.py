@@ -34,6 +34,7 @@ from coding_agent.web.auth import TokenGuard, login_routes
 from coding_agent.web.dashboard import dashboard_routes
 from coding_agent.web.metrics import health_routes
 from coding_agent.web.same_origin import SameOriginGuard
+from coding_agent.web.uvicorn_config import uvicorn_config
 from coding_agent.web.webhooks import warm_up, webhook_routes
 
 __all__ = [
@@ -115,7 +116,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 @contextlib.asynccontextmanager
 async def _serving(app: Starlette, sock: socket.socket) -> AsyncIterator[str]:
-    server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+    server = _Server(uvicorn_config(app))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     host, port = sock.getsockname()[:2]
     url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"

@@ -1,9 +1,14 @@
 """`POST /webhooks/github` and `POST /webhooks/gitlab` (SPEC 11.2).
 
-A delivery is verified first (GitHub: HMAC-SHA256 of the raw body in
-`X-Hub-Signature-256`, checked by githubkit's `verify`; GitLab: `X-Gitlab-Token`,
-compared in constant time) and only then read: 401 and nothing else without a valid
-signature, 413 over 1 MiB, a delivery id seen before is answered 200 and ignored.
+Hostile traffic is the normal case for a public endpoint (SPEC 15), so a delivery is
+judged by its headers before its body is read: no signature header (GitHub) or a wrong
+`X-Gitlab-Token` is 401, no delivery id (`X-GitHub-Delivery`, GitLab `Idempotency-Key` /
+`X-Gitlab-Event-UUID`) is 400, a declared Content-Length over 1 MiB is 413. Only then is
+the body read (`webhook_body.BodyReader`: a deadline, the 1 MiB cap, at most
+`webhooks.max_concurrent` at once), the GitHub signature (HMAC-SHA256 of the raw body in
+`X-Hub-Signature-256`, checked by githubkit's `verify`) verified, and a delivery id seen
+before answered 200 and ignored. A refusal before the body was read closes the
+connection, so the unread rest of a body never keeps it open.
 
 A valid event is a hint, never a decision: it enqueues the task key (the claim still
 checks the labels, the lease and who triggered it), or, for a comment or an unassign
@@ -25,7 +30,6 @@ the same app (`web/app.py`).
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,12 +41,12 @@ from starlette.routing import Route
 
 from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig
 from coding_agent.errors import QueueUnavailable
+from coding_agent.web.webhook_body import MAX_BODY_BYTES, BodyReader, Refusal, parse_json
 
 __all__ = ["Hint", "WebhookSink", "webhook_routes", "github_hints", "gitlab_hints", "MAX_BODY_BYTES", "warm_up"]
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1024 * 1024
 GITHUB_EVENTS = frozenset({"issues", "issue_comment", "pull_request", "pull_request_review_comment"})
 GITLAB_EVENTS = frozenset({"Issue Hook", "Merge Request Hook", "Note Hook"})
 
@@ -70,26 +74,14 @@ class WebhookSink(Protocol):
         ...
 
 
-class _TooLarge(Exception):
-    pass
-
-
-async def _body(request: Request) -> bytes:
-    """The raw body, refused beyond MAX_BODY_BYTES without reading it all."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise _TooLarge
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise _TooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _answer(status: int, message: str) -> Response:
     return JSONResponse({"message": message}, status_code=status)
+
+
+def _refuse(status: int, message: str) -> Response:
+    """An answer given before the whole body was read: the connection is closed after it,
+    or the unread rest of the body would be left to keep it open."""
+    return JSONResponse({"message": message}, status_code=status, headers={"Connection": "close"})
 
 
 # -- GitHub ----------------------------------------------------------------------------
@@ -139,29 +131,33 @@ def github_hints(config: GitHubConfig, event: str, payload: Any) -> list[Hint]:
     return []
 
 
-async def _github(request: Request, config: AgentConfig, sink: WebhookSink) -> Response:
+async def _github(request: Request, config: AgentConfig, sink: WebhookSink, reader: BodyReader) -> Response:
     secret = config.webhooks.github_secret.get_secret_value() if config.webhooks.github_secret else ""
     if not secret or config.github is None:
-        return _answer(404, "GitHub webhooks are not configured (webhooks.github_secret)")
+        return _refuse(404, "GitHub webhooks are not configured (webhooks.github_secret)")
+    signature = request.headers.get("x-hub-signature-256", "")
+    if not signature.startswith("sha256="):
+        return _refuse(401, "missing or wrong X-Hub-Signature-256")
+    delivery = request.headers.get("x-github-delivery", "")
+    if not delivery:
+        return _refuse(400, "no X-GitHub-Delivery header: a delivery without an id is refused")
     try:
-        body = await _body(request)
-    except _TooLarge:
-        return _answer(413, f"body over {MAX_BODY_BYTES} bytes")
+        body = await reader.read(request)
+    except Refusal as refusal:
+        return _refuse(refusal.status, refusal.message)
     from githubkit.webhooks import verify  # imported once the first delivery comes (or warm_up)
 
-    signature = request.headers.get("x-hub-signature-256", "")
-    if not signature.startswith("sha256=") or not verify(secret, body, signature):
+    if not verify(secret, body, signature):
         return _answer(401, "missing or wrong X-Hub-Signature-256")
     event = request.headers.get("x-github-event", "")
     if event not in GITHUB_EVENTS:
         return _answer(202, f"event {event[:40]!r} is not used")
-    delivery = request.headers.get("x-github-delivery", "")
-    if delivery and not await sink.first_delivery(f"github:{delivery[:150]}"):
+    if not await sink.first_delivery(f"github:{delivery[:150]}"):
         return _answer(200, "duplicate delivery ignored")
     try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return _answer(400, "body is not JSON")
+        payload = parse_json(body)
+    except Refusal as refusal:
+        return _answer(refusal.status, refusal.message)
     if not isinstance(payload, dict):
         return _answer(400, f"not a {event} event")
     return await _deliver(sink, github_hints(config.github, event, payload), "github", event)
@@ -208,27 +204,29 @@ def gitlab_hints(config: GitLabConfig, event: str, payload: Any) -> list[Hint]:
     return hints
 
 
-async def _gitlab(request: Request, config: AgentConfig, sink: WebhookSink) -> Response:
+async def _gitlab(request: Request, config: AgentConfig, sink: WebhookSink, reader: BodyReader) -> Response:
     token = config.webhooks.gitlab_token.get_secret_value() if config.webhooks.gitlab_token else ""
     if not token or config.gitlab is None:
-        return _answer(404, "GitLab webhooks are not configured (webhooks.gitlab_token)")
+        return _refuse(404, "GitLab webhooks are not configured (webhooks.gitlab_token)")
     given = request.headers.get("x-gitlab-token", "")
     if not hmac.compare_digest(given.encode(), token.encode()):
-        return _answer(401, "missing or wrong X-Gitlab-Token")
-    try:
-        body = await _body(request)
-    except _TooLarge:
-        return _answer(413, f"body over {MAX_BODY_BYTES} bytes")
+        return _refuse(401, "missing or wrong X-Gitlab-Token")
+    delivery = request.headers.get("idempotency-key") or request.headers.get("x-gitlab-event-uuid") or ""
+    if not delivery:
+        return _refuse(400, "no X-Gitlab-Event-UUID header: a delivery without an id is refused")
     event = request.headers.get("x-gitlab-event", "")
     if event not in GITLAB_EVENTS:
-        return _answer(202, f"event {event[:40]!r} is not used")
-    delivery = request.headers.get("idempotency-key") or request.headers.get("x-gitlab-event-uuid") or ""
-    if delivery and not await sink.first_delivery(f"gitlab:{delivery[:150]}"):
+        return _refuse(202, f"event {event[:40]!r} is not used")
+    try:
+        body = await reader.read(request)
+    except Refusal as refusal:
+        return _refuse(refusal.status, refusal.message)
+    if not await sink.first_delivery(f"gitlab:{delivery[:150]}"):
         return _answer(200, "duplicate delivery ignored")
     try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return _answer(400, "body is not JSON")
+        payload = parse_json(body)
+    except Refusal as refusal:
+        return _answer(refusal.status, refusal.message)
     return await _deliver(sink, gitlab_hints(config.gitlab, event, payload), "gitlab", event)
 
 
@@ -243,10 +241,17 @@ async def _deliver(sink: WebhookSink, hints: list[Hint], forge: str, event: str)
     return _answer(202 if hints else 200, "accepted" if hints else "nothing to do")
 
 
+_Handler = Callable[[Request, AgentConfig, WebhookSink, BodyReader], Awaitable[Response]]
+
+
 def webhook_routes(config: AgentConfig, sink: WebhookSink) -> list[Route]:
-    def endpoint(handler: Callable[[Request, AgentConfig, WebhookSink], Awaitable[Response]]):  # type: ignore[no-untyped-def]
+    """Both endpoints, sharing one `BodyReader`: `webhooks.max_concurrent` bounds the
+    bodies read at once by the process, not per forge."""
+    reader = BodyReader(config.webhooks.max_concurrent, config.webhooks.body_timeout_seconds)
+
+    def endpoint(handler: _Handler) -> Callable[[Request], Awaitable[Response]]:
         async def route(request: Request) -> Response:
-            return await handler(request, config, sink)
+            return await handler(request, config, sink, reader)
 
         return route
 

@@ -1,0 +1,67 @@
+"""How uvicorn serves the app: its limits against hostile clients, and its logging (SPEC
+11.4, 15).
+
+The webhooks face the internet and share the workers' process, so what a client can make
+the server hold is bounded: at most MAX_CONNECTIONS connections and requests at once
+(uvicorn answers any more 503), request headers of at most MAX_HEADER_BYTES, a request's
+headers within REQUEST_HEADERS_SECONDS of the connection or of the previous response
+(uvicorn has no such deadline of its own: a connection sending half a request line and
+then nothing would be held for good), and an idle keep-alive connection closed after
+KEEP_ALIVE_SECONDS. Bodies are the webhook endpoints' own business
+(`webhook_body.BodyReader`).
+
+uvicorn's records go through the agent's logging (`logging_setup.py`: the log file, the
+redaction filter) rather than uvicorn's default handlers, which print to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import uvicorn
+from starlette.types import ASGIApp
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["MAX_CONNECTIONS", "REQUEST_HEADERS_SECONDS", "uvicorn_config"]
+
+MAX_CONNECTIONS = 512
+MAX_HEADER_BYTES = 16 * 1024
+REQUEST_HEADERS_SECONDS = 10.0
+KEEP_ALIVE_SECONDS = 5
+
+
+class _H11WithHeadersDeadline(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose next request's headers have not
+    all arrived REQUEST_HEADERS_SECONDS after it opened or after its last response."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_headers_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_headers_deadline()
+
+    def _arm_headers_deadline(self) -> None:
+        self.loop.call_later(REQUEST_HEADERS_SECONDS, self._close_if_no_request_since, self.cycle)
+
+    def _close_if_no_request_since(self, cycle: Any) -> None:
+        # A new request (a new cycle) or one still being answered keeps the connection.
+        if self.cycle is cycle and (cycle is None or cycle.response_complete) and not self.transport.is_closing():
+            self.transport.close()
+
+
+def uvicorn_config(app: ASGIApp) -> uvicorn.Config:
+    """The server's configuration for `app` (lifespan off: the CLI owns start and stop)."""
+    return uvicorn.Config(
+        app,
+        http=_H11WithHeadersDeadline,
+        lifespan="off",
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        limit_concurrency=MAX_CONNECTIONS,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+    )
