@@ -211,6 +211,7 @@ def test_fill_puts_what_the_first_user_message_says_into_the_reply(http: httpx.C
             "replies": [
                 {"tool": "workspace/create", "args": {"path": "NOTES-{{number}}.md", "content": "{{title}}\n"}, "comment": "On #{{number}}"},
                 {"done": "Wrote NOTES-{{number}}.md about {{title}} {{unknown}}"},
+                {"text": '{"thread_memory": "wrote NOTES-{{number}}.md"}'},
             ],
         }
     )
@@ -223,6 +224,8 @@ def test_fill_puts_what_the_first_user_message_says_into_the_reply(http: httpx.C
     assert unmatched["command"]["args"] == {"path": "NOTES-.md", "content": "\n"}
     done = json.loads(_chat(http, "# Issue github:a/b#42: Add a {{number}} <b>logo</b>\n\nbody").json()["choices"][0]["message"]["content"])
     assert done == {"done": True, "comment": "Wrote NOTES-42.md about Add a {{number}} <b>logo</b> {{unknown}}"}
+    text = _chat(http, "# Issue github:a/b#42: Add a {{number}} <b>logo</b>\n\nbody").json()["choices"][0]["message"]
+    assert text["content"] == '{"thread_memory": "wrote NOTES-42.md"}'
 
 
 def test_fill_needs_a_regex_with_one_group() -> None:

@@ -6,7 +6,7 @@ Script format (YAML, JSON or a dict)::
 
     model: replay-model         # optional name reported by /v1/models and /api/tags
     latency_seconds: 0          # optional fixed delay per reply (benchmarks, the playground)
-    fill:                       # optional: `{{name}}` in a reply's args, comment and done text
+    fill:                       # optional: `{{name}}` in a reply's args, comment, text, done
       number: '#([0-9]+):'      # becomes this regex's group in the conversation's first user
                                 # message ("" when it does not match); one script, any task
     replies:                    # consumed in order, per conversation
@@ -223,7 +223,7 @@ class ReplayScript:
         def text(value: str) -> str:
             return _PLACEHOLDER.sub(lambda found: values.get(found.group(1), found.group(0)), value)
 
-        return replace(step, args=_fill_values(step.args, text), comment=text(step.comment))
+        return replace(step, args=_fill_values(step.args, text), comment=text(step.comment), text=text(step.text))
 
     def phase_key(self, marker: str) -> str | None:
         """The longest `phases` key the marker's text starts with."""
