@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,8 +26,6 @@ from playwright.async_api import Page, async_playwright, expect
 from coding_agent.testing.waiting import wait_for, wait_until
 from tests.integration.test_operator_dashboard_browser import ARGS, chromium  # noqa: F401 (the fixture)
 
-pytestmark = pytest.mark.long
-
 TASK = "github:demo/hello-world#{}"
 URL_LINES = {
     "forge": re.compile(r"^Sandbox forge page: (http://127\.0\.0\.1:\d+/_playground/)", re.M),
@@ -38,12 +37,12 @@ URL_LINES = {
 class Playground:
     """The `demo --serve` process, its output files and the URLs it printed."""
 
-    def __init__(self, directory: Path, *args: str) -> None:
+    def __init__(self, directory: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.scratch = directory / "tmp"
         self.scratch.mkdir()
         self.stdout = directory / "stdout.txt"
         self.stderr = directory / "stderr.txt"
-        env = {**os.environ, "TMPDIR": str(self.scratch), "GITHUB_TOKEN": "ghp_not_the_sandbox_token_5e1b"}
+        env = {**(env or os.environ), "TMPDIR": str(self.scratch), "GITHUB_TOKEN": "ghp_not_the_sandbox_token_5e1b"}
         with self.stdout.open("w") as out, self.stderr.open("w") as err:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "coding_agent.cli", "demo", "--serve", *args],
@@ -108,6 +107,7 @@ def _section(page: Page, number: int) -> Any:
     return page.locator(f'section.issue[data-issue="{number}"]')
 
 
+@pytest.mark.long
 async def test_open_label_watch_done_then_comment_and_unassign_a_running_one(
     playground: Playground, chromium: str  # noqa: F811 (the fixture)
 ) -> None:
@@ -145,8 +145,10 @@ async def test_open_label_watch_done_then_comment_and_unassign_a_running_one(
     assert playground.interrupt() == 0, playground.output()
     assert list(playground.scratch.iterdir()) == []  # its temp directory is gone
     assert "ghp_not_the_sandbox_token_5e1b" not in playground.output()
+    assert "poll: 0 pending task(s), 0 run(s)" not in playground.stderr.read_text()  # idle polls stay quiet
 
 
+@pytest.mark.long
 def test_dir_keeps_the_playground_files(tmp_path: Path) -> None:
     kept = tmp_path / "kept"
     playground = Playground(tmp_path, "--dir", str(kept))
@@ -158,3 +160,40 @@ def test_dir_keeps_the_playground_files(tmp_path: Path) -> None:
         playground.kill()
     assert (kept / "state.db").is_file()
     assert f"kept in {kept}" in playground.stdout.read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [(["--planning"], "needs a model that plans: add --llm"), (["--llm", "--config", "missing.yaml"], "missing.yaml")],
+)
+def test_what_the_playground_cannot_do_is_refused_naming_why(tmp_path: Path, args: list[str], problem: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "coding_agent.cli", "demo", "--serve", *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert problem in result.stdout + result.stderr
+
+
+def test_without_bwrap_your_own_model_is_refused_and_the_replay_model_says_so_first(tmp_path: Path) -> None:
+    """The replay model runs only its scripted steps, so without bubblewrap it may run
+    unsandboxed (saying so first); a model of yours runs what it likes: refused."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for program in ("git", "python3", "sh"):
+        (bin_dir / program).symlink_to(shutil.which(program) or program)
+    env = {**os.environ, "PATH": str(bin_dir)}
+    config = tmp_path / "config.yaml"
+    config.write_text("task_source: github\ngithub: {owner: acme, token: t-4c1d}\nllm: {provider: ollama, ollama: {model: m}}\n")
+    refused = subprocess.run(
+        [sys.executable, "-m", "coding_agent.cli", "demo", "--serve", "--llm", "--config", str(config)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "needs bubblewrap (bwrap)" in refused.stderr, refused.stdout + refused.stderr
+    playground = Playground(tmp_path, env=env)
+    try:
+        first = playground.stdout.read_text().splitlines()[0]
+        assert "security.sandbox: none" in first and "bwrap" in first
+        assert playground.interrupt() == 0, playground.output()
+    finally:
+        playground.kill()

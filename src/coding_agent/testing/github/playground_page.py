@@ -134,7 +134,7 @@ def page_html(repo: str, maintainer: str, bot: str, dashboard_url: str | None) -
         else "the dashboard"
     )
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{escape(repo)}: coding-agent playground</title>
+<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{escape(repo)}: coding-agent playground</title>
 <style>{_STYLE}</style></head>
 <body data-api="/_playground">
 <header><h1>{escape(repo)}</h1>
