@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import Page, async_playwright, expect
+from playwright.async_api import Locator, Page, async_playwright, expect
 
 from coding_agent.testing.waiting import wait_for, wait_until
 from tests.integration.test_operator_dashboard_browser import ARGS, chromium  # noqa: F401 (the fixture)
@@ -103,7 +103,7 @@ async def _open_issue(page: Page, title: str, body: str) -> int:
     return int(await section.get_attribute("data-issue") or 0)
 
 
-def _section(page: Page, number: int) -> Any:
+def _section(page: Page, number: int) -> Locator:
     return page.locator(f'section.issue[data-issue="{number}"]')
 
 

@@ -6,6 +6,7 @@ token."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -37,7 +38,7 @@ def page(sandbox: GitHubSandbox) -> Iterator[httpx.Client]:
         yield client
 
 
-def _issue(page: httpx.Client, number: int) -> dict:
+def _issue(page: httpx.Client, number: int) -> dict[str, Any]:
     issues = page.get("/issues").json()["issues"]
     return next(issue for issue in issues if issue["number"] == number)
 
@@ -88,13 +89,19 @@ def test_the_page_needs_no_token_but_the_api_still_does(sandbox: GitHubSandbox) 
     ],
 )
 def test_bad_writes_are_refused_naming_the_problem(
-    sandbox: GitHubSandbox, page: httpx.Client, path: str, request_args: dict, status: int, problem: str
+    sandbox: GitHubSandbox, page: httpx.Client, path: str, request_args: dict[str, Any], status: int, problem: str
 ) -> None:
     sandbox.state.create_issue(REPO, "One", author=MAINTAINER)
     response = page.post(path, **request_args)
     assert response.status_code == status
     assert problem in response.json()["error"]
     assert [issue.title for issue in sandbox.state.issues()] == ["One"]
+
+
+def test_reads_too_answer_only_on_the_loopback_address(page: httpx.Client) -> None:
+    for path in ("/", "/issues"):
+        response = page.get(path, headers={"Host": "rebound.example:8080"})
+        assert response.status_code == 403 and "loopback" in response.json()["error"]
 
 
 def test_pull_requests_are_not_issues_here(sandbox: GitHubSandbox, page: httpx.Client) -> None:

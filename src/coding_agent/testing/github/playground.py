@@ -69,11 +69,17 @@ def _text(body: dict[str, Any], name: str, limit: int, required: bool) -> str:
     return value
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    """The JSON object a write sends; refused from anywhere but a page served here."""
+def _loopback_host(request: Request) -> str:
+    """The request's `Host`, when it names the loopback address (no DNS rebinding)."""
     host = request.headers.get("host", "")
     if host.rpartition(":")[0] not in _LOOPBACK_HOSTS:
         raise _BadRequest(f"the playground answers only on the loopback address, not on Host {host!r}", 403)
+    return host
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    """The JSON object a write sends; refused from anywhere but a page served here."""
+    host = _loopback_host(request)
     origin = request.headers.get("origin")
     if origin is not None and origin != f"http://{host}":
         raise _BadRequest("a write must come from the playground's own page", 403)
@@ -104,9 +110,11 @@ class _Endpoints:
         return issue
 
     async def page(self, request: Request) -> Response:
+        _loopback_host(request)
         return HTMLResponse(page_html(self.settings.repo, self.settings.maintainer, self.settings.bot, self.settings.dashboard_url))
 
     async def issues(self, request: Request) -> Response:
+        _loopback_host(request)
         return JSONResponse({"issues": [self._issue_view(issue) for issue in self._issues()]})
 
     def _issues(self) -> list[IssueRecord]:
