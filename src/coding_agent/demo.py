@@ -4,16 +4,23 @@ A sandbox GitHub (the testing server, with a real git repository behind it), the
 built-in MCP workspace server, and the replay model (a scripted model that says so), or
 the operator's own model with `--llm`. It prints each event as it happens and ends with
 the issue's labels and comments and the draft pull request that holds the change.
+
+`demo --serve` keeps it running as a playground: the sandbox forge's page for people
+(`testing/github/playground.py`), the dashboard, and the agent working whatever is
+labelled there, the replay model making a small scripted change for any issue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
+import signal
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,19 +28,23 @@ from typing import Any
 import typer
 import yaml
 
-from coding_agent.config import LLMConfig, parse_config
+from coding_agent.config import AgentConfig, LLMConfig, parse_config
 from coding_agent.logging_setup import configure_logging
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.service import AgentService
 from coding_agent.testing.github import GitHubSandbox
+from coding_agent.testing.github.playground import Playground
 from coding_agent.testing.replay_model import ReplaySandbox, ReplayScript
 
-__all__ = ["run_demo", "DEMO_REPO", "DEMO_BOT", "DEMO_USER"]
+__all__ = ["run_demo", "run_playground", "ServeHttp", "DEMO_REPO", "DEMO_BOT", "DEMO_USER"]
 
 DEMO_REPO = "demo/hello-world"
 DEMO_USER = "octocat"
 DEMO_BOT = "coding-agent-bot"
 _DEMO_TOKEN = "demo-bot-token-not-a-secret"
+
+# Serves the dashboard of a service while the block runs, yielding its URL (or None).
+ServeHttp = Callable[[AgentConfig, AgentService], AbstractAsyncContextManager[str | None]]
 
 
 def _demo_script(planning: bool = False) -> ReplayScript:
@@ -62,7 +73,8 @@ def _config(
     }
 
 
-def _seed(sandbox: GitHubSandbox) -> int:
+def _seed_repository(sandbox: GitHubSandbox) -> None:
+    """The demo's repository, its maintainer and the bot (with write access)."""
     state = sandbox.state
     state.add_user(DEMO_USER)
     state.add_user(DEMO_BOT, token=_DEMO_TOKEN, bot=True)
@@ -70,6 +82,11 @@ def _seed(sandbox: GitHubSandbox) -> int:
     state.init_repo(DEMO_REPO, files={"README.md": "# hello-world\n\nThe repository of `coding-agent demo`.\n"})
     state.set_permission(DEMO_REPO, DEMO_USER, "admin")
     state.set_permission(DEMO_REPO, DEMO_BOT, "write")
+
+
+def _seed(sandbox: GitHubSandbox) -> int:
+    state = sandbox.state
+    _seed_repository(sandbox)
     number = state.create_issue(
         DEMO_REPO,
         "Add a greeting script",
@@ -128,23 +145,28 @@ def run_demo(llm: LLMConfig | None, keep: Path | None, planning: bool = False) -
         return _run_in(directory, llm, keep is not None, sandbox_none, planning)
 
 
+def _model(llm: LLMConfig | None, script: ReplayScript) -> tuple[ReplaySandbox | None, dict[str, Any]]:
+    """The `llm` config section: the operator's model (`--llm`), else the replay model
+    playing `script`, started here (the caller stops it)."""
+    if llm is not None:
+        section = llm.model_dump(mode="json", exclude_none=True)
+        for name in ("openai", "lmstudio"):
+            provider = getattr(llm, name)
+            if provider is not None and provider.api_key is not None:
+                section[name]["api_key"] = provider.api_key.get_secret_value()
+        return None, section
+    replay = ReplaySandbox(script).start()
+    return replay, {
+        "provider": "openai",
+        "function_calling": True,
+        "openai": {"base_url": replay.openai_base_url, "api_key": "demo-replay-key", "model": "replay-model"},
+    }
+
+
 def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bool, planning: bool) -> int:
     with GitHubSandbox() as forge:
         number = _seed(forge)
-        if llm is None:
-            replay: ReplaySandbox | None = ReplaySandbox(_demo_script(planning)).start()
-            llm_section: dict[str, Any] = {
-                "provider": "openai",
-                "function_calling": True,
-                "openai": {"base_url": replay.openai_base_url, "api_key": "demo-replay-key", "model": "replay-model"},
-            }
-        else:
-            replay = None
-            llm_section = llm.model_dump(mode="json", exclude_none=True)
-            for name in ("openai", "lmstudio"):
-                section = getattr(llm, name)
-                if section is not None and section.api_key is not None:
-                    llm_section[name]["api_key"] = section.api_key.get_secret_value()
+        replay, llm_section = _model(llm, _demo_script(planning))
         try:
             # An empty environment: forge tokens exported for real work (GITHUB_TOKEN ...)
             # must not replace the sandbox forge's token (SPEC 12).
@@ -164,6 +186,93 @@ def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bo
         where = f" and the log in {directory / 'logs'}" if keep else "; run with --dir DIR to keep the log"
         typer.echo(f"The demo task did not finish as done; see the comments above{where}.", err=True)
     return 0 if ok else 1
+
+
+def run_playground(llm: LLMConfig | None, keep: Path | None, serve_http: ServeHttp, planning: bool = False) -> int:
+    """`demo --serve` (SPEC 12): the sandbox forge with its page for people, the dashboard
+    (served by `serve_http`, the web layer's, which this module sits below) and the agent
+    working what is labelled there, until Ctrl-C; return the process exit code."""
+    if planning and llm is None:
+        typer.echo("demo --serve --planning needs a model that plans: add --llm (the replay model does not).", err=True)
+        return 2
+    sandbox_none = _no_bwrap()
+    if sandbox_none and llm is not None:
+        typer.echo("demo --serve --llm runs the commands of your model: it needs bubblewrap (bwrap), not found.", err=True)
+        return 2
+    if sandbox_none:
+        typer.echo(
+            "No bubblewrap (bwrap) on this machine: the playground runs with security.sandbox: none "
+            "(commands unsandboxed; the replay model runs only its own scripted steps)."
+        )
+    with _demo_directory(keep) as directory:
+        playground = Playground(DEMO_REPO, DEMO_USER, DEMO_BOT)
+        with GitHubSandbox(playground=playground) as forge:
+            _seed_repository(forge)
+            replay, llm_section = _model(llm, _playground_script())
+            try:
+                data = _config(forge.url, llm_section, directory, sandbox_none, planning, keep is not None)
+                config = parse_config({**data, **_PLAYGROUND_SETTINGS}, source="demo --serve", env={})
+                configure_logging(config.logging, Redactor(config.secrets()), console=True)
+                logging.getLogger("coding_agent.runtime.producer").addFilter(_quiet_idle_polls)
+                typer.echo(f"Files of this playground: {directory}" + ("" if keep else " (removed when it ends; --dir DIR keeps them)"))
+                asyncio.run(_serve_playground(config, forge, playground, replay, serve_http))
+            except KeyboardInterrupt:  # a second Ctrl-C: end now, still removing what it made
+                typer.echo("Interrupted.")
+            finally:
+                if replay is not None:
+                    replay.stop()
+    typer.echo(f"Stopped. The playground's files are kept in {directory}." if keep else f"Stopped. Removed {directory}.")
+    return 0
+
+
+# Picked up within a second or two of labelling; an unassign seen at the next step;
+# a few issues at once.
+_PLAYGROUND_SETTINGS: dict[str, Any] = {
+    "scheduling": {"interval_seconds": 1},
+    "task_stop": {"enabled": True, "check_interval": 1, "min_check_interval_seconds": 0},
+    "dashboard": {"enabled": True, "bind": "127.0.0.1:0"},
+    "workers": 3,
+}
+
+
+def _quiet_idle_polls(record: logging.LogRecord) -> bool:
+    """Drop the log line of a poll that found nothing: the playground polls every second."""
+    return not (str(record.msg).startswith("poll: %d pending") and record.args == (0, 0))
+
+
+def _playground_script() -> ReplayScript:
+    text = resources.files("coding_agent.testing").joinpath("scripts/playground.yaml").read_text(encoding="utf-8")
+    return ReplayScript.from_dict(yaml.safe_load(text))
+
+
+async def _serve_playground(
+    config: AgentConfig, forge: GitHubSandbox, playground: Playground, replay: ReplaySandbox | None, serve_http: ServeHttp
+) -> None:
+    """Serve until SIGINT/SIGTERM: the first pauses the running tasks at their next step
+    and ends the service (a second ends the process at once)."""
+    service = AgentService(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        service.request_shutdown()
+        stop.set()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal)
+    try:
+        async with serve_http(config, service) as dashboard_url:
+            playground.dashboard_url = dashboard_url
+            typer.echo(f"Sandbox forge page: {forge.playground_url} (open and label issues there, as @{DEMO_USER})")
+            typer.echo(f"Dashboard: {dashboard_url or 'not served (see the log)'}")
+            model = f"the replay model (scripted) at {replay.url}" if replay else f"{config.llm.provider} {config.llm.active.model}"
+            typer.echo(f"Model: {model}")
+            typer.echo("Ctrl-C ends it.")
+            await service.serve(stop)
+    finally:
+        await service.aclose()
 
 
 async def _run_once(config: Any) -> Any:

@@ -201,3 +201,35 @@ def test_script_loads_from_yaml_file(tmp_path: Path) -> None:
 def test_invalid_scripts_name_the_problem(data: dict[str, Any], problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         ReplayScript.from_dict(data)
+
+
+def test_fill_puts_what_the_first_user_message_says_into_the_reply(http: httpx.Client, sandbox: ReplaySandbox) -> None:
+    """`fill`: one script answers any task, naming it (the playground's replay model)."""
+    sandbox.model.load(
+        {
+            "fill": {"number": r"#(\d+):", "title": r"#\d+: ([^\n]*)"},
+            "replies": [
+                {"tool": "workspace/create", "args": {"path": "NOTES-{{number}}.md", "content": "{{title}}\n"}, "comment": "On #{{number}}"},
+                {"done": "Wrote NOTES-{{number}}.md about {{title}} {{unknown}}"},
+                {"text": '{"thread_memory": "wrote NOTES-{{number}}.md"}'},
+            ],
+        }
+    )
+    message = _chat(http, "# Issue github:a/b#42: Add a {{number}} <b>logo</b>\n\nbody").json()["choices"][0]["message"]
+    assert json.loads(message["content"]) == {
+        "comment": "On #42",
+        "command": {"tool": "workspace/create", "args": {"path": "NOTES-42.md", "content": "Add a {{number}} <b>logo</b>\n"}},
+    }
+    unmatched = json.loads(_chat(http, "no task heading here").json()["choices"][0]["message"]["content"])
+    assert unmatched["command"]["args"] == {"path": "NOTES-.md", "content": "\n"}
+    done = json.loads(_chat(http, "# Issue github:a/b#42: Add a {{number}} <b>logo</b>\n\nbody").json()["choices"][0]["message"]["content"])
+    assert done == {"done": True, "comment": "Wrote NOTES-42.md about Add a {{number}} <b>logo</b> {{unknown}}"}
+    text = _chat(http, "# Issue github:a/b#42: Add a {{number}} <b>logo</b>\n\nbody").json()["choices"][0]["message"]
+    assert text["content"] == '{"thread_memory": "wrote NOTES-42.md"}'
+
+
+def test_fill_needs_a_regex_with_one_group() -> None:
+    with pytest.raises(ValueError, match=r"fill\.number: .*one group"):
+        ReplayScript.from_dict({"fill": {"number": r"#\d+"}})
+    with pytest.raises(ValueError, match=r"fill\.title: not a regular expression"):
+        ReplayScript.from_dict({"fill": {"title": "(unclosed"}})

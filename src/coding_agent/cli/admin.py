@@ -133,9 +133,17 @@ def demo(
     config: ConfigOption = None,
     keep: Annotated[Optional[Path], typer.Option("--dir", help="Keep the demo's files in this directory.")] = None,
     planning: Annotated[bool, typer.Option("--planning", help="Work the task in planning mode (plan, act, reflect, verify).")] = False,
+    serve: Annotated[
+        bool, typer.Option("--serve", help="Keep running as a playground: a forge page to open and label issues, and the dashboard.")
+    ] = False,
 ) -> None:
-    """Run one whole task on a built-in sandbox forge with the real MCP workspace server."""
-    from coding_agent.demo import run_demo
+    """Run one whole task on a built-in sandbox forge with the real MCP workspace server
+    (with --serve: every task labelled on the sandbox forge's page, until Ctrl-C)."""
+    from coding_agent.demo import run_demo, run_playground
 
     llm_config = load(config).llm if llm else None
+    if serve:
+        from coding_agent.web.server import serving_http
+
+        raise typer.Exit(run_playground(llm_config, keep, serving_http, planning))
     raise typer.Exit(run_demo(llm_config, keep, planning))

@@ -173,6 +173,7 @@ class ReplayModel:
                 self._cursors[conversation] = index + 1
         if step is None:
             step = replies[index] if index < len(replies) else ReplayStep(kind="done", comment=EXHAUSTED_COMMENT)
+        step = self.script.filled(step, first)
         if self.script.phases:
             index = number
         for name, args in step.before:

@@ -5,7 +5,10 @@ with a clear error naming the bad entry.
 Script format (YAML, JSON or a dict)::
 
     model: replay-model         # optional name reported by /v1/models and /api/tags
-    latency_seconds: 0          # optional fixed delay per reply (benchmarks)
+    latency_seconds: 0          # optional fixed delay per reply (benchmarks, the playground)
+    fill:                       # optional: `{{name}}` in a reply's args, comment, text, done
+      number: '#([0-9]+):'      # becomes this regex's group in the conversation's first user
+                                # message ("" when it does not match); one script, any task
     replies:                    # consumed in order, per conversation
       - tool: workspace/create
         args: {path: hello.txt, content: "hi"}
@@ -46,6 +49,7 @@ marker, or whose phase list is used up, takes the next of `replies`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -62,6 +66,8 @@ __all__ = [
     "load_script",
     "PHASE_FORMS",
 ]
+
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 StepKind = Literal["tool", "text", "done", "status", "raw", "plan", "action_done", "reflection", "revision", "verification"]
 _PHASE_KINDS = ("plan", "action_done", "reflection", "revision", "verification")
@@ -202,6 +208,22 @@ class ReplayScript:
     latency_seconds: float = 0.0
     model: str = "replay-model"
     phases: tuple[tuple[str, tuple[ReplayStep, ...]], ...] = ()
+    fill: tuple[tuple[str, re.Pattern[str]], ...] = ()
+
+    def filled(self, step: ReplayStep, first_user_message: str) -> ReplayStep:
+        """`step` with each `{{name}}` of `fill` replaced by what its regex finds in the
+        conversation's first user message. One pass: text found is never filled again."""
+        if not self.fill:
+            return step
+        values = {}
+        for name, pattern in self.fill:
+            match = pattern.search(first_user_message)
+            values[name] = match.group(1) if match is not None else ""
+
+        def text(value: str) -> str:
+            return _PLACEHOLDER.sub(lambda found: values.get(found.group(1), found.group(0)), value)
+
+        return replace(step, args=_fill_values(step.args, text), comment=text(step.comment), text=text(step.text))
 
     def phase_key(self, marker: str) -> str | None:
         """The longest `phases` key the marker's text starts with."""
@@ -212,7 +234,7 @@ class ReplayScript:
     def from_dict(cls, data: Mapping[str, Any]) -> ReplayScript:
         if not isinstance(data, Mapping):
             raise ValueError("replay script: the top level must be a mapping")
-        unknown = sorted(set(data) - {"replies", "conversations", "latency_seconds", "model", "phases"})
+        unknown = sorted(set(data) - {"replies", "conversations", "latency_seconds", "model", "phases", "fill"})
         if unknown:
             raise ValueError(f"replay script: unknown key(s) {', '.join(unknown)}")
         conversations = []
@@ -231,6 +253,7 @@ class ReplayScript:
             conversations=tuple(conversations),
             latency_seconds=float(data.get("latency_seconds") or 0),
             model=str(data.get("model") or "replay-model"),
+            fill=_fill(data.get("fill")),
         )
 
     @classmethod
@@ -243,6 +266,35 @@ class ReplayScript:
             if conversation.match in first_user_message:
                 return conversation.replies
         return self.replies
+
+
+def _fill(raw: Any) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """`fill`: {name: regex with one group}, checked at load."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise ValueError("replay script fill: must map a name to a regular expression")
+    patterns = []
+    for name, source in raw.items():
+        try:
+            pattern = re.compile(str(source), re.MULTILINE)
+        except re.error as error:
+            raise ValueError(f"replay script fill.{name}: not a regular expression ({error})") from None
+        if pattern.groups != 1:
+            raise ValueError(f"replay script fill.{name}: the regular expression needs exactly one group")
+        patterns.append((str(name), pattern))
+    return tuple(patterns)
+
+
+def _fill_values(value: Any, text: Callable[[str], str]) -> Any:
+    """`value` (a reply's args) with `text` applied to every string in it, at any depth."""
+    if isinstance(value, str):
+        return text(value)
+    if isinstance(value, Mapping):
+        return {key: _fill_values(item, text) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fill_values(item, text) for item in value]
+    return value
 
 
 ScriptSource = Union[ReplayScript, Mapping[str, Any], str, Path]
