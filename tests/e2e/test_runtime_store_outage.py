@@ -83,6 +83,7 @@ def test_postgresql_killed_mid_run_holds_the_runs_and_every_task_ends_done_once(
     caplog.set_level(logging.INFO)
     restarted_at: list[float] = []
     numbers: list[int] = []
+    second_steps: list[int] = []
 
     def every_running_run_met_it() -> bool:
         """Each running run held at a store call ("waiting for it") or failed of it."""
@@ -102,10 +103,12 @@ def test_postgresql_killed_mid_run_holds_the_runs_and_every_task_ends_done_once(
             restarted_at.append(time.monotonic())
 
     def kill_the_database(_: dict[str, Any]) -> None:
-        """In the first run to ask for its second step, while the other one works and
-        the rest wait in the queue: kill it; start it again once a run met it away (in
-        a thread: the model answers meanwhile, so the runs go on to their next store call)."""
-        if restarter.is_alive() or restarted_at:
+        """Once every slot's run asked for its second step (all of them are in their
+        loops, the rest wait in the queue): kill it; start it again once each running run
+        met it away (in a thread: the model answers meanwhile, so the runs go on to their
+        next store call)."""
+        second_steps.append(1)
+        if len(second_steps) != WORKERS:
             return
         database.kill()
         restarter.start()
