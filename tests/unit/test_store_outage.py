@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 
 from coding_agent.agent.ledger import RunLedger
@@ -184,3 +184,41 @@ def test_after_an_outage_longer_than_the_lease_the_run_goes_on_only_if_no_one_to
         outage.store.close()
     assert lease is not None and lease.owner == ("worker-b" if taken_over else "worker-a")
     assert lease.seconds_left == 30
+
+
+def test_the_lease_heartbeat_rides_out_an_outage_and_renews_the_lease_once_it_is_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The heartbeat meets the store away beat after beat: it says so once, the run's
+    lease is not given up, and the first beat after the outage renews it."""
+    from coding_agent.runtime.lease import LeaseHeartbeat
+
+    outage = _Outage(tmp_path, FakeClock())
+    assert outage.store.acquire_lease(KEY, "worker-a", 1.5)
+    caplog.set_level(logging.INFO, logger="coding_agent.runtime.lease")
+
+    def failures() -> int:
+        return sum("heartbeat failed" in record.getMessage() for record in caplog.records)
+
+    connects: list[object] = []
+    event.listen(outage.store.engine, "do_connect", lambda *_: connects.append(1))
+
+    async def beating_through_the_outage() -> LeaseHeartbeat:
+        async with LeaseHeartbeat(outage.store, KEY, "worker-a", 1.5) as lease:
+            other = outage.begin()
+            outage.clock.now += 10  # the lease ran out meanwhile; no one took it
+            await wait_until(lambda: failures() >= 1, 30, "a beat to meet the store away")
+            beats, tried = lease.beats, len(connects)
+            await wait_until(lambda: len(connects) >= tried + 3, 30, "three more beats to meet the store away")
+            outage.end(other)
+            await wait_until(lambda: lease.beats > beats, 30, "a beat after the outage")
+            return lease
+
+    try:
+        lease = asyncio.run(beating_through_the_outage())
+        held = outage.store.live_lease(KEY)
+    finally:
+        outage.store.close()
+    assert not lease.lost
+    assert failures() == 1, "the outage is logged once, not at every beat"
+    assert held is not None and held.owner == "worker-a"
