@@ -30,7 +30,7 @@ from .conftest import BOT, REPO, GitHubForge, load_for_service, progress_comment
 
 TASKS = 6
 WORKERS = 2
-# Once the store is back, the runs it held finish and the queued tasks run; SPEC's
+# Once the store is back, the runs it held finish and the queued tasks run; the issue's
 # bar is a minute on an idle machine, this deadline leaves room for a loaded one (a run
 # left to its lease would take 900 s).
 RECOVERY_DEADLINE_SECONDS = 180
