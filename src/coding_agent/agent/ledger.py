@@ -6,6 +6,12 @@ never the task: `step` (the per-step heartbeat: steps, token usage, the lease ex
 `record_usage` (a model call's usage, written with the next step), and the lease check
 at each checkpoint (`LeaseGuard`). Leaving the ledger (`async with`) waits for the last
 progress write and writes the usage no heartbeat took, so nothing lands after the run.
+
+A state store that cannot be reached is a pause, not a failure: every store call of the
+run goes through `stored`, which waits for the store as long as it is away, and then,
+before the run goes on, confirms that the lease is still this worker's (an outage longer
+than the lease may have let another worker take the task over: then the run stops
+without writing anything more, `LeaseLost`).
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from types import TracebackType
+from typing import Any, TypeVar
 
 from coding_agent.agent.loop import Checkpoint, Decision, Steering
 from coding_agent.agent.steering import LeaseLost
@@ -21,8 +29,11 @@ from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.ports import RunStore
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.types import TokenUsage
+from coding_agent.retry import store_unavailable, through_store_outage
 
 __all__ = ["RunLedger", "LeaseGuard"]
+
+T = TypeVar("T")
 
 # The runner's logger: these lines read as the run's, as before they moved here.
 log = logging.getLogger("coding_agent.agent.runner")
@@ -40,6 +51,33 @@ class RunLedger:
         self._last_write: float | None = None
         self._step_write: asyncio.Future[bool] | None = None
         self._lost = False
+        self._unconfirmed = False  # a progress write met the store away: confirm the lease
+
+    async def stored(self, call: Callable[..., T], *args: Any) -> T:
+        """`call(*args)`, a blocking store call, in a worker thread; while the store cannot
+        be reached, waits for it (the run holds where it is), then confirms the lease."""
+        return await through_store_outage(lambda: call(*args), self._who(), self._confirm_lease)
+
+    def _who(self) -> str:
+        return f"{self._key}: run {self._run_uuid}"
+
+    async def _confirm_lease(self) -> None:
+        """After an outage: extend the lease if it is still ours, else stop the run. Only
+        another worker's claim takes it, and only after it ran out, so a run whose
+        process lived through the outage keeps it unless the outage outlasted it."""
+        self._unconfirmed = False
+        held = await through_store_outage(
+            lambda: self._store.renew_lease(self._key, self._owner, self._lease_seconds), self._who()
+        )
+        if not held:
+            self._lost = True
+            raise self._lease_lost()
+
+    async def confirm_after_outage(self) -> None:
+        """At a checkpoint: if a progress write met the store away, the run goes on only
+        once the store answers and the lease is still its own."""
+        if self._unconfirmed:
+            await self._confirm_lease()
 
     def check_lease(self) -> None:
         """Stop the run once the worker's lease is gone: the task is another worker's now."""
@@ -73,14 +111,20 @@ class RunLedger:
         write = asyncio.get_running_loop().run_in_executor(
             None, self._store.heartbeat, self._key, self._owner, self._lease_seconds, self._run_uuid, steps, usages
         )
-        write.add_done_callback(self._note_step_write)
+        write.add_done_callback(lambda done: self._note_step_write(done, usages))
         self._step_write = write
 
-    def _note_step_write(self, done: asyncio.Future[bool]) -> None:
+    def _note_step_write(self, done: asyncio.Future[bool], usages: list[tuple[int, int]]) -> None:
         if done.cancelled():
             return
-        if done.exception() is not None:
-            log.warning("run %s: could not record its progress: %s", self._run_uuid, type(done.exception()).__name__)
+        error = done.exception()
+        if error is not None:
+            if store_unavailable(error):
+                # Written with the next step instead; the next checkpoint waits for the store.
+                self._pending_usage[:0] = usages
+                self._unconfirmed = True
+                return
+            log.warning("run %s: could not record its progress: %s", self._run_uuid, type(error).__name__)
         elif not done.result():
             self._lost = True
 
@@ -98,8 +142,8 @@ class RunLedger:
 
     def _flush_usage(self) -> None:
         """Write usage not yet written by a heartbeat (calls after the last one)."""
-        usages, self._pending_usage = self._pending_usage, []
-        self._store.record_usages(self._run_uuid, self._key, usages)
+        self._store.record_usages(self._run_uuid, self._key, self._pending_usage)
+        self._pending_usage = []  # after the write: a store away keeps them for the next try
 
     async def __aenter__(self) -> RunLedger:
         return self
@@ -112,7 +156,7 @@ class RunLedger:
         pending, self._step_write = self._step_write, None
         if pending is not None:
             await asyncio.wait({pending})
-        await asyncio.to_thread(self._flush_usage)
+        await through_store_outage(self._flush_usage, self._who())
 
 
 class LeaseGuard:
@@ -126,4 +170,5 @@ class LeaseGuard:
     async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> Decision:
         self._ledger.check_lease()
         await self._ledger.await_step_write()
+        await self._ledger.confirm_after_outage()
         return await self._inner.checkpoint(point, llm)

@@ -64,7 +64,7 @@ class ProgressComment:
         language: Language,
         run_uuid: str,
         min_edit_interval_seconds: float,
-        on_created: Callable[[str], None] = lambda comment_id: None,
+        on_created: Callable[[str], Awaitable[Any] | None] = lambda comment_id: None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -150,7 +150,9 @@ class ProgressComment:
             return
         self.comment_id = comment.id
         self._last_edit = self._clock()
-        self._on_created(comment.id)
+        created = self._on_created(comment.id)
+        if created is not None:  # the store write of the comment's id
+            await created
 
     async def refresh(self) -> None:
         """Write the current state now if the interval allows, else once it has passed."""

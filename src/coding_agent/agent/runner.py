@@ -32,7 +32,7 @@ from coding_agent.agent.reply_thread import request_thread
 from coding_agent.agent.reporter import IssueReporter
 from coding_agent.agent.run_libraries import RunLibraries
 from coding_agent.agent.run_setup import first_turn_for, planner_for
-from coding_agent.agent.steering import Continuation, RunControl, RunControls, RunInterrupted
+from coding_agent.agent.steering import Continuation, LeaseLost, RunControl, RunControls, RunInterrupted
 from coding_agent.agent.trust import TrustCache
 from coding_agent.config import AgentConfig
 from coding_agent.context.compression import Compressor, model_summarizer
@@ -141,7 +141,9 @@ class TaskRunner:
                 model=config.llm.active.model,
                 protocol="tool_calls" if config.llm.function_calling else "json_text",
             )
-            await asyncio.to_thread(self._store.start_run, run_uuid, key, self._owner, requester)
+        ledger = RunLedger(self._store, self._owner, key, run_uuid, lease, config.scheduling.lease_seconds)
+        if reopened is None:
+            await ledger.stored(self._store.start_run, run_uuid, key, self._owner, requester)
             if reply_to is not None:
                 files.write_metadata(reply_to=str(reply_to))
         saved_thread = files.metadata.get("reply_to")
@@ -151,8 +153,9 @@ class TaskRunner:
             reporter.answer_in(reply_to)
         elif task.key.is_change:  # which thread asked is read with the conversation, or on an early end
             reporter.find_thread_with(lambda: self._request_thread(source, task, writers))
-        control = RunControl(self._controls, source, task, files, workspace, requester, reporter, continuation)
-        ledger = RunLedger(self._store, self._owner, key, run_uuid, lease, config.scheduling.lease_seconds)
+        control = RunControl(
+            self._controls, source, task, files, workspace, requester, reporter, continuation, ledger.stored
+        )
         log.info("%s: run %s %s", key, run_uuid, "continued" if continuation is not None else "started")
         outcome = LoopOutcome("failed", "", control.steps)
         llm: LLMClient | None = None
@@ -198,11 +201,30 @@ class TaskRunner:
                 if llm is not None:
                     files.sync_messages(llm.messages)
                     await llm.aclose()
-        if interruption is not None:
-            status, context_dir = await control.interrupted(interruption, llm)
-            if status == "stopped":
-                await self._discard_clone(workspace)
+        try:
+            if interruption is not None:
+                status, context_dir = await control.interrupted(interruption, llm)
+                if status == "stopped":
+                    await self._discard_clone(workspace)
+                return RunResult(run_uuid, key, status, control.steps, context_dir)
+            return await self._publish(source, task, control, ledger, files, workspace, outcome)
+        except LeaseLost as lost:  # the store came back after an outage longer than the lease
+            status, context_dir = await control.interrupted(lost, llm)
             return RunResult(run_uuid, key, status, control.steps, context_dir)
+
+    async def _publish(
+        self,
+        source: Source,
+        task: Task,
+        control: RunControl,
+        ledger: RunLedger,
+        files: RunContextFiles,
+        workspace: Path,
+        outcome: LoopOutcome,
+    ) -> RunResult:
+        """Record the outcome, then publish it (final comment, label) and end the run."""
+        config = self._config
+        key, run_uuid = str(task.key), files.run_uuid
         # Redacted before anything stores it: the state store keeps the outcome to publish
         # (run_marks.final_body) and a failed run's reason (runs.error).
         outcome = replace(outcome, comment=self._redactor.text(outcome.comment))
@@ -213,14 +235,14 @@ class TaskRunner:
         if status is None:
             attempts = int(files.metadata.get("publish_attempts", 0)) + 1
             if attempts < MAX_PUBLISH_ATTEMPTS:
-                return await asyncio.to_thread(self._leave_finishing, key, run_uuid, files, outcome.steps, attempts)
+                return await self._leave_finishing(key, ledger, files, outcome.steps, attempts)
             status = await give_up(source, task, attempts, failure, config.language, self._redactor)
         await control.finished(status)
         files.write_metadata(status=status, steps=outcome.steps)
         context_dir = files.move_to("completed")
         error = None if status == "done" else outcome.comment
-        await asyncio.to_thread(self._store.finish_run, run_uuid, status, outcome.steps, error)
-        await asyncio.to_thread(self._store.release_lease, key, self._owner)
+        await ledger.stored(self._store.finish_run, run_uuid, status, outcome.steps, error)
+        await ledger.stored(self._store.release_lease, key, self._owner)
         log.info("%s: run %s ended %s after %d steps", key, run_uuid, status, outcome.steps)
         await self._discard_clone(workspace)
         return RunResult(run_uuid, key, status, outcome.steps, context_dir)
@@ -287,8 +309,8 @@ class TaskRunner:
                 )
             )
             if not control.restore(llm):  # a continued run has its history already
-                previous = await asyncio.to_thread(self._store.runs, str(task.key))
-                first_turn = await asyncio.to_thread(  # it reads the memories from the state store
+                previous = await ledger.stored(self._store.runs, str(task.key))
+                first_turn = await ledger.stored(  # it reads the memories from the state store
                     first_turn_for,
                     config, self._memories, source, task, comments, threads, trust, files.run_uuid, branch_rules, previous,
                 )
@@ -370,7 +392,9 @@ class TaskRunner:
             model_summarizer(self._llm_factory, ledger.record_usage),
         )
 
-    def _leave_finishing(self, key: str, run_uuid: str, files: RunContextFiles, steps: int, attempts: int) -> RunResult:
+    async def _leave_finishing(
+        self, key: str, ledger: RunLedger, files: RunContextFiles, steps: int, attempts: int
+    ) -> RunResult:
         """The outcome is recorded (run_marks) but not out: let the next cycle publish it.
 
         The run stays `running` without a lease, which is what `Recovery` takes over: any
@@ -378,6 +402,6 @@ class TaskRunner:
         not posted twice: its posting is marked in the store).
         """
         files.write_metadata(publish_attempts=attempts)
-        self._store.release_lease(key, self._owner)
-        log.warning("%s: run %s is finishing; its outcome is published at the next cycle", key, run_uuid)
-        return RunResult(run_uuid, key, "finishing", steps, files.directory)
+        await ledger.stored(self._store.release_lease, key, self._owner)
+        log.warning("%s: run %s is finishing; its outcome is published at the next cycle", key, files.run_uuid)
+        return RunResult(files.run_uuid, key, "finishing", steps, files.directory)

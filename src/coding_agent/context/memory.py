@@ -16,12 +16,11 @@ costs no model call (its budget may be what ran out): its thread memory is the r
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from coding_agent.config import MemoryConfig
 from coding_agent.domain.channel import ChannelMemory, ChannelMessages, Context, Recollection
@@ -34,10 +33,13 @@ from coding_agent.llm.reply_text import JsonExtractionError, extract_json_object
 from coding_agent.llm.types import LLMReply
 from coding_agent.prompts.context_prompts import render_memory_request
 from coding_agent.redaction import Redactor
+from coding_agent.retry import through_store_outage
 
 __all__ = ["MemoryKeeper", "MemoryUpdate", "parse_memory_reply", "derive_workspace_memories"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DAY = 86400.0
 MAX_LONG_TERM_CHARS = 4000
@@ -192,20 +194,25 @@ class MemoryKeeper:
             long_term = update.long_term_memory if update else None
             short_term = update.short_term_memory if update else None
             summary = (update.thread_memory if update else None) or _clip(final_comment.strip(), MAX_THREAD_CHARS)
-            await asyncio.to_thread(self._store.write_channel, key, self._redact(long_term), self._redact(short_term))
+            await self._stored(lambda: self._store.write_channel(key, self._redact(long_term), self._redact(short_term)), key)
         elif status == "failed":
             summary = _clip(f"The run failed: {final_comment.strip()}", MAX_THREAD_CHARS)
-            await asyncio.to_thread(self._store.touch_channel, key)
+            await self._stored(lambda: self._store.touch_channel(key), key)
         else:
             return
         if summary:
-            await asyncio.to_thread(self._store.add_thread_memory, key, run_uuid, self._redactor.text(summary))
+            await self._stored(lambda: self._store.add_thread_memory(key, run_uuid, self._redactor.text(summary)), key)
+
+    @staticmethod
+    async def _stored(call: Callable[[], T], key: TaskKey) -> T:
+        """A memory store call off the event loop, waiting through an outage of the store."""
+        return await through_store_outage(call, f"{key}: memories")
 
     def _redact(self, text: str | None) -> str | None:
         return self._redactor.text(text) if text is not None else None
 
     async def _ask(self, llm: LLMClient, key: TaskKey) -> MemoryUpdate | None:
-        channel = await asyncio.to_thread(self._store.channel, channel_of(key)[0])
+        channel = await self._stored(lambda: self._store.channel(channel_of(key)[0]), key)
         _answer_pending_tool_calls(llm)
         llm.send_user_message(
             render_memory_request(

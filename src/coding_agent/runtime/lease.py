@@ -7,6 +7,11 @@ of the lease whatever the run is waiting on, in a worker thread so that a slow d
 never stalls the event loop. Two missed beats (a database hiccup) still leave a third
 before the lease runs out; a renewal that finds the lease held by another owner marks
 it lost, and the run stops at its next step without writing anything more.
+
+While the store cannot be reached, the beats come sooner (`retry.STORE_OUTAGE`, never
+further apart than the interval), so the lease is renewed as soon as the store is back:
+a renewal only needs the lease to be still ours, not to be still running, and only
+another worker's claim of a lease that ran out takes it away.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from types import TracebackType
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from coding_agent.retry import STORE_OUTAGE, store_unavailable
 from coding_agent.runtime.state_store import StateStore
 
 __all__ = ["LeaseHeartbeat"]
@@ -61,14 +67,20 @@ class LeaseHeartbeat:
                 await self._task
 
     async def _beat(self) -> None:
+        failures = 0
         while True:
-            await asyncio.sleep(self.interval)
+            wait = self.interval if not failures else min(self.interval, STORE_OUTAGE.delay_for(failures, None))
+            await asyncio.sleep(wait)
             try:
                 held = await asyncio.to_thread(self._store.renew_lease, self._key, self._owner, self._lease_seconds)
             except SQLAlchemyError as error:
-                # The lease outlives two missed beats; the next one tries again.
-                log.warning("%s: lease heartbeat failed (%s); retrying", self._key, type(error).__name__)
+                failures += 1
+                if failures == 1 or not store_unavailable(error):
+                    log.warning("%s: lease heartbeat failed (%s); retrying", self._key, type(error).__name__)
                 continue
+            if failures:
+                log.info("%s: lease heartbeat renewed the lease again", self._key)
+                failures = 0
             self.beats += 1
             if not held:
                 log.warning("%s: the lease is held by another worker now; the run stops at its next step", self._key)

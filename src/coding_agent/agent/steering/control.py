@@ -33,7 +33,7 @@ from coding_agent.agent.steering.final import ControlReporter, FinalComment, Iss
 from coding_agent.agent.steering.nudges import StoreRequests
 from coding_agent.agent.steering.pause import PauseWatch
 from coding_agent.agent.steering.saving import RunSaver
-from coding_agent.agent.steering.scope import RunControls, RunScope
+from coding_agent.agent.steering.scope import RunControls, RunScope, StoreCall, in_thread
 from coding_agent.agent.steering.signals import RunInterrupted
 from coding_agent.agent.steering.stop import StopChecker
 from coding_agent.context.storage import RunContextFiles
@@ -63,10 +63,13 @@ class RunControl:
         requester: str | None,
         inner: IssueWriter,
         continuation: Continuation | None,
+        stored: StoreCall = in_thread,
     ) -> None:
+        """`stored`: how the run's parts call the store (the runner's ledger: waiting
+        through an outage, then confirming the lease)."""
         config = controls.config
         state = continuation.state if continuation is not None else None
-        scope = RunScope(controls, source, task, files, workspace, requester, continuation)
+        scope = RunScope(controls, source, task, files, workspace, requester, continuation, stored=stored)
         scope.steps = state.steps if state is not None else 0
         self._scope = scope
         self._state = state
@@ -88,6 +91,7 @@ class RunControl:
             controls.signal_file,
             controls.shutdown,
             StoreRequests(controls.store, scope.key, self.nudge),
+            stored=stored,
         )
         controls.active[scope.key] = self
         settings = config.loop_guard
@@ -107,7 +111,7 @@ class RunControl:
                 config.language,
                 self.run_uuid,
                 config.progress_comment.min_edit_interval_seconds,
-                on_created=lambda comment_id: controls.store.set_progress_comment(self.run_uuid, comment_id),
+                on_created=lambda comment_id: stored(controls.store.set_progress_comment, self.run_uuid, comment_id),
             )
 
     @property

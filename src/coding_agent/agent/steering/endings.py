@@ -8,7 +8,6 @@ lease publishes nothing: another worker has the task now.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import datetime, timezone
 from pathlib import Path
@@ -57,9 +56,9 @@ class Endings:
         at = _now_iso()
         work = await scope.save_work()  # the WIP commit on the task's branch, for any machine
         self._saver.save_paused(llm, {"reason": error.reason, "hold": error.hold, "at": at}, work)
-        await asyncio.to_thread(scope.store.pause_run, scope.run_uuid, scope.steps, error.hold)
+        await scope.stored(scope.store.pause_run, scope.run_uuid, scope.steps, error.hold)
         if error.reason == "operator":
-            await asyncio.to_thread(scope.store.clear_control_request, scope.key)
+            await scope.stored(scope.store.clear_control_request, scope.key)
         resume = notice("resume_manual", language, key=scope.key) if error.hold else notice("resume_auto", language)
         text = notice(
             "paused",
@@ -81,14 +80,14 @@ class Endings:
             log.error("%s: could not publish the pause: %s", scope.key, scope.redactor.text(str(failure)))
         scope.files.write_metadata(status="paused", steps=scope.steps)
         directory = scope.files.move_to("paused")
-        await asyncio.to_thread(scope.store.release_lease, scope.key, scope.controls.owner)
+        await scope.stored(scope.store.release_lease, scope.key, scope.controls.owner)
         log.info("%s: run %s paused (%s) after %d steps", scope.key, scope.run_uuid, error.reason, scope.steps)
         return "paused", directory
 
     async def _stop(self, error: RunStopped) -> tuple[str, Path]:
         scope = self._scope
         language = scope.config.language
-        marks = await asyncio.to_thread(scope.store.run_marks, scope.run_uuid)
+        marks = await scope.stored(scope.store.run_marks, scope.run_uuid)
         labels = scope.source.labels
         if marks.final_status == "stopped" and marks.final_body:
             text = marks.final_body
@@ -103,7 +102,7 @@ class Endings:
             )
             position = scope.describe_position()
             text = f"{text}\n\n{position}" if position else text
-            await asyncio.to_thread(scope.store.record_final, scope.run_uuid, "stopped", text)
+            await scope.stored(scope.store.record_final, scope.run_uuid, "stopped", text)
         try:
             await self._final.post(text, self._inner)
             if scope.progress is not None:
@@ -112,10 +111,10 @@ class Endings:
         except AgentError as failure:
             log.error("%s: could not publish the stop: %s", scope.key, scope.redactor.text(str(failure)))
         if error.reason == "operator":
-            await asyncio.to_thread(scope.store.clear_control_request, scope.key)
+            await scope.stored(scope.store.clear_control_request, scope.key)
         scope.files.write_metadata(status="stopped", steps=scope.steps)
         directory = scope.files.move_to("completed")
-        await asyncio.to_thread(scope.store.finish_run, scope.run_uuid, "stopped", scope.steps, None)
-        await asyncio.to_thread(scope.store.release_lease, scope.key, scope.controls.owner)
+        await scope.stored(scope.store.finish_run, scope.run_uuid, "stopped", scope.steps, None)
+        await scope.stored(scope.store.release_lease, scope.key, scope.controls.owner)
         log.info("%s: run %s stopped (%s) after %d steps", scope.key, scope.run_uuid, error.reason, scope.steps)
         return "stopped", directory

@@ -8,7 +8,6 @@ Step comments fold into the progress comment when it is enabled.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Protocol
 
@@ -37,12 +36,12 @@ class FinalComment:
 
     async def record(self, outcome: LoopOutcome) -> None:
         """Remember the outcome before publishing it: a worker taking over publishes it too."""
-        await asyncio.to_thread(self._scope.store.record_final, self._scope.run_uuid, outcome.status, outcome.comment)
+        await self._scope.stored(self._scope.store.record_final, self._scope.run_uuid, outcome.status, outcome.comment)
 
     async def post(self, text: str, inner: IssueWriter) -> None:
         """The run's final comment, at most once: the state store says whether it is out."""
         scope = self._scope
-        marks = await asyncio.to_thread(scope.store.run_marks, scope.run_uuid)
+        marks = await scope.stored(scope.store.run_marks, scope.run_uuid)
         if marks.final_posted:
             log.info("%s: run %s already has its final comment", scope.key, scope.run_uuid)
             return
@@ -51,7 +50,7 @@ class FinalComment:
             log.info("%s: the final comment of run %s was posted before the takeover", scope.key, scope.run_uuid)
         else:
             await inner.final_comment(text)
-        await asyncio.to_thread(scope.store.mark_final_posted, scope.run_uuid)
+        await scope.stored(scope.store.mark_final_posted, scope.run_uuid)
 
     async def _already_posted(self, text: str) -> bool:
         """Did the worker that died post this final comment before it could say so?"""

@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from coding_agent.agent.steering.signals import RunPaused
 from coding_agent.config import AgentConfig
@@ -62,22 +63,27 @@ class PauseWatch:
         shutdown: ShutdownSignal,
         operator_request: Callable[[], str | None],
         clock: Callable[[], float] = time.monotonic,
+        stored: Callable[[Callable[[], str | None]], Awaitable[Any]] | None = None,
     ) -> None:
+        """`stored`: how the store read is made (the run's `StoreCall`, which waits through
+        an outage); by default in a worker thread."""
         self.enabled = enabled
         self.signal_file = signal_file
         self._shutdown = shutdown
         self._operator_request = operator_request
         self._clock = clock
+        self._stored = stored or asyncio.to_thread
         self._read_at: float | None = None
         self._request: str | None = None
 
     async def operator_request(self) -> str | None:
         """The operator's pending `pause` or `stop` for this task (a state store read,
         at most one per REQUEST_READ_SECONDS, in a thread: a PostgreSQL round trip or a
-        SQLite lock wait must not stall the other runs on the event loop)."""
+        SQLite lock wait must not stall the other runs on the event loop). While the store
+        cannot be reached the run holds here, at its checkpoint, until it answers."""
         now = self._clock()
         if self._read_at is None or now - self._read_at >= REQUEST_READ_SECONDS:
-            self._request, self._read_at = await asyncio.to_thread(self._operator_request), now
+            self._request, self._read_at = await self._stored(self._operator_request), now
         return self._request
 
     def pause_for(self, request: str | None) -> RunPaused | None:

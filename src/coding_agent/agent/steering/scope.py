@@ -9,6 +9,7 @@ than the others, so that none of them has to know how the rest is wired.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -27,11 +28,20 @@ from coding_agent.domain.tasks import Task
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 
-__all__ = ["RunControls", "RunScope"]
+__all__ = ["RunControls", "RunScope", "StoreCall", "in_thread"]
+
+# How a run calls its store: `await stored(store.method, *args)`, the blocking call in a
+# worker thread (the runner's is `RunLedger.stored`, which waits through an outage).
+StoreCall = Callable[..., Awaitable[Any]]
 
 
 async def _no_work() -> PausedWork | None:
     return None
+
+
+async def in_thread(call: Callable[..., Any], *args: Any) -> Any:
+    """A `StoreCall` that only moves the call off the event loop (parts made alone, in tests)."""
+    return await asyncio.to_thread(call, *args)
 
 
 class RunControls:
@@ -85,6 +95,8 @@ class RunScope:
     planning_state: Callable[[], dict[str, Any] | None] = lambda: None
     # The runner plugs in its workspace's pause (SPEC 8.3): the WIP commit, pushed.
     save_work: Callable[[], Awaitable[PausedWork | None]] = _no_work
+    # Every store call of the run's parts: held through an outage of the store.
+    stored: StoreCall = in_thread
 
     @property
     def key(self) -> str:
