@@ -5,6 +5,7 @@ killed mid-run has its message redelivered and the task finished once."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -13,21 +14,24 @@ from pathlib import Path
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 from typing import Any
 
+import aio_pika
 import pytest
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from coding_agent.runtime.queue import QueuedTask
+from coding_agent.runtime.queue.rabbitmq import RabbitQueue
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.faults import Fault
 from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.testing.services import amqp_url
 from coding_agent.testing.tcp_relay import TcpRelay
 from coding_agent.testing.waiting import wait_for, wait_until
 
-from ._steering import distributed_config, spawn_cli, steering_config
-from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments
+from ._steering import distributed_config, spawn_cli, steering_config, user_messages
+from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, READER, REPO, GitHubForge, load_for_service, progress_comments
 
 
 def _finals(forge: GitHubForge, number: int) -> list[str]:
@@ -505,3 +509,71 @@ def test_an_unforeseen_failure_to_offer_or_pick_up_a_task_ends_nothing(
     assert events.count("started") == 1, events
     assert len(_finals(github_forge, number)) == 1
     assert "coding agent done" in github_forge.labels("issue", number)
+
+
+async def _publish_by_hand(name: str, messages: list[dict[str, str]]) -> None:
+    """Publish raw messages to the queue as anyone with access to the broker could."""
+    queue = await RabbitQueue.open(amqp_url(), name, prefetch=1)  # declared as the agent declares it
+    try:
+        channel = await queue._connection.channel()
+        for message in messages:
+            await channel.default_exchange.publish(aio_pika.Message(json.dumps(message).encode()), routing_key=name)
+    finally:
+        await queue.aclose()
+
+
+def test_a_hand_published_message_works_nothing_the_worker_would_not_pick_itself(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+) -> None:
+    """A message is a hint like a webhook (SPEC 15): published by hand to the broker, one
+    for a repository outside the configured owner, one for an in-scope issue without the
+    trigger label, one for an issue labelled by a user without write access, and a
+    `continue` for an issue someone labelled `processing` with no run of the agent behind
+    it: the worker claims none of them (no forge request to the foreign repository at all,
+    no label written, no model request), and the message published after them is worked."""
+    url, name = distributed
+    state = github_forge.sandbox.state
+    other = "octo-other/gizmos"
+    state.add_repo(other)
+    state.set_permission(other, MAINTAINER, "admin")
+    state.set_permission(other, BOT, "write")
+    foreign = state.create_issue(other, "Foreign task", "Please add hello.txt.", author=MAINTAINER)
+    state.add_label(other, foreign, "coding agent", actor=MAINTAINER)
+    unlabelled = state.create_issue(REPO, "Unlabelled task", "Please add hello.txt.", author=MAINTAINER)
+    untrusted = github_forge.open_task("issue", "Untrusted task", "Please add hello.txt.", labelled_by=READER)
+    processing = state.create_issue(REPO, "Processing task", "Please add hello.txt.", author=MAINTAINER)
+    state.add_label(REPO, processing, "coding agent processing", actor=MAINTAINER)
+    legit = github_forge.open_task("issue", "Legit task", "Please add hello.txt.")
+    forged = [
+        {"key": f"github:{other}#{foreign}", "reason": "new"},
+        {"key": f"github:{REPO}#{unlabelled}", "reason": "new"},
+        {"key": f"github:{REPO}#{untrusted}", "reason": "new"},
+        {"key": f"github:{REPO}#{processing}", "reason": "continue"},
+    ]
+    labels_before = {
+        (repo, number): list(state.issue(repo, number).labels)
+        for repo, number in [(other, foreign), (REPO, unlabelled), (REPO, untrusted), (REPO, processing)]
+    }
+    asyncio.run(_publish_by_hand(name, [*forged, {"key": f"github:{REPO}#{legit}", "reason": "new"}]))
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = distributed_config(tmp_path, github_forge, model, url, name, workers=1)
+        worker = spawn_cli(setup.config_path, "worker")
+        store = StateStore(url)
+        try:
+            wait_for(lambda: any(run.status == "done" for run in store.runs()) or worker.poll() is not None, 240, "a run done")
+            runs = [(run.task_key, run.status) for run in store.runs()]
+        finally:
+            store.close()
+            error = _stop(worker)
+        asked = [" ".join(user_messages(request)) for request in model.requests]
+
+    assert worker.returncode == 0, error
+    assert runs == [(f"github:{REPO}#{legit}", "done")], runs
+    assert asked and all("Legit task" in text for text in asked), "the model was asked about the legit task only"
+    assert not [r for r in state.requests() if r.path.startswith(f"/repos/{other}")], "the foreign repository untouched"
+    for (repo, number), before in labels_before.items():
+        assert list(state.issue(repo, number).labels) == before, (repo, number)
+    logged = error + "".join(path.read_text() for path in setup.logs.glob("*.log*"))
+    assert f"github:{other}#{foreign}: outside the configured scope" in logged
+    assert f"github:{REPO}#{processing}: no run to continue" in logged
+

@@ -2,9 +2,11 @@
 is free, claiming the task, running it under a lease heartbeat, and acknowledging the
 message only when the run reached done, failed, stopped or paused.
 
-A message is a hint, never a decision: the claim re-reads the task and checks its labels,
-its lease and who triggered it, so a duplicate, stale or forged key costs a look and
-nothing else. A redelivered message (its worker died mid-run) whose task is still leased
+A message is a hint, never a decision, whoever published it (SPEC 15): a key outside the
+configured scope is dropped before any forge request (`Scope`), the claim re-reads the
+task and checks its labels, its lease and who triggered it, and a `continue` continues
+only a run the state store knows of (`Recovery.try_take`), so a duplicate, stale or
+forged key costs a look and nothing else. A redelivered message (its worker died mid-run) whose task is still leased
 by the dead worker waits for that lease to expire, then continues the run.
 """
 
@@ -31,6 +33,7 @@ from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery, Takeover
 from coding_agent.runtime.review_followups import ReviewClaim
+from coding_agent.runtime.scope import Scope
 from coding_agent.runtime.start_gate import StartGate, default_starts_at_once
 from coding_agent.runtime.state_store import StateStore, store_unreachable
 from coding_agent.sources.base import Source
@@ -75,6 +78,7 @@ class Workers:
         self._redactor = redactor
         self._shutdown = shutdown
         self._snapshots = snapshots
+        self._scope = Scope(config)
         scheduling = config.scheduling
         self._starts = StartGate(scheduling.starts_at_once or default_starts_at_once(), scheduling.start_wait_seconds)
         self._running: set[str] = set()  # queue keys this process is working now
@@ -126,6 +130,9 @@ class Workers:
         try:
             if source is None:
                 log.error("%s: no configured source for this task key; dropped", key)
+                return None
+            if not await self._in_scope(source, key):
+                log.warning("%s: outside the configured scope (a message no poll or webhook made); dropped", key)
                 return None
             picked_at = time.monotonic()  # its clone holds every push made before now
             self._runner.libraries.load_soon()  # `run --once`: while this task is claimed
@@ -200,6 +207,16 @@ class Workers:
             return f"{key}: the run ended with an internal error (see the agent's log)"
         finally:
             self.on_event("ended", key)
+
+    async def _in_scope(self, source: Source, key: str) -> bool:
+        """Whether `key`'s repository is one this agent works; read from the forge only
+        when the key cannot tell (then kept as the claim's snapshot)."""
+        verdict = self._scope.of_key(TaskKey.parse(key))
+        if verdict is not None:
+            return verdict
+        task = self._snapshots.get(key) or await source.get_task(TaskKey.parse(key))
+        self._snapshots[key] = task
+        return self._scope.admits(task)
 
     async def _claim(self, source: Source, item: QueuedTask) -> Claim | None:
         if item.reason == "continue":
