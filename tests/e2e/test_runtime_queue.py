@@ -345,6 +345,48 @@ def test_a_sigkilled_worker_s_task_is_redelivered_and_finished_once(
     ]
 
 
+async def _purge(name: str) -> int:
+    """Drop every message waiting in the queue, as an operator's purge would."""
+    connection = await aio_pika.connect_robust(amqp_url())
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(name, passive=True)
+        purged = await queue.purge()
+        return int(purged.message_count)
+
+
+def test_queued_tasks_whose_broker_messages_were_purged_are_offered_again(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+) -> None:
+    """A producer queued three tasks, then the broker lost their messages (a purge): their
+    entries in the store still say `queued`. A `producer` finds the queue holding nothing
+    and offers them again, and a `worker` does each once."""
+    url, name = distributed
+    numbers = [github_forge.open_task("issue", f"Task {n}", "Please add hello.txt.") for n in range(3)]
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = distributed_config(tmp_path, github_forge, model, url, name, workers=2, scheduling={"interval_seconds": 0.5})
+        assert len(asyncio.run(_produce_once(load_for_service(setup)))) == 3
+        assert asyncio.run(_purge(name)) == 3
+        processes = [spawn_cli(setup.config_path, role) for role in ("producer", "worker")]
+        store = StateStore(url)
+        try:
+            wait_for(
+                lambda: [run.status for run in store.runs()].count("done") >= 3 or any(p.poll() is not None for p in processes),
+                300,
+                "three runs done",
+            )
+            runs = [(run.task_key, run.status) for run in store.runs()]
+        finally:
+            store.close()
+            errors = [_stop(process) for process in processes]
+
+    assert [process.returncode for process in processes] == [0, 0], errors
+    assert sorted(runs) == sorted((f"github:{REPO}#{n}", "done") for n in numbers), "each task once"
+    assert "3 queued task(s) had no message left" in errors[0] + "".join(p.read_text() for p in setup.logs.glob("*.log*"))
+    for number in numbers:
+        assert len(_finals(github_forge, number)) == 1, number
+
+
 def _serve_until_two_done(setup: Any) -> list[tuple[str, str]]:
     """`serve` until two runs are done (or it ends early, raising what ended it): every
     run's (task key, status)."""
@@ -577,3 +619,43 @@ def test_a_hand_published_message_works_nothing_the_worker_would_not_pick_itself
     assert f"github:{other}#{foreign}: outside the configured scope" in logged
     assert f"github:{REPO}#{processing}: no run to continue" in logged
 
+
+def test_queued_tasks_whose_messages_were_taken_while_the_database_was_away_are_offered_again(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The in-process queue's workers take two queued tasks while PostgreSQL is away: they
+    can record neither the pick-up nor the release, so the tasks' entries still say
+    `queued` while their messages are gone. The next poll finds that (the queue knows what
+    it holds) and offers both again: each is done once, not an hour later."""
+    url, _ = distributed
+    numbers = [github_forge.open_task("issue", f"Task {n}", "Please add hello.txt.") for n in range(2)]
+    parts = urlsplit(url)
+    with TcpRelay(parts.hostname or "127.0.0.1", parts.port or 5432) as relay, ReplaySandbox(HELLO_SCRIPT) as model:
+        relayed = urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.port}", f":{relay.port}")))
+        setup = steering_config(tmp_path, [github_forge], model, workers=2, database={"url": relayed})
+
+        async def outage_then_poll() -> tuple[list[str], list[str], list[str]]:
+            service = AgentService(load_for_service(setup))
+            try:
+                queue = await service.queue()
+                offered = [item.key for item in (await service.producer.cycle(queue)).enqueued]
+                relay.refusing = True
+                relay.cut()
+                produced = asyncio.Event()
+                produced.set()
+                lost = await service.workers.run(queue, produced=produced)  # the queue drained, nothing recorded
+                relay.refusing = False
+                again = await service.run_cycle()
+                return offered, [str(outcome) for outcome in lost], [result.status for result in again.results]
+            finally:
+                await service.aclose()
+
+        with caplog.at_level("INFO"):
+            offered, lost, statuses = asyncio.run(asyncio.wait_for(outage_then_poll(), 240))
+
+    assert sorted(offered) == sorted(f"github:{REPO}#{n}" for n in numbers)
+    assert len(lost) == 2 and all("the state store cannot be reached" in outcome for outcome in lost), lost
+    assert "2 queued task(s) had no message left" in caplog.text
+    assert statuses == ["done", "done"]
+    for number in numbers:
+        assert len(_finals(github_forge, number)) == 1, number

@@ -28,7 +28,7 @@ async def name() -> AsyncIterator[str]:
     connection = await aio_pika.connect_robust(amqp_url())
     async with connection:
         channel = await connection.channel()
-        for each in (queue_name, f"{queue_name}.dead"):
+        for each in (queue_name, f"{queue_name}.dead", f"{queue_name}.wait"):
             await channel.queue_delete(each)
 
 
