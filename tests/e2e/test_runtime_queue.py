@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 from typing import Any
@@ -20,6 +21,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from coding_agent.runtime.queue import QueuedTask
+from coding_agent.runtime.queue.memory import MemoryQueue
 from coding_agent.runtime.queue.rabbitmq import RabbitQueue
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.service import AgentService
@@ -225,35 +227,36 @@ def test_a_redelivered_message_of_a_task_running_here_leaves_its_run_alone(
     ]
 
 
-def test_a_redelivery_waiting_out_another_worker_s_lease_ends_at_shutdown(
+def test_a_redelivery_of_a_task_another_worker_holds_is_put_back_until_its_lease_runs_out(
     github_forge: GitHubForge, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A redelivered message whose task another worker's lease holds waits for that lease
-    to run out (its worker may be dead) before continuing the run. The wait must not hold
-    a graceful shutdown back: it used to sleep a third of the lease at a time (five
-    minutes by default) whatever else happened."""
+    """A redelivered message whose task another worker's lease holds (its worker may have
+    stopped) does not keep its slot waiting for that lease: it is put back, as a run to
+    continue, to come again when the lease runs out; the other worker's lease is left
+    alone and nothing starts."""
     number = github_forge.open_task("issue", "Held elsewhere", "Please add hello.txt.")
     key = f"github:{REPO}#{number}"
     with ReplaySandbox({"replies": []}) as model:
         setup = steering_config(tmp_path, [github_forge], model, scheduling={"lease_seconds": 60})
 
-        async def redelivered() -> tuple[Any, str | None]:
+        async def redelivered() -> tuple[Any, str | None, frozenset[str], int]:
             service = AgentService(load_for_service(setup))
+            queue = MemoryQueue()
             try:
                 assert await asyncio.to_thread(service.store.acquire_lease, key, "worker-elsewhere", 60)
-                handling = asyncio.create_task(service.workers.handle(QueuedTask(key, "new"), redelivered=True))
-                await wait_until(lambda: "leased by another worker" in caplog.text, 60, "the claim to find the lease held")
-                service.request_shutdown()
-                outcome = await asyncio.wait_for(handling, 10)
-                return outcome, await asyncio.to_thread(service.store.lease_owner, key)
+                outcome = await asyncio.wait_for(service.workers.handle(QueuedTask(key, "new"), True, queue), 30)
+                held = (await queue.held()).keys
+                return outcome, await asyncio.to_thread(service.store.lease_owner, key), held, queue.depth()
             finally:
                 await service.aclose()
 
         with caplog.at_level("INFO"):
-            outcome, holder = asyncio.run(asyncio.wait_for(redelivered(), 120))
+            outcome, holder, held, ready = asyncio.run(asyncio.wait_for(redelivered(), 120))
 
     assert outcome is None, outcome
     assert holder == "worker-elsewhere", "the other worker's lease is left alone"
+    assert held == {key} and ready == 0, "put back, to be handed out only later"
+    assert f"{key}: redelivered while worker-elsewhere holds its lease; put back" in caplog.text
     assert model.requests == [], "no run started"
 
 
@@ -343,6 +346,72 @@ def test_a_sigkilled_worker_s_task_is_redelivered_and_finished_once(
     assert [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")] == [
         "coding agent done"
     ]
+
+
+@pytest.mark.long
+def test_a_sigkilled_worker_s_tasks_wait_for_its_lease_while_the_survivor_works_others(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+) -> None:
+    """`producer` and two `worker` processes (two slots each) on six tasks, the default
+    lease. The first worker is SIGKILLed while both its runs hold their leases; the
+    second, started then, gets their messages back first. It puts them back until the
+    dead worker's leases run out and works the other tasks meanwhile (it used to wait
+    for those leases in both its slots, starting nothing), then continues the two: every
+    task done once."""
+    url, name = distributed
+    numbers = [github_forge.open_task("issue", f"Task {n}", "Please add hello.txt.") for n in range(6)]
+    keys = [f"github:{REPO}#{n}" for n in numbers]
+    store = StateStore(url)
+    processes: dict[str, subprocess.Popen[str]] = {}
+    held_at_kill: dict[str, float] = {}  # the dead worker's task keys: when their leases run out
+    lock = threading.Lock()
+
+    def victim_leases() -> dict[str, float]:
+        victim = f"-{processes['victim'].pid}-"
+        leases = {key: store.live_lease(key) for key in keys}
+        return {key: time.time() + lease.seconds_left for key, lease in leases.items() if lease and victim in lease.owner}
+
+    def kill_the_first_worker(_: dict[str, Any]) -> None:
+        with lock:
+            if held_at_kill:
+                return
+            wait_for(lambda: len(victim_leases()) == 2, 120, "both of the first worker's runs to hold their leases")
+            os.kill(processes["victim"].pid, signal.SIGKILL)
+            processes["victim"].wait(30)
+            held_at_kill.update(victim_leases())
+
+    replies = [{**HELLO_SCRIPT["replies"][0], "before": {"kill": {}}}, *HELLO_SCRIPT["replies"][1:]]
+    try:
+        with ReplaySandbox({"replies": replies}, actions={"kill": kill_the_first_worker}) as model:
+            setup = distributed_config(tmp_path, github_forge, model, url, name, workers=2, scheduling={"interval_seconds": 1})
+            assert "lease_seconds" not in setup.config_path.read_text(), "the default lease"
+            assert len(asyncio.run(_produce_once(load_for_service(setup)))) == 6
+            processes["victim"] = spawn_cli(setup.config_path, "worker")
+            wait_for(lambda: held_at_kill, 180, "the first worker to be killed")
+            processes["survivor"] = spawn_cli(setup.config_path, "worker")
+            processes["producer"] = spawn_cli(setup.config_path, "producer")
+            wait_for(
+                lambda: [run.status for run in store.runs()].count("done") >= 6
+                or any(processes[role].poll() is not None for role in ("survivor", "producer")),
+                600,
+                "six runs done",
+            )
+            runs = store.runs()
+    finally:
+        store.close()
+        errors = {role: _stop(process) for role, process in processes.items() if role != "victim"}
+
+    assert processes["victim"].returncode == -signal.SIGKILL
+    assert [processes[role].returncode for role in ("survivor", "producer")] == [0, 0], errors
+    done = sorted(run.task_key for run in runs if run.status == "done")
+    assert done == sorted(keys), "every task done once"
+    survivor = f"-{processes['survivor'].pid}-"
+    others = [run for run in runs if run.task_key not in held_at_kill and survivor in run.owner]
+    assert any(run.started_at < min(held_at_kill.values()) for run in others), (
+        "the survivor started other tasks before the dead worker's leases ran out"
+    )
+    for number in numbers:
+        assert len(_finals(github_forge, number)) == 1, number
 
 
 async def _purge(name: str) -> int:
