@@ -50,6 +50,8 @@ _CONNECTION_LOST = (AMQPError, ChannelInvalidStateError, ConnectionError)
 # within moments; one waiting in a consumer's prefetch longer than this (a `prefetch`
 # above `workers`) may be offered a second time, which its claim's lease makes harmless.
 PICKUP_GRACE_SECONDS = 10.0
+# How long `held` waits for the broker's answer (a connection lost unnoticed as yet).
+HELD_TIMEOUT_SECONDS = 10.0
 
 
 @dataclass
@@ -119,10 +121,16 @@ class RabbitQueue:
     async def held(self) -> Held | None:
         """Nothing held (and the entries queued before the grace lost) while no message waits
         in the queue or its wait queue; None otherwise (which ones wait, AMQP cannot say)."""
+        unreachable = f"queue {self.name}: the broker cannot be reached"
+        if not self._connection.connected.is_set():  # a robust channel would wait for the reconnection
+            raise QueueUnavailable(f"{unreachable} (reconnecting)")
         try:
-            waiting = [(await queue.declare()).message_count for queue in (self._queue, self._later)]
-        except _CONNECTION_LOST as error:
-            raise QueueUnavailable(f"queue {self.name}: the broker cannot be reached ({type(error).__name__})") from None
+            waiting = [
+                (await asyncio.wait_for(queue.declare(), HELD_TIMEOUT_SECONDS)).message_count
+                for queue in (self._queue, self._later)
+            ]
+        except (*_CONNECTION_LOST, asyncio.TimeoutError) as error:
+            raise QueueUnavailable(f"{unreachable} ({type(error).__name__})") from None
         return Held(frozenset(), time.time() - PICKUP_GRACE_SECONDS) if not any(waiting) else None
 
     async def get(self, wait: bool = True) -> Delivery | None:
