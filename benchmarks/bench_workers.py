@@ -13,10 +13,17 @@ Also reported: the time to the first model request (the workers' start-up) and t
 the worker processes and their children used (two processes share the same 2 cores,
 so what is CPU-bound does not halve).
 
+`--kill-at F` measures a takeover instead (SPEC 11.1): two worker processes, the first
+SIGKILLed once a fraction F of the tasks is done, a replacement started `--replace-after`
+seconds later; reported: the seconds from the kill until every task is done (each done
+once), and the tasks the other worker started while the dead worker's leases were live
+(`--lease`: `scheduling.lease_seconds`, default the config's).
+
 Needs PostgreSQL at 127.0.0.1:5432 (trust) and RabbitMQ at 127.0.0.1:5672 (guest), or
 `CODING_AGENT_TEST_POSTGRES` / `CODING_AGENT_TEST_AMQP`.
 
-Run: `python benchmarks/bench_workers.py [--tasks 32] [--slots 4] [--latency 1.0]`
+Run: `python benchmarks/bench_workers.py [--tasks 32] [--slots 4] [--latency 1.0]
+[--kill-at 0.3 [--replace-after 10] [--lease SECONDS]]`
 """
 
 from __future__ import annotations
@@ -58,7 +65,9 @@ def _script(latency: float) -> dict[str, Any]:
     return {"latency_seconds": latency, "replies": [*steps, {"done": "Wrote the files."}]}
 
 
-def _write_config(directory: Path, forge_url: str, model: ReplaySandbox, database: str, queue: str, slots: int) -> Path:
+def _write_config(
+    directory: Path, forge_url: str, model: ReplaySandbox, database: str, queue: str, slots: int, lease: float | None = None
+) -> Path:
     data: dict[str, Any] = {
         "task_source": ["github"],
         "github": {"api_url": forge_url, "token": TOKEN, "owner": "bench", "bot_name": BOT},
@@ -74,6 +83,8 @@ def _write_config(directory: Path, forge_url: str, model: ReplaySandbox, databas
         "retry": {"base_delay_seconds": 0.01},
         "dashboard": {"enabled": False},
     }
+    if lease is not None:
+        data["scheduling"] = {"lease_seconds": lease}
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -150,6 +161,66 @@ def _work(processes: int, tasks: int, slots: int, latency: float) -> dict[str, A
     }
 
 
+def _spawn_worker(config_path: Path, log: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "coding_agent.cli", "worker", "--config", str(config_path)],
+        cwd=config_path.parent,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _through_a_kill(tasks: int, slots: int, latency: float, kill_at: float, replace_after: float, lease: float | None) -> dict[str, Any]:
+    """Two worker processes; the first SIGKILLed once `kill_at` of the tasks are done."""
+    queue = f"coding-agent.bench.{uuid.uuid4().hex[:10]}"
+    with tempfile.TemporaryDirectory() as scratch, fresh_postgres_database() as database:
+        sandbox = GitHubSandbox().start()
+        try:
+            seed_github(sandbox.state, [REPO], MAINTAINER, BOT, TOKEN)
+            open_labelled_issues(sandbox.state, "github", [REPO], tasks, MAINTAINER)
+            with ReplaySandbox(_script(latency)) as model, open(Path(scratch) / "workers.log", "w") as log:
+                config_path = _write_config(Path(scratch), sandbox.url, model, database, queue, slots, lease)
+                assert asyncio.run(_queue_all(config_path)) == tasks
+                store = StateStore(database)
+                workers = [_spawn_worker(config_path, log) for _ in range(2)]
+                try:
+                    _wait(lambda: sum(run.status == "done" for run in store.runs()) >= kill_at * tasks, workers)
+                    workers[0].kill()
+                    workers[0].wait(30)
+                    killed = time.time()
+                    victim = f"-{workers[0].pid}-"
+                    leases = [store.live_lease(f"github:{REPO}#{n}") for n in range(1, tasks + 1)]
+                    lapse = killed + max([lease.seconds_left for lease in leases if lease and victim in lease.owner] or [0.0])
+                    _wait(lambda: time.time() >= killed + replace_after, workers[1:])
+                    workers.append(_spawn_worker(config_path, log))
+                    _wait(lambda: sum(run.status == "done" for run in store.runs()) >= tasks, workers[1:])
+                    elapsed = time.time() - killed
+                    runs = store.runs()
+                finally:
+                    store.close()
+                    for worker in workers[1:]:
+                        worker.send_signal(signal.SIGTERM)
+                        worker.wait(120)
+        finally:
+            sandbox.stop()
+            asyncio.run(delete_queues(queue))
+    done = sorted(run.task_key for run in runs if run.status == "done")
+    assert len(done) == len(set(done)) == tasks, "each task done once"
+    started_meanwhile = [run for run in runs if killed < run.started_at < lapse]
+    return {
+        "lease_seconds": lease or "default",
+        "kill_to_all_done_s": round(elapsed, 1),
+        "dead_worker_leases_ran_out_after_s": round(lapse - killed, 1),
+        "runs_started_while_they_held": len(started_meanwhile),
+    }
+
+
+def _wait(over: Any, alive: list[subprocess.Popen[bytes]]) -> None:
+    while not over():
+        assert all(worker.poll() is None for worker in alive), "a worker exited early"
+        time.sleep(0.05)  # polling the store; the figures are seconds, this is their resolution
+
+
 def _children_cpu() -> float:
     """User + system CPU-seconds of the reaped worker processes and what they reaped (git)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -182,5 +253,12 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=32)
     parser.add_argument("--slots", type=int, default=4, help="`workers` of each worker process")
     parser.add_argument("--latency", type=float, default=1.0, help="seconds per model reply")
+    parser.add_argument("--kill-at", type=float, default=None, help="SIGKILL a worker once this fraction is done")
+    parser.add_argument("--replace-after", type=float, default=10.0, help="seconds until its replacement starts")
+    parser.add_argument("--lease", type=float, default=None, help="scheduling.lease_seconds (default: the config's)")
     options = parser.parse_args()
-    emit(main(options.tasks, options.slots, options.latency))
+    if options.kill_at is None:
+        emit(main(options.tasks, options.slots, options.latency))
+    else:
+        figures = _through_a_kill(options.tasks, options.slots, options.latency, options.kill_at, options.replace_after, options.lease)
+        emit({"benchmark": "workers-takeover", "tasks": options.tasks, "slots_per_worker": options.slots, **figures})

@@ -5,29 +5,35 @@ killed mid-run has its message redelivered and the task finished once."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 from typing import Any
 
+import aio_pika
 import pytest
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from coding_agent.runtime.queue import QueuedTask
+from coding_agent.runtime.queue.memory import MemoryQueue
+from coding_agent.runtime.queue.rabbitmq import RabbitQueue
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.testing.faults import Fault
 from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.testing.services import amqp_url
 from coding_agent.testing.tcp_relay import TcpRelay
 from coding_agent.testing.waiting import wait_for, wait_until
 
-from ._steering import distributed_config, spawn_cli, steering_config
-from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments
+from ._steering import distributed_config, spawn_cli, steering_config, user_messages
+from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, READER, REPO, GitHubForge, load_for_service, progress_comments
 
 
 def _finals(forge: GitHubForge, number: int) -> list[str]:
@@ -221,35 +227,36 @@ def test_a_redelivered_message_of_a_task_running_here_leaves_its_run_alone(
     ]
 
 
-def test_a_redelivery_waiting_out_another_worker_s_lease_ends_at_shutdown(
+def test_a_redelivery_of_a_task_another_worker_holds_is_put_back_until_its_lease_runs_out(
     github_forge: GitHubForge, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A redelivered message whose task another worker's lease holds waits for that lease
-    to run out (its worker may be dead) before continuing the run. The wait must not hold
-    a graceful shutdown back: it used to sleep a third of the lease at a time (five
-    minutes by default) whatever else happened."""
+    """A redelivered message whose task another worker's lease holds (its worker may have
+    stopped) does not keep its slot waiting for that lease: it is put back, as a run to
+    continue, to come again when the lease runs out; the other worker's lease is left
+    alone and nothing starts."""
     number = github_forge.open_task("issue", "Held elsewhere", "Please add hello.txt.")
     key = f"github:{REPO}#{number}"
     with ReplaySandbox({"replies": []}) as model:
         setup = steering_config(tmp_path, [github_forge], model, scheduling={"lease_seconds": 60})
 
-        async def redelivered() -> tuple[Any, str | None]:
+        async def redelivered() -> tuple[Any, str | None, frozenset[str], int]:
             service = AgentService(load_for_service(setup))
+            queue = MemoryQueue()
             try:
                 assert await asyncio.to_thread(service.store.acquire_lease, key, "worker-elsewhere", 60)
-                handling = asyncio.create_task(service.workers.handle(QueuedTask(key, "new"), redelivered=True))
-                await wait_until(lambda: "leased by another worker" in caplog.text, 60, "the claim to find the lease held")
-                service.request_shutdown()
-                outcome = await asyncio.wait_for(handling, 10)
-                return outcome, await asyncio.to_thread(service.store.lease_owner, key)
+                outcome = await asyncio.wait_for(service.workers.handle(QueuedTask(key, "new"), True, queue), 30)
+                held = (await queue.held()).keys
+                return outcome, await asyncio.to_thread(service.store.lease_owner, key), held, queue.depth()
             finally:
                 await service.aclose()
 
         with caplog.at_level("INFO"):
-            outcome, holder = asyncio.run(asyncio.wait_for(redelivered(), 120))
+            outcome, holder, held, ready = asyncio.run(asyncio.wait_for(redelivered(), 120))
 
     assert outcome is None, outcome
     assert holder == "worker-elsewhere", "the other worker's lease is left alone"
+    assert held == {key} and ready == 0, "put back, to be handed out only later"
+    assert f"{key}: redelivered while worker-elsewhere holds its lease; put back" in caplog.text
     assert model.requests == [], "no run started"
 
 
@@ -339,6 +346,114 @@ def test_a_sigkilled_worker_s_task_is_redelivered_and_finished_once(
     assert [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")] == [
         "coding agent done"
     ]
+
+
+@pytest.mark.long
+def test_a_sigkilled_worker_s_tasks_wait_for_its_lease_while_the_survivor_works_others(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+) -> None:
+    """`producer` and two `worker` processes (two slots each) on six tasks, the default
+    lease. The first worker is SIGKILLed while both its runs hold their leases; the
+    second, started then, gets their messages back first. It puts them back until the
+    dead worker's leases run out and works the other tasks meanwhile (it used to wait
+    for those leases in both its slots, starting nothing), then continues the two: every
+    task done once."""
+    url, name = distributed
+    numbers = [github_forge.open_task("issue", f"Task {n}", "Please add hello.txt.") for n in range(6)]
+    keys = [f"github:{REPO}#{n}" for n in numbers]
+    store = StateStore(url)
+    processes: dict[str, subprocess.Popen[str]] = {}
+    held_at_kill: dict[str, float] = {}  # the dead worker's task keys: when their leases run out
+    lock = threading.Lock()
+
+    def victim_leases() -> dict[str, float]:
+        victim = f"-{processes['victim'].pid}-"
+        leases = {key: store.live_lease(key) for key in keys}
+        return {key: time.time() + lease.seconds_left for key, lease in leases.items() if lease and victim in lease.owner}
+
+    def kill_the_first_worker(_: dict[str, Any]) -> None:
+        with lock:
+            if held_at_kill:
+                return
+            wait_for(lambda: len(victim_leases()) == 2, 120, "both of the first worker's runs to hold their leases")
+            os.kill(processes["victim"].pid, signal.SIGKILL)
+            processes["victim"].wait(30)
+            held_at_kill.update(victim_leases())
+
+    replies = [{**HELLO_SCRIPT["replies"][0], "before": {"kill": {}}}, *HELLO_SCRIPT["replies"][1:]]
+    try:
+        with ReplaySandbox({"replies": replies}, actions={"kill": kill_the_first_worker}) as model:
+            setup = distributed_config(tmp_path, github_forge, model, url, name, workers=2, scheduling={"interval_seconds": 1})
+            assert "lease_seconds" not in setup.config_path.read_text(), "the default lease"
+            assert len(asyncio.run(_produce_once(load_for_service(setup)))) == 6
+            processes["victim"] = spawn_cli(setup.config_path, "worker")
+            wait_for(lambda: held_at_kill, 180, "the first worker to be killed")
+            processes["survivor"] = spawn_cli(setup.config_path, "worker")
+            processes["producer"] = spawn_cli(setup.config_path, "producer")
+            wait_for(
+                lambda: [run.status for run in store.runs()].count("done") >= 6
+                or any(processes[role].poll() is not None for role in ("survivor", "producer")),
+                600,
+                "six runs done",
+            )
+            runs = store.runs()
+    finally:
+        store.close()
+        errors = {role: _stop(process) for role, process in processes.items() if role != "victim"}
+
+    assert processes["victim"].returncode == -signal.SIGKILL
+    assert [processes[role].returncode for role in ("survivor", "producer")] == [0, 0], errors
+    done = sorted(run.task_key for run in runs if run.status == "done")
+    assert done == sorted(keys), "every task done once"
+    survivor = f"-{processes['survivor'].pid}-"
+    others = [run for run in runs if run.task_key not in held_at_kill and survivor in run.owner]
+    assert any(run.started_at < min(held_at_kill.values()) for run in others), (
+        "the survivor started other tasks before the dead worker's leases ran out"
+    )
+    for number in numbers:
+        assert len(_finals(github_forge, number)) == 1, number
+
+
+async def _purge(name: str) -> int:
+    """Drop every message waiting in the queue, as an operator's purge would."""
+    connection = await aio_pika.connect_robust(amqp_url())
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(name, passive=True)
+        purged = await queue.purge()
+        return int(purged.message_count)
+
+
+def test_queued_tasks_whose_broker_messages_were_purged_are_offered_again(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+) -> None:
+    """A producer queued three tasks, then the broker lost their messages (a purge): their
+    entries in the store still say `queued`. A `producer` finds the queue holding nothing
+    and offers them again, and a `worker` does each once."""
+    url, name = distributed
+    numbers = [github_forge.open_task("issue", f"Task {n}", "Please add hello.txt.") for n in range(3)]
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = distributed_config(tmp_path, github_forge, model, url, name, workers=2, scheduling={"interval_seconds": 0.5})
+        assert len(asyncio.run(_produce_once(load_for_service(setup)))) == 3
+        assert asyncio.run(_purge(name)) == 3
+        processes = [spawn_cli(setup.config_path, role) for role in ("producer", "worker")]
+        store = StateStore(url)
+        try:
+            wait_for(
+                lambda: [run.status for run in store.runs()].count("done") >= 3 or any(p.poll() is not None for p in processes),
+                300,
+                "three runs done",
+            )
+            runs = [(run.task_key, run.status) for run in store.runs()]
+        finally:
+            store.close()
+            errors = [_stop(process) for process in processes]
+
+    assert [process.returncode for process in processes] == [0, 0], errors
+    assert sorted(runs) == sorted((f"github:{REPO}#{n}", "done") for n in numbers), "each task once"
+    assert "3 queued task(s) had no message left" in errors[0] + "".join(p.read_text() for p in setup.logs.glob("*.log*"))
+    for number in numbers:
+        assert len(_finals(github_forge, number)) == 1, number
 
 
 def _serve_until_two_done(setup: Any) -> list[tuple[str, str]]:
@@ -505,3 +620,111 @@ def test_an_unforeseen_failure_to_offer_or_pick_up_a_task_ends_nothing(
     assert events.count("started") == 1, events
     assert len(_finals(github_forge, number)) == 1
     assert "coding agent done" in github_forge.labels("issue", number)
+
+
+async def _publish_by_hand(name: str, messages: list[dict[str, str]]) -> None:
+    """Publish raw messages to the queue as anyone with access to the broker could."""
+    queue = await RabbitQueue.open(amqp_url(), name, prefetch=1)  # declared as the agent declares it
+    try:
+        channel = await queue._connection.channel()
+        for message in messages:
+            await channel.default_exchange.publish(aio_pika.Message(json.dumps(message).encode()), routing_key=name)
+    finally:
+        await queue.aclose()
+
+
+def test_a_hand_published_message_works_nothing_the_worker_would_not_pick_itself(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+) -> None:
+    """A message is a hint like a webhook (SPEC 15): published by hand to the broker, one
+    for a repository outside the configured owner, one for an in-scope issue without the
+    trigger label, one for an issue labelled by a user without write access, and a
+    `continue` for an issue someone labelled `processing` with no run of the agent behind
+    it: the worker claims none of them (no forge request to the foreign repository at all,
+    no label written, no model request), and the message published after them is worked."""
+    url, name = distributed
+    state = github_forge.sandbox.state
+    other = "octo-other/gizmos"
+    state.add_repo(other)
+    state.set_permission(other, MAINTAINER, "admin")
+    state.set_permission(other, BOT, "write")
+    foreign = state.create_issue(other, "Foreign task", "Please add hello.txt.", author=MAINTAINER)
+    state.add_label(other, foreign, "coding agent", actor=MAINTAINER)
+    unlabelled = state.create_issue(REPO, "Unlabelled task", "Please add hello.txt.", author=MAINTAINER)
+    untrusted = github_forge.open_task("issue", "Untrusted task", "Please add hello.txt.", labelled_by=READER)
+    processing = state.create_issue(REPO, "Processing task", "Please add hello.txt.", author=MAINTAINER)
+    state.add_label(REPO, processing, "coding agent processing", actor=MAINTAINER)
+    legit = github_forge.open_task("issue", "Legit task", "Please add hello.txt.")
+    forged = [
+        {"key": f"github:{other}#{foreign}", "reason": "new"},
+        {"key": f"github:{REPO}#{unlabelled}", "reason": "new"},
+        {"key": f"github:{REPO}#{untrusted}", "reason": "new"},
+        {"key": f"github:{REPO}#{processing}", "reason": "continue"},
+    ]
+    labels_before = {
+        (repo, number): list(state.issue(repo, number).labels)
+        for repo, number in [(other, foreign), (REPO, unlabelled), (REPO, untrusted), (REPO, processing)]
+    }
+    asyncio.run(_publish_by_hand(name, [*forged, {"key": f"github:{REPO}#{legit}", "reason": "new"}]))
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = distributed_config(tmp_path, github_forge, model, url, name, workers=1)
+        worker = spawn_cli(setup.config_path, "worker")
+        store = StateStore(url)
+        try:
+            wait_for(lambda: any(run.status == "done" for run in store.runs()) or worker.poll() is not None, 240, "a run done")
+            runs = [(run.task_key, run.status) for run in store.runs()]
+        finally:
+            store.close()
+            error = _stop(worker)
+        asked = [" ".join(user_messages(request)) for request in model.requests]
+
+    assert worker.returncode == 0, error
+    assert runs == [(f"github:{REPO}#{legit}", "done")], runs
+    assert asked and all("Legit task" in text for text in asked), "the model was asked about the legit task only"
+    assert not [r for r in state.requests() if r.path.startswith(f"/repos/{other}")], "the foreign repository untouched"
+    for (repo, number), before in labels_before.items():
+        assert list(state.issue(repo, number).labels) == before, (repo, number)
+    logged = error + "".join(path.read_text() for path in setup.logs.glob("*.log*"))
+    assert f"github:{other}#{foreign}: outside the configured scope" in logged
+    assert f"github:{REPO}#{processing}: no run to continue" in logged
+
+
+def test_queued_tasks_whose_messages_were_taken_while_the_database_was_away_are_offered_again(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The in-process queue's workers take two queued tasks while PostgreSQL is away: they
+    can record neither the pick-up nor the release, so the tasks' entries still say
+    `queued` while their messages are gone. The next poll finds that (the queue knows what
+    it holds) and offers both again: each is done once, not an hour later."""
+    url, _ = distributed
+    numbers = [github_forge.open_task("issue", f"Task {n}", "Please add hello.txt.") for n in range(2)]
+    parts = urlsplit(url)
+    with TcpRelay(parts.hostname or "127.0.0.1", parts.port or 5432) as relay, ReplaySandbox(HELLO_SCRIPT) as model:
+        relayed = urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.port}", f":{relay.port}")))
+        setup = steering_config(tmp_path, [github_forge], model, workers=2, database={"url": relayed})
+
+        async def outage_then_poll() -> tuple[list[str], list[str], list[str]]:
+            service = AgentService(load_for_service(setup))
+            try:
+                queue = await service.queue()
+                offered = [item.key for item in (await service.producer.cycle(queue)).enqueued]
+                relay.refusing = True
+                relay.cut()
+                produced = asyncio.Event()
+                produced.set()
+                lost = await service.workers.run(queue, produced=produced)  # the queue drained, nothing recorded
+                relay.refusing = False
+                again = await service.run_cycle()
+                return offered, [str(outcome) for outcome in lost], [result.status for result in again.results]
+            finally:
+                await service.aclose()
+
+        with caplog.at_level("INFO"):
+            offered, lost, statuses = asyncio.run(asyncio.wait_for(outage_then_poll(), 240))
+
+    assert sorted(offered) == sorted(f"github:{REPO}#{n}" for n in numbers)
+    assert len(lost) == 2 and all("the state store cannot be reached" in outcome for outcome in lost), lost
+    assert "2 queued task(s) had no message left" in caplog.text
+    assert statuses == ["done", "done"]
+    for number in numbers:
+        assert len(_finals(github_forge, number)) == 1, number

@@ -12,7 +12,7 @@ import aio_pika
 import pytest
 
 from coding_agent.errors import QueueUnavailable
-from coding_agent.runtime.queue import QueuedTask
+from coding_agent.runtime.queue import Delivery, QueuedTask
 from coding_agent.runtime.queue.rabbitmq import RabbitQueue
 from coding_agent.testing.services import amqp_url, reachable
 from coding_agent.testing.tcp_relay import TcpRelay
@@ -28,7 +28,7 @@ async def name() -> AsyncIterator[str]:
     connection = await aio_pika.connect_robust(amqp_url())
     async with connection:
         channel = await connection.channel()
-        for each in (queue_name, f"{queue_name}.dead"):
+        for each in (queue_name, f"{queue_name}.dead", f"{queue_name}.wait"):
             await channel.queue_delete(each)
 
 
@@ -103,6 +103,8 @@ async def test_a_lost_connection_loses_no_message_and_the_queue_comes_back(name:
 
             refused = await wait_until_async(publish_refused, 10, "a publish to be refused")
             assert "the broker cannot be reached" in str(refused)
+            with pytest.raises(QueueUnavailable, match="the broker cannot be reached"):
+                await queue.held()  # says so at once, not once the connection is back
             await delivery.ack()  # no error: the broker has it again
             relay.refusing = False
             again = [await asyncio.wait_for(queue.get(), 60) for _ in range(2)]
@@ -114,3 +116,27 @@ async def test_a_lost_connection_loses_no_message_and_the_queue_comes_back(name:
             assert (await asyncio.wait_for(queue.get(), 60)).item.key == "github:acme/widgets#9"
         finally:
             await queue.aclose()
+
+
+async def test_a_message_put_back_with_a_delay_comes_again_after_it(name: str) -> None:
+    """`put(item, delay)` parks the message in the wait queue, from which the broker moves
+    it back into the queue once the delay is over; while any message waits, `held` cannot
+    vouch for the store's entries, and once none does it says the queue holds nothing."""
+    queue = await RabbitQueue.open(amqp_url(), name, prefetch=1)
+    try:
+        empty = await queue.held()
+        assert empty is not None and empty.keys == frozenset()
+        await queue.put(QueuedTask("github:acme/widgets#7", "continue"), delay=10)
+        assert await queue.held() is None, "a message waits, in the wait queue"
+        assert await queue.get(wait=False) is None, "not handed out before its delay"
+
+        async def back() -> Delivery | None:
+            return await queue.get(wait=False)
+
+        again = await wait_until_async(back, 60, "the message to come back")
+        assert again.item == QueuedTask("github:acme/widgets#7", "continue")
+        await again.ack()
+        assert await queue.held() is not None, "nothing waits any more"
+    finally:
+        await queue.aclose()
+

@@ -73,6 +73,8 @@ class Producer:
         errors: list[str] = []
         found: list[Task] = []
         try:
+            if discover:  # a full poll, on the service's own queue
+                await self._release_lost(queue)
             for key in await asyncio.to_thread(self._recovery.candidates, only):
                 await self._offer(queue, key, "continue", enqueued)
             if not discover:
@@ -104,6 +106,16 @@ class Producer:
             errors.append(message)
         self.cycles += 1
         return ProducerReport(len(found), tuple(enqueued), tuple(errors))
+
+    async def _release_lost(self, queue: TaskQueue) -> None:
+        """Agree with the queue before looking for work: a task whose `queued` entry lost
+        its message (an outage, a purged queue) is offered again by this very poll."""
+        held = await queue.held()
+        if held is None:
+            return
+        lost = await asyncio.to_thread(self._entries.release_lost, held.keys, held.as_of)
+        if lost:
+            log.warning("poll: %d queued task(s) had no message left in queue %s; offered again", len(lost), queue.name)
 
     async def offer(self, queue: TaskQueue, key: str, reason: Reason) -> bool:
         """Enqueue one key (a webhook's hint), unless it is queued or running already."""

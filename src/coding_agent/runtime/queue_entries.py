@@ -6,6 +6,11 @@ true: a `running` entry once the task has no live lease (its worker died), a `qu
 entry of an in-process queue once another process looks (that queue died with its
 process, or is not one this process can see), and any `queued` entry after
 `stale_seconds` (a lost message must not block a task forever).
+
+A `queued` entry whose message is gone sooner than that (taken by a worker while the store
+was away, so neither its pick-up nor its release was recorded; a purged broker queue) is
+released by the producer's next poll, as soon as its queue vouches it holds no such
+message (`release_lost`, `TaskQueue.held`).
 """
 
 from __future__ import annotations
@@ -76,6 +81,18 @@ class QueueEntries(TableStore):
                 session.add(_Entry(task_key=task_key, state="running", scope=self._scope, updated_at=self._clock()))
             else:
                 entry.state, entry.updated_at = "running", self._clock()
+
+    def release_lost(self, held: frozenset[str], queued_before: float) -> list[str]:
+        """Release this queue's `queued` entries made before `queued_before` whose key is
+        not in `held` (what the queue holds): their messages are gone. The keys released."""
+        with self._session() as session:
+            lost = select(_Entry.task_key).where(
+                _Entry.scope == self._scope, _Entry.state == "queued", _Entry.updated_at < queued_before
+            )
+            keys = [key for key in session.scalars(lost) if key not in held]
+            if keys:
+                session.execute(delete(_Entry).where(_Entry.task_key.in_(keys), _Entry.state == "queued"))
+            return keys
 
     def release(self, task_key: str) -> None:
         """The run ended (or the message was not ours to work): the key may be queued again."""

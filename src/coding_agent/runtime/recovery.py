@@ -77,7 +77,13 @@ class Recovery:
         return [key for key in unique if only is None or key in only]
 
     async def try_take(self, source: Source, key: str) -> Claim | None:
-        """Claim `key`'s run to continue it, or None when it is not ours to take (now)."""
+        """Claim `key`'s run to continue it, or None when it is not ours to take (now).
+
+        Only a key the producer would offer itself (`candidates`): a `continue` message is
+        a hint, and a task labelled `processing` by hand has no run of the agent behind it."""
+        if key not in await asyncio.to_thread(self.candidates, {key}):
+            log.info("%s: no run to continue (no paused run, no stopped worker's); dropped", key)
+            return None
         owner = self._controls.owner
         if not await asyncio.to_thread(self._store.acquire_lease, key, owner, self._config.scheduling.lease_seconds):
             return None

@@ -2,10 +2,15 @@
 is free, claiming the task, running it under a lease heartbeat, and acknowledging the
 message only when the run reached done, failed, stopped or paused.
 
-A message is a hint, never a decision: the claim re-reads the task and checks its labels,
-its lease and who triggered it, so a duplicate, stale or forged key costs a look and
-nothing else. A redelivered message (its worker died mid-run) whose task is still leased
-by the dead worker waits for that lease to expire, then continues the run.
+A message is a hint, never a decision, whoever published it (SPEC 15): a key outside the
+configured scope is dropped before any forge request (`Scope`), the claim re-reads the
+task and checks its labels, its lease and who triggered it, and a `continue` continues
+only a run the state store knows of (`Recovery.try_take`), so a duplicate, stale or
+forged key costs a look and nothing else.
+
+A redelivered message (its worker stopped mid-run) whose task the stopped worker's lease
+still holds does not keep a slot waiting: it is put back on the queue, as a run to
+continue, to come again once that lease has run out, and the slot takes other work.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery, Takeover
 from coding_agent.runtime.review_followups import ReviewClaim
+from coding_agent.runtime.scope import Scope
 from coding_agent.runtime.start_gate import StartGate, default_starts_at_once
 from coding_agent.runtime.state_store import StateStore, store_unreachable
 from coding_agent.sources.base import Source
@@ -39,10 +45,9 @@ __all__ = ["Workers", "Outcome"]
 
 log = logging.getLogger(__name__)
 
-# A lease read just after it ran out finds it out (the holder's clock may lag a little).
-LEASE_READ_MARGIN = 0.05
-# How often a redelivery waiting out a lease looks at the shutdown signal (a thread's flag).
-SHUTDOWN_LOOK_SECONDS = 0.5
+# A message put back until a lease runs out comes again this much later than that, so that
+# it finds the lease out (the holder's clock may lag a little).
+LEASE_READ_MARGIN = 1.0
 
 Outcome = RunResult | str | None  # a run's result, an error message, or nothing to do
 
@@ -75,6 +80,7 @@ class Workers:
         self._redactor = redactor
         self._shutdown = shutdown
         self._snapshots = snapshots
+        self._scope = Scope(config)
         scheduling = config.scheduling
         self._starts = StartGate(scheduling.starts_at_once or default_starts_at_once(), scheduling.start_wait_seconds)
         self._running: set[str] = set()  # queue keys this process is working now
@@ -108,12 +114,14 @@ class Workers:
             if delivery is None:
                 return
             try:
-                outcomes.append(await self.handle(delivery.item, delivery.redelivered))
+                outcomes.append(await self.handle(delivery.item, delivery.redelivered, queue))
             finally:
                 await delivery.ack()
 
-    async def handle(self, item: QueuedTask, redelivered: bool = False) -> Outcome:
-        """Claim and run one queued task; the queue entry is released whatever happens."""
+    async def handle(self, item: QueuedTask, redelivered: bool = False, queue: TaskQueue | None = None) -> Outcome:
+        """Claim and run one queued task; the queue entry is released whatever happens.
+        `queue`: where a redelivery that must wait for a lease is put back (None: it is
+        dropped, and the producer offers the run once the lease has run out)."""
         key = item.key
         if key in self._running:
             # Delivered again while it runs here: RabbitMQ hands an unacknowledged message
@@ -127,11 +135,14 @@ class Workers:
             if source is None:
                 log.error("%s: no configured source for this task key; dropped", key)
                 return None
+            if not await self._in_scope(source, key):
+                log.warning("%s: outside the configured scope (a message no poll or webhook made); dropped", key)
+                return None
             picked_at = time.monotonic()  # its clone holds every push made before now
             self._runner.libraries.load_soon()  # `run --once`: while this task is claimed
             await asyncio.to_thread(self._entries.mark_running, key)
             self.on_event("picked", key)
-            return await self._claim_and_run(source, item, redelivered, picked_at)
+            return await self._claim_and_run(source, item, redelivered, picked_at, queue)
         except OperationalError as error:
             # The store went away before the run started (a run catches its own errors):
             # no run began. A lease the claim took runs out; the queue entry lapses
@@ -150,7 +161,9 @@ class Workers:
             except OperationalError as error:
                 log.error("%s: %s; its queue entry lapses by itself", key, store_unreachable(error, self._redactor))
 
-    async def _claim_and_run(self, source: Source, item: QueuedTask, redelivered: bool, picked_at: float) -> Outcome:
+    async def _claim_and_run(
+        self, source: Source, item: QueuedTask, redelivered: bool, picked_at: float, queue: TaskQueue | None
+    ) -> Outcome:
         key = item.key
         if self._shutdown.is_set() or self._recovery.paused_by_signal():
             return None  # released: the producer offers it again once the pause is lifted
@@ -163,8 +176,7 @@ class Workers:
             try:
                 claimed = await self._claim(source, item)
                 if claimed is None and redelivered:
-                    give_back()  # it may wait out a dead worker's lease: not in a start slot
-                    claimed = await self._after_dead_worker(source, key)
+                    claimed = await self._after_stopped_worker(source, key, queue)
             except AgentError as error:
                 message = f"{key}: claim failed: {self._redactor.text(str(error))}"
                 log.error(message)
@@ -201,6 +213,16 @@ class Workers:
         finally:
             self.on_event("ended", key)
 
+    async def _in_scope(self, source: Source, key: str) -> bool:
+        """Whether `key`'s repository is one this agent works; read from the forge only
+        when the key cannot tell (then kept as the claim's snapshot)."""
+        verdict = self._scope.of_key(TaskKey.parse(key))
+        if verdict is not None:
+            return verdict
+        task = self._snapshots.get(key) or await source.get_task(TaskKey.parse(key))
+        self._snapshots[key] = task
+        return self._scope.admits(task)
+
     async def _claim(self, source: Source, item: QueuedTask) -> Claim | None:
         if item.reason == "continue":
             return await self._recovery.try_take(source, item.key)
@@ -210,41 +232,23 @@ class Workers:
         )
         return await claim(source, task)
 
-    async def _after_dead_worker(self, source: Source, key: str) -> Claim | None:
-        """The message came back from a worker that died holding it: once the dead
-        worker's lease has run out, continue what it left.
+    async def _after_stopped_worker(self, source: Source, key: str, queue: TaskQueue | None) -> Claim | None:
+        """The message came back from a worker that stopped holding it: continue what that
+        worker left, once its lease has run out.
 
-        The wait ends when the lease does (it is read again then, not a poll interval
-        later), or as soon as this process is asked to shut down; the producer then
-        offers the run again once the lease has run out, as it does every run whose worker
-        is gone. A holder that keeps renewing for two lease lengths is alive after all,
-        and the task is its own."""
-        loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + 2 * self._config.scheduling.lease_seconds
-        waiting = False
-        while (lease := await asyncio.to_thread(self._store.live_lease, key)) is not None:
-            if lease.owner == self._owner:
-                return None  # a run of this process holds it (under another queue key): not dead
-            if loop.time() >= give_up_at:
-                return None  # its worker is alive after all (it kept renewing): not ours
-            if not waiting:
-                log.info("%s: redelivered while %s holds its lease; waiting for it to run out", key, lease.owner)
-                waiting = True
-            if not await self._wait_unless_shutdown(min(lease.seconds_left + LEASE_READ_MARGIN, give_up_at - loop.time())):
-                return None
-        if waiting:
-            log.info("%s: redelivered after its worker died; continuing it", key)
-        return await self._recovery.try_take(source, key)
-
-    async def _wait_unless_shutdown(self, seconds: float) -> bool:
-        """Wait `seconds`; False as soon as the process is asked to shut down."""
-        until = asyncio.get_running_loop().time() + seconds
-        while not self._shutdown.is_set():
-            left = until - asyncio.get_running_loop().time()
-            if left <= 0:
-                return True
-            await asyncio.sleep(min(left, SHUTDOWN_LOOK_SECONDS))
-        return False
+        Until then the message is put back, as a run to continue, to be handed out when the
+        lease runs out (read again then: a holder that renewed it meanwhile is alive after
+        all, and the task is its own). The slot takes other work meanwhile."""
+        lease = await asyncio.to_thread(self._store.live_lease, key)
+        if lease is None:
+            return await self._recovery.try_take(source, key)
+        if lease.owner == self._owner:
+            return None  # a run of this process holds it (under another queue key): not stopped
+        if queue is not None:
+            delay = lease.seconds_left + LEASE_READ_MARGIN
+            log.info("%s: redelivered while %s holds its lease; put back for %.0f s, until it runs out", key, lease.owner, delay)
+            await queue.put(QueuedTask(key, "continue"), delay=delay)
+        return None
 
 
 async def _next(queue: TaskQueue, stop: asyncio.Event | None, produced: asyncio.Event | None = None) -> Delivery | None:

@@ -55,11 +55,11 @@ def fresh_postgres_database() -> Iterator[str]:
 
 
 async def delete_queues(name: str) -> None:
-    """Delete the queue `name` and its dead-letter queue from the test RabbitMQ."""
+    """Delete the queue `name`, its dead-letter queue and its wait queue from the test RabbitMQ."""
     import aio_pika
 
     connection = await aio_pika.connect_robust(amqp_url())
     async with connection:
         channel = await connection.channel()
-        for queue in (name, f"{name}.dead"):
+        for queue in (name, f"{name}.dead", f"{name}.wait"):
             await channel.queue_delete(queue)

@@ -14,7 +14,7 @@ from typing import Literal, Protocol, get_args
 
 from coding_agent.domain.tasks import TaskKey
 
-__all__ = ["QueuedTask", "Reason", "Delivery", "TaskQueue", "MalformedMessage", "decode", "encode"]
+__all__ = ["QueuedTask", "Reason", "Delivery", "Held", "TaskQueue", "MalformedMessage", "decode", "encode"]
 
 # new: a discovered task with the trigger label; followup: a done task that may have a new
 # @mention; continue: a paused run to resume or a dead worker's run to take over.
@@ -68,13 +68,30 @@ class Delivery(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a queue can vouch for, to put the store's `queued` entries right after an outage
+    (`QueueEntries.release_lost`): an entry queued before `as_of` (`time.time()`) whose key
+    is not in `keys` has no message left, and is offered again."""
+
+    keys: frozenset[str]
+    as_of: float
+
+
 class TaskQueue(Protocol):
     """`memory` (in-process) or `rabbitmq`; see `factory.open_queue`."""
 
     name: str
     shared: bool  # True when other processes read the same queue (dedup across them)
 
-    async def put(self, item: QueuedTask) -> None: ...
+    async def put(self, item: QueuedTask, delay: float = 0.0) -> None:
+        """Queue `item`, handed out no sooner than `delay` seconds from now."""
+        ...
+
+    async def held(self) -> Held | None:
+        """The messages this queue still holds (waiting, or handed out and not yet
+        acknowledged), as far as it can tell; None when it cannot."""
+        ...
 
     async def get(self, wait: bool = True) -> Delivery | None:
         """The next message; with `wait=False`, None when the queue is empty."""
