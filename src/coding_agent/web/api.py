@@ -18,7 +18,7 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.operator_actions import UnknownTask, apply_action
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.web.activity import RunActivity
-from coding_agent.web.views import task_detail, task_list, usage
+from coding_agent.web.views import TaskFilter, UnknownFilter, task_detail, task_list, usage
 
 __all__ = ["api_routes", "ACTIONS"]
 
@@ -27,7 +27,12 @@ ACTIONS = ("pause", "resume", "stop")
 
 def api_routes(store: StateStore, redactor: Redactor, activity: RunActivity | None = None) -> list[Route]:
     async def tasks(request: Request) -> Response:
-        return JSONResponse({"tasks": await run_in_threadpool(task_list, store, redactor)})
+        try:
+            only = TaskFilter.of(dict(request.query_params))
+        except UnknownFilter as error:
+            return JSONResponse({"error": str(error)}, status_code=400)
+        rows = await run_in_threadpool(task_list, store, redactor, activity, only)
+        return JSONResponse({"tasks": rows})
 
     async def task(request: Request) -> Response:
         key = request.path_params["key"]
