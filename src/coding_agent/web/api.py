@@ -31,8 +31,10 @@ def api_routes(store: StateStore, redactor: Redactor, activity: RunActivity | No
             only = TaskFilter.of(dict(request.query_params))
         except UnknownFilter as error:
             return JSONResponse({"error": str(error)}, status_code=400)
-        rows = await run_in_threadpool(task_list, store, redactor, activity, only)
-        return JSONResponse({"tasks": rows})
+        # Read and encoded in a worker thread: with thousands of tasks the encoding alone
+        # would hold the event loop that also works tasks.
+        body = await run_in_threadpool(lambda: json.dumps({"tasks": task_list(store, redactor, activity, only)}).encode())
+        return Response(body, media_type="application/json")
 
     async def task(request: Request) -> Response:
         key = request.path_params["key"]

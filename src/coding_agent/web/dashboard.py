@@ -29,7 +29,7 @@ from starlette.routing import Route
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.web.activity import RunActivity
-from coding_agent.web.pages import counts_line, render_list, render_parts, render_problem, render_rows, render_task, render_usage
+from coding_agent.web.pages import LIST_ROWS, counts_line, render_list, render_parts, render_problem, render_rows, render_task, render_usage
 from coding_agent.web.views import TaskFilter, UnknownFilter, task_detail, task_list, usage
 
 __all__ = ["dashboard_routes", "ListFeed", "list_updates"]
@@ -37,29 +37,42 @@ __all__ = ["dashboard_routes", "ListFeed", "list_updates"]
 EVENT_INTERVAL_SECONDS = 0.5
 
 
+def _list_update(rows: list[dict[str, Any]], only: TaskFilter) -> str:
+    """One live update of the list as `only` shows it: its rows' HTML and counts, as JSON."""
+    shown = [row for row in rows if only.admits(row)]
+    filtered = any((only.state, only.repository, only.requester))
+    hidden = max(0, len(shown) - LIST_ROWS)
+    return json.dumps({"rows": render_rows(shown, filtered), "counts": counts_line(shown), "hidden": hidden})
+
+
 class ListFeed:
-    """The task list as of at most `interval` seconds ago: one read of the store shared by
-    every live list, however many are open."""
+    """The live list as of at most `interval` seconds ago: one read of the store per
+    interval shared by every open list, and one rendering per filter shown. The read
+    and the rendering run in one worker thread: one hop off the event loop per update."""
 
     def __init__(self, read: Callable[[], list[dict[str, Any]]], interval: float = EVENT_INTERVAL_SECONDS) -> None:
         self._read = read
         self._interval = interval
         self._rows: list[dict[str, Any]] = []
         self._read_at = float("-inf")
+        self._rendered: dict[TaskFilter, str] = {}
         self._lock = asyncio.Lock()
 
-    async def rows(self) -> list[dict[str, Any]]:
+    async def update(self, only: TaskFilter) -> str:
         async with self._lock:
-            if time.monotonic() - self._read_at >= self._interval:
-                self._rows = await run_in_threadpool(self._read)
+            fresh = time.monotonic() - self._read_at >= self._interval
+            if fresh:
+                self._rendered.clear()
                 self._read_at = time.monotonic()
-            return self._rows
+            text = self._rendered.get(only)
+            if text is None:
+                text = self._rendered[only] = await run_in_threadpool(self._render, only, fresh)
+            return text
 
-
-def _list_update(rows: list[dict[str, Any]], only: TaskFilter) -> str:
-    shown = [row for row in rows if only.admits(row)]
-    filtered = any((only.state, only.repository, only.requester))
-    return json.dumps({"rows": render_rows(shown, filtered), "counts": counts_line(shown)})
+    def _render(self, only: TaskFilter, fresh: bool) -> str:
+        if fresh:
+            self._rows = self._read()
+        return _list_update(self._rows, only)
 
 
 async def list_updates(
@@ -68,7 +81,7 @@ async def list_updates(
     """Server-sent events of the list's rows as `only` shows them: one when they change."""
     last = None
     while await connected():
-        text = await run_in_threadpool(_list_update, await feed.rows(), only)
+        text = await feed.update(only)
         if text != last:
             last = text
             yield f"data: {text}\n\n"
@@ -92,10 +105,13 @@ def dashboard_routes(store: StateStore, redactor: Redactor, activity: RunActivit
             only = TaskFilter.of(dict(request.query_params))
         except UnknownFilter as error:
             return _html(400, render_problem("Bad filter", str(error)))
-        rows = await run_in_threadpool(task_list, store, redactor, activity)
         chosen = {"state": only.state, "repository": only.repository, "requester": only.requester}
-        shown = [row for row in rows if only.admits(row)]
-        return _html(200, await run_in_threadpool(render_list, rows, shown, chosen))
+
+        def read() -> str:
+            rows = task_list(store, redactor, activity)
+            return render_list(rows, [row for row in rows if only.admits(row)], chosen)
+
+        return _html(200, await run_in_threadpool(read))
 
     async def list_events(request: Request) -> Response:
         try:

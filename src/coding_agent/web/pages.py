@@ -18,7 +18,7 @@ from jinja2 import Environment
 from coding_agent.web.views import STATES
 
 __all__ = [
-    "ago", "counts_line", "duration", "render_list", "render_problem", "render_parts", "render_rows",
+    "LIST_ROWS", "ago", "counts_line", "duration", "render_list", "render_problem", "render_parts", "render_rows",
     "render_task", "render_usage",
 ]  # fmt: skip
 
@@ -142,6 +142,7 @@ _LIST = _ENV.from_string("""<h1>Tasks</h1>
 <table id="tasks"><thead><tr><th>Task</th><th>Repository</th><th>State</th><th>Doing now</th><th>Requester</th>
 <th>Started</th><th class="num">Steps</th><th class="num">Tokens</th></tr></thead>
 <tbody id="task-rows">""" + _ROWS + """</tbody></table>
+<p class="sub" id="more"{% if not hidden %} hidden{% endif %}>{{ hidden }} older tasks are not shown: filter by state, repository or requester to find them.</p>
 <script>
 // The filter applies on change; the rows follow the server's list without a reload.
 for (const select of document.querySelectorAll("form.filters select")) select.onchange = () => select.form.submit();
@@ -153,6 +154,8 @@ events.onmessage = (event) => {
   const update = JSON.parse(event.data);  // HTML rendered and escaped by the server
   document.getElementById("task-rows").innerHTML = update.rows;
   document.getElementById("counts").textContent = update.counts;
+  const more = document.getElementById("more");
+  more.hidden = !update.hidden; more.textContent = update.hidden + " older tasks are not shown: filter by state, repository or requester to find them.";
 };
 </script>""")
 
@@ -283,11 +286,14 @@ def counts_line(rows: list[dict[str, Any]]) -> str:
 
 
 _ROWS_TEMPLATE = _ENV.from_string(_ROWS)
+# The list page shows this many tasks (waiting and running ones first); a person reads no
+# more, and the page stays fast with thousands in the store. Filters reach the rest.
+LIST_ROWS = 200
 
 
 def render_rows(rows: list[dict[str, Any]], filtered: bool, now: float | None = None) -> str:
     """The list's rows alone: what a live update of the list sends."""
-    return _ROWS_TEMPLATE.render(tasks=rows, filtered=filtered, now=time.time() if now is None else now)
+    return _ROWS_TEMPLATE.render(tasks=rows[:LIST_ROWS], filtered=filtered, now=time.time() if now is None else now)
 
 
 def render_list(all_rows: list[dict[str, Any]], rows: list[dict[str, Any]], chosen: dict[str, str | None]) -> str:
@@ -295,7 +301,7 @@ def render_list(all_rows: list[dict[str, Any]], rows: list[dict[str, Any]], chos
     repositories = sorted({row["repository"] for row in all_rows if row["repository"]})
     requesters = sorted({row["requester"] for row in all_rows if row["requester"]})
     body = _LIST.render(
-        tasks=rows, now=time.time(), states=STATES, repositories=repositories, requesters=requesters,
+        tasks=rows[:LIST_ROWS], hidden=max(0, len(rows) - LIST_ROWS), now=time.time(), states=STATES, repositories=repositories, requesters=requesters,
         chosen=chosen, filtered=any(chosen.values()), counts=counts_line(rows),
     )  # fmt: skip
     return _page("Tasks", body)

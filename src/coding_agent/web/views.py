@@ -8,9 +8,9 @@ A task is its latest run, named by what the task is (title, repository, kind, li
 
 from __future__ import annotations
 
+import functools
 import re
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -72,6 +72,7 @@ def one_line(text: str, limit: int = REASON_CHARS) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=8192)
 def _what(key: str) -> dict[str, str]:
     """Repository, forge and kind from the key (`github:acme/widgets#3`: an issue)."""
     try:
@@ -79,7 +80,7 @@ def _what(key: str) -> dict[str, str]:
     except ValueError:
         return {"repository": "", "forge": "", "kind": ""}
     kind = "issue" if not parsed.is_change else ("PR" if parsed.forge == "github" else "MR")
-    return {"repository": parsed.project, "forge": parsed.forge, "kind": kind}
+    return {"repository": parsed.project, "forge": parsed.forge, "kind": kind}  # shared: never changed by callers
 
 
 def _run(record: RunRecord, redactor: Redactor) -> dict[str, Any]:
@@ -110,12 +111,13 @@ def _task(
 ) -> dict[str, Any]:
     """One task as every view shows it: its latest run (if any) and what the task is."""
     fact = fact or TaskFact()
+    what = _what(key)
     row: dict[str, Any] = {
         "task": key,
-        **_what(key),
+        **what,
         "title": redactor.text(fact.title) if fact.title else None,
         "url": fact.url,
-        "change_url": fact.change_url or (fact.url if _what(key)["kind"] in ("PR", "MR") else None),
+        "change_url": fact.change_url or (fact.url if what["kind"] in ("PR", "MR") else None),
         "requester": None, "run": None, "steps": 0, "tokens": 0, "prompt_tokens": 0, "completion_tokens": 0,
         "started_at": None, "finished_at": None, "started": None, "finished": None, "error": None,
         "reason": None, "doing": None, "queue_position": None, "queued_at": None,
@@ -137,15 +139,6 @@ def _reason(row: dict[str, Any], final_body: str | None) -> str | None:
     return one_line(text) or row["state"]
 
 
-def _latest(records: Iterable[RunRecord]) -> dict[str, RunRecord]:
-    latest: dict[str, RunRecord] = {}
-    for record in records:
-        current = latest.get(record.task_key)
-        if current is None or record.started_at >= current.started_at:
-            latest[record.task_key] = record
-    return latest
-
-
 def task_list(
     store: StateStore,
     redactor: Redactor,
@@ -156,7 +149,7 @@ def task_list(
     """Every task (its latest run) and every key waiting in the queue: the waiting first,
     in queue order, then the rest by start, newest first. `only`: the filter applied."""
     now = time.time() if now is None else now
-    latest = _latest(store.runs())
+    latest = {record.task_key: record for record in store.latest_runs()}
     facts = store.task_facts()
     waiting = {key: (place, at) for place, (key, at) in enumerate(store.queued_tasks(), start=1)}
     keys = list(dict.fromkeys([*waiting, *latest]))
@@ -168,8 +161,16 @@ def task_list(
         row["reason"] = _reason(row, bodies.get(row["run"]))
         if activity is not None and row["state"] in ("running", "paused") and row["run"]:
             row["doing"] = activity.doing(row["run"])
-    shown.sort(key=lambda row: (row["queue_position"] is None, row["queue_position"] or 0, -(row["started"] or 0)))
+    shown.sort(key=_order)
     return shown
+
+
+def _order(row: dict[str, Any]) -> tuple[int, float]:
+    """Waiting tasks in queue order, then running and paused ones, then the ended, each
+    newest first."""
+    if row["queue_position"] is not None:
+        return 0, row["queue_position"]
+    return (1 if row["state"] in ("running", "paused") else 2), -(row["started"] or 0)
 
 
 def _actions(state: str, requested: str | None) -> dict[str, bool]:

@@ -79,11 +79,9 @@ class TaskFacts(TableStore):
             row.updated_at = self._clock()
 
     def task_facts(self) -> dict[str, TaskFact]:
-        with self._session() as session:
-            return {
-                row.task_key: TaskFact(row.title, row.url, row.change_url)
-                for row in session.execute(select(_FactRow.task_key, _FactRow.title, _FactRow.url, _FactRow.change_url))
-            }
+        query = select(_FactRow.task_key, _FactRow.title, _FactRow.url, _FactRow.change_url)
+        with self._engine.connect() as connection:
+            return {key: TaskFact(title, url, change_url) for key, title, url, change_url in connection.execute(query)}
 
     def queued_tasks(self, stale_seconds: float = QUEUED_STALE_SECONDS) -> list[tuple[str, float]]:
         """Task keys waiting in the queue (not yet taken by a worker), first queued first,
