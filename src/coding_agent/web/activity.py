@@ -220,7 +220,8 @@ class RunActivity:
             return {"goal": "", "phase": label or "", "items": [], "error": self._redactor.text(str(error))}
         steps = state_document.get("steps")
         done, total = position(state)
-        items = [self._plan_item(action, state.action_step, label is not None) for action in (state.plan.actions if state.plan else [])]
+        actions = state.plan.actions if state.plan else []
+        items = [self._plan_item(action, state.action_step, label is not None) for action in actions]
         goal = state.plan.goal.main_objective if state.plan is not None else "(planning)"
         return {
             "goal": shorten(" ".join(goal.split()), 300, self._redactor),
@@ -264,7 +265,8 @@ class RunActivity:
                 state = None
             if state is not None:
                 current = next((a for a in (state.plan.actions if state.plan else []) if a.status == "running"), None)
-                return shorten(state.phase + (f" · {current.id} {current.description}" if current else ""), 120, self._redactor)
+                now = state.phase + (f" · {current.id} {current.description}" if current else "")
+                return shorten(now, 120, self._redactor)
         calls = self.tool_calls(directory)
         return f"last tool: {calls[-1]['tool']}" if calls else None
 

@@ -33,7 +33,8 @@ def api_routes(store: StateStore, redactor: Redactor, activity: RunActivity | No
             return JSONResponse({"error": str(error)}, status_code=400)
         # Read and encoded in a worker thread: with thousands of tasks the encoding alone
         # would hold the event loop that also works tasks.
-        body = await run_in_threadpool(lambda: json.dumps({"tasks": task_list(store, redactor, activity, only)}).encode())
+        listed = lambda: json.dumps({"tasks": task_list(store, redactor, activity, only)}).encode()  # noqa: E731
+        body = await run_in_threadpool(listed)
         return Response(body, media_type="application/json")
 
     async def task(request: Request) -> Response:

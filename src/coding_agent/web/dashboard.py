@@ -29,7 +29,16 @@ from starlette.routing import Route
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.web.activity import RunActivity
-from coding_agent.web.pages import LIST_ROWS, counts_line, render_list, render_parts, render_problem, render_rows, render_task, render_usage
+from coding_agent.web.pages import (
+    LIST_ROWS,
+    counts_line,
+    render_list,
+    render_parts,
+    render_problem,
+    render_rows,
+    render_task,
+    render_usage,
+)
 from coding_agent.web.views import TaskFilter, UnknownFilter, task_detail, task_list, usage
 
 __all__ = ["dashboard_routes", "ListFeed", "list_updates"]
@@ -122,7 +131,8 @@ def dashboard_routes(store: StateStore, redactor: Redactor, activity: RunActivit
         async def connected() -> bool:
             return not await request.is_disconnected()
 
-        return StreamingResponse(list_updates(feed, only, connected), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        updates = list_updates(feed, only, connected)
+        return StreamingResponse(updates, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     async def task(request: Request) -> Response:
         key = request.path_params["key"]

@@ -39,13 +39,24 @@ DURATION_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.
 STEP_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0)
 
 
-def _histogram(name: str, documentation: str, buckets: tuple[float, ...], samples: dict[str, list[float]]) -> HistogramMetricFamily:
+def _histogram(
+    name: str, documentation: str, buckets: tuple[float, ...], samples: dict[str, list[float]]
+) -> HistogramMetricFamily:
     """A histogram by outcome of `samples` (outcome -> values), its buckets counted now."""
     family = HistogramMetricFamily(name, documentation, labels=["outcome"])
     for outcome in ENDED:
         values = samples.get(outcome, [])
         cumulative = [(str(bound), float(sum(1 for value in values if value <= bound))) for bound in buckets]
         family.add_metric([outcome], [*cumulative, ("+Inf", float(len(values)))], sum(values))
+    return family
+
+
+def _by_state(name: str, documentation: str, states: tuple[str, ...], counts: Counter[str]) -> Metric:
+    """A gauge with one sample per state of `states` (0 for those with none): the label's
+    values are a fixed set, whatever the store holds."""
+    family = GaugeMetricFamily(name, documentation, labels=["state"])
+    for state in states:
+        family.add_metric([state], counts.get(state, 0))
     return family
 
 
@@ -62,8 +73,9 @@ class _StoreCollector(Collector):
         queued = [key for key, _ in self._store.queued_tasks()]
         latest: dict[str, str] = {record.task_key: record.status for record in runs}
         latest.update({key: "waiting" for key in queued})
-        yield self._by_state(GaugeMetricFamily, "coding_agent_tasks", "Tasks by the state of their latest run (waiting: queued, not yet taken)", TASK_STATES, Counter(latest.values()))
-        yield self._by_state(GaugeMetricFamily, "coding_agent_runs", "Runs by their state now", RUN_STATES, Counter(record.status for record in runs))
+        tasks_help = "Tasks by the state of their latest run (waiting: queued, not yet taken)"
+        yield _by_state("coding_agent_tasks", tasks_help, TASK_STATES, Counter(latest.values()))
+        yield _by_state("coding_agent_runs", "Runs by their state now", RUN_STATES, Counter(run.status for run in runs))
         ended = [record for record in runs if record.status in ENDED and record.finished_at is not None]
         finished = CounterMetricFamily("coding_agent_runs_finished", "Runs that ended, by outcome", labels=["outcome"])
         outcomes = Counter(record.status for record in ended)
@@ -75,7 +87,8 @@ class _StoreCollector(Collector):
         for record in ended:
             durations.setdefault(record.status, []).append(max(0.0, (record.finished_at or 0.0) - record.started_at))
             steps.setdefault(record.status, []).append(float(record.steps))
-        yield _histogram("coding_agent_run_duration_seconds", "Wall time of ended runs, by outcome", DURATION_BUCKETS, durations)
+        duration_help = "Wall time of ended runs, by outcome"
+        yield _histogram("coding_agent_run_duration_seconds", duration_help, DURATION_BUCKETS, durations)
         yield _histogram("coding_agent_run_steps", "Steps (LLM turns) per ended run, by outcome", STEP_BUCKETS, steps)
         tokens = CounterMetricFamily("coding_agent_llm_tokens", "LLM tokens used", labels=["kind"])
         tokens.add_metric(["prompt"], sum(record.prompt_tokens for record in runs))
@@ -85,13 +98,6 @@ class _StoreCollector(Collector):
         gauge = GaugeMetricFamily("coding_agent_queue_depth", "Task keys waiting in the queue")
         gauge.add_metric([], len(queued) if depth is None else depth)
         yield gauge
-
-    @staticmethod
-    def _by_state(kind: type[GaugeMetricFamily], name: str, documentation: str, states: tuple[str, ...], counts: Counter[str]) -> Metric:
-        family = kind(name, documentation, labels=["state"])
-        for state in states:
-            family.add_metric([state], counts.get(state, 0))
-        return family
 
 
 def health_routes(store: StateStore, queue_depth: Callable[[], int | None] = lambda: None) -> list[Route]:
