@@ -78,11 +78,11 @@ async def test_every_row_says_what_its_task_is_and_filters_apply(served: Served,
             await expect(_row(page, tasks.running).locator(".doing")).to_contain_text("a3 Write config module part 3")
             waiting = _row(page, tasks.waiting)
             await expect(waiting.locator(".pill")).to_have_text("waiting")
-            await expect(waiting.locator(".time")).to_contain_text("#1 in queue")
+            await expect(waiting.locator(".queue")).to_have_text("#1 in queue")
             await expect(waiting.locator("a.title")).to_have_text("Translate the README into Japanese: 日本語")
             hostile = _row(page, tasks.hostile)
             await expect(hostile.locator("a.title")).to_have_text(HOSTILE_TITLE)  # as text, all 300 characters
-            await expect(hostile.locator(".time")).to_contain_text("#2 in queue")
+            await expect(hostile.locator(".queue")).to_have_text("#2 in queue")
             assert await page.evaluate("window.__pwned") is None and await page.locator("tbody img").count() == 0
 
             await page.select_option("#filter-state", "failed")  # submits on change

@@ -81,8 +81,8 @@ a.title:hover{color:var(--link);text-decoration:underline}
 .s-paused{background:#fef3c7;color:#8a5a00}.s-done{background:#dcfce7;color:#166534}
 .s-failed{background:#fee2e2;color:#991b1b}.s-stopped{background:#ede9fe;color:#5b21b6}
 .s-abandoned{background:#f1f1f1;color:#666}
-.reason{font-size:.85rem;color:#7a2020;margin-top:.2rem;overflow-wrap:anywhere}
-.doing{font-size:.85rem;color:var(--muted);overflow-wrap:anywhere}
+.reason{font-size:.85rem;color:#7a2020;margin-top:.2rem;overflow-wrap:anywhere;min-width:12rem}
+.doing{font-size:.85rem;color:var(--muted);overflow-wrap:break-word;min-width:9rem}
 form.filters{display:flex;gap:.8rem;align-items:end;margin:.4rem 0 1rem;flex-wrap:wrap}
 form.filters label{display:flex;flex-direction:column;font-size:.75rem;color:var(--muted);text-transform:uppercase;letter-spacing:.04em}
 select,button{font:inherit;font-size:.9rem;padding:.3rem .6rem;border:1px solid #c8cdd6;border-radius:6px;background:#fff}
@@ -122,12 +122,13 @@ _ROWS = """{% for t in tasks %}
 {% if t.url %}<a class="issue" href="{{ t.url }}" rel="noreferrer">{{ t.task }}</a>{% else %}{{ t.task }}{% endif %}
 {% if t.change_url and t.kind == "issue" %} · <a class="change" href="{{ t.change_url }}" rel="noreferrer">{{ "PR" if t.forge == "github" else "MR" }}</a>{% endif %}</div></td>
 <td class="repo">{{ t.repository }}</td>
-<td><span class="pill s-{{ t.state }}">{{ t.state }}</span>{% if t.reason %}<div class="reason" title="{{ t.reason }}">{{ t.reason }}</div>{% endif %}</td>
-<td class="doing">{{ t.doing or "" }}</td>
+<td><span class="pill s-{{ t.state }}">{{ t.state }}</span>
+{% if t.queue_position %}<div class="sub queue">#{{ t.queue_position }} in queue</div>{% endif %}{% if t.reason %}<div class="reason" title="{{ t.reason }}">{{ t.reason }}</div>{% endif %}</td>
+<td class="doing">{{ t.doing if t.doing and t.state != "waiting" else "" }}</td>
 <td class="requester">{{ t.requester or "" }}</td>
-<td class="time">{% if t.started %}<span title="{{ t.started_at }}">{{ ago(t.started, now) }}</span>
-<div class="sub">{{ "ran" if t.finished and t.state not in ("running", "paused", "waiting") else "for" }} {{ t.elapsed_seconds|duration }}</div>
-{% elif t.queued_at %}<span class="sub">#{{ t.queue_position }} in queue</span>{% endif %}</td>
+<td class="time">{% if t.state == "waiting" %}<span title="{{ t.queued_at }}">queued {{ ago(t.queued, now) }}</span>
+{% elif t.started %}<span title="{{ t.started_at }}">{{ ago(t.started, now) }}</span>
+<div class="sub">{{ "ran" if t.state in ("done", "failed", "stopped", "abandoned") else "for" }} {{ t.elapsed_seconds|duration }}</div>{% endif %}</td>
 <td class="num">{{ t.steps }}</td><td class="num">{{ t.tokens|num }}</td></tr>
 {% else %}<tr><td colspan="8" class="empty" id="empty">{{ "No task matches these filters." if filtered else "No task has run yet." }}</td></tr>
 {% endfor %}"""
@@ -165,7 +166,7 @@ _SUMMARY = """<dl class="facts">
 <div><dt>{{ "Ran" if t.state in ("done", "failed", "stopped", "abandoned") else "Running for" if t.started else "Queued" }}</dt>
 <dd id="elapsed">{% if t.started %}{{ t.elapsed_seconds|duration }}{% else %}#{{ t.queue_position }} in queue{% endif %}</dd></div>
 <div><dt>Steps</dt><dd id="steps">{{ t.steps }}</dd></div>
-<div><dt>Tokens</dt><dd id="tokens">{{ t.tokens }}</dd></div>
+<div><dt>Tokens</dt><dd id="tokens">{{ t.tokens|num }}</dd></div>
 <div><dt>Requester</dt><dd id="requester">{{ t.requester or "—" }}</dd></div>
 <div><dt>Started</dt><dd>{% if t.started %}<span title="{{ t.started_at }}">{{ ago(t.started, now) }}</span>{% else %}—{% endif %}
 {% if t.finished_at and t.state in ("done", "failed", "stopped", "abandoned") %} · ended <span title="{{ t.finished_at }}">{{ ago(t.finished, now) }}</span>{% endif %}</dd></div>
@@ -209,8 +210,7 @@ _TASK = _ENV.from_string("""<p class="sub"><a href="/">Tasks</a> / {{ t.reposito
 <h1 id="title">{{ t.title or t.task }}</h1>
 <p class="sub"><span class="kind">{{ t.kind }}</span>
 {% if t.url %}<a id="issue-link" href="{{ t.url }}" rel="noreferrer">{{ t.task }}</a>{% else %}{{ t.task }}{% endif %}
-{% if t.change_url and t.kind == "issue" %} · <a id="change-link" href="{{ t.change_url }}" rel="noreferrer">{{ "pull request" if t.forge == "github" else "merge request" }}</a>{% endif %}
-· <span id="live" class="live off">live</span></p>
+{% if t.change_url and t.kind == "issue" %} · <a id="change-link" href="{{ t.change_url }}" rel="noreferrer">{{ "pull request" if t.forge == "github" else "merge request" }}</a>{% endif %} · <span id="live" class="live off">live</span></p>
 <div class="card" id="summary">{{ parts.summary|safe }}</div>
 <div class="actions">
 <button id="pause" data-action="pause"{% if not t.actions.pause %} disabled{% endif %}>Pause</button>

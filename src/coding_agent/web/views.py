@@ -120,13 +120,14 @@ def _task(
         "change_url": fact.change_url or (fact.url if what["kind"] in ("PR", "MR") else None),
         "requester": None, "run": None, "steps": 0, "tokens": 0, "prompt_tokens": 0, "completion_tokens": 0,
         "started_at": None, "finished_at": None, "started": None, "finished": None, "error": None,
-        "reason": None, "doing": None, "queue_position": None, "queued_at": None,
+        "reason": None, "doing": None, "queue_position": None, "queued_at": None, "queued": None,
         "budget_left": None,  # SPEC 11.5: filled in once budgets are kept
     }  # fmt: skip
     if record is not None:
         row.update(_run(record, redactor))
     if queued is not None:
-        row.update(state="waiting", queue_position=queued[0], queued_at=_stamp(queued[1]), doing=f"waiting in the queue (#{queued[0]})")
+        place, at = queued
+        row.update(state="waiting", queue_position=place, queued_at=_stamp(at), queued=at, doing=f"waiting in the queue (#{place})")
     end = row["finished"] if row["state"] in ENDED else None
     row["elapsed_seconds"] = None if row["started"] is None else round((end or now) - row["started"], 1)
     return row
