@@ -161,7 +161,7 @@ class Runs(TableStore):
             newest, and_(columns.task_key == newest.c.task_key, columns.started_at == newest.c.newest)
         )
         with self._engine.connect() as connection:
-            found = {row.task_key: row for row in connection.execute(query)}  # a tie: one of them
+            found = {row.task_key: row for row in connection.execute(query).all()}  # a tie: one of them
         return [
             RunRecord(
                 uuid=row.uuid, task_key=row.task_key, status=row.status, owner=row.owner, started_at=row.started_at,

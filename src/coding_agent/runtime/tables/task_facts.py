@@ -81,7 +81,8 @@ class TaskFacts(TableStore):
     def task_facts(self) -> dict[str, TaskFact]:
         query = select(_FactRow.task_key, _FactRow.title, _FactRow.url, _FactRow.change_url)
         with self._engine.connect() as connection:
-            return {key: TaskFact(title, url, change_url) for key, title, url, change_url in connection.execute(query)}
+            rows = connection.execute(query).all()
+        return {key: TaskFact(title, url, change_url) for key, title, url, change_url in rows}
 
     def queued_tasks(self, stale_seconds: float = QUEUED_STALE_SECONDS) -> list[tuple[str, float]]:
         """Task keys waiting in the queue (not yet taken by a worker), first queued first,
