@@ -7,7 +7,11 @@ live list costs the event loop under 1 ms per update.
    in every state with token usage, titles and links (`note_task`), PR links for the
    done ones, final comments for the stopped ones, and 50 keys waiting in the queue.
 2. The dashboard served by the real server (`serving_dashboard`, uvicorn) in this
-   process; an httpx client asks each page `ROUNDS` times (after one warm-up).
+   process; an httpx client asks each page `ROUNDS` times (after one warm-up). Requests
+   within half a second of another share its read of the store (`web/feed.py`), as
+   browsers and scripts polling the dashboard do; the p95 is a request that reads.
+   `fresh_read`: one read and encoding of the whole list (what such a request adds),
+   timed alone.
 3. The live list (`dashboard.list_updates`, what `/events` streams) over `UPDATES`
    updates, a run's steps changing before each: the event loop's CPU time (the main
    thread's `time.thread_time`; the store read and the rendering run in worker threads)
@@ -19,6 +23,7 @@ Run: `python benchmarks/bench_dashboard.py`
 from __future__ import annotations
 
 import asyncio
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +35,7 @@ from coding_agent.config import parse_config
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.web.dashboard import ListFeed, list_updates
+from coding_agent.web.feed import ListFeed, list_updates
 from coding_agent.web.server import serving_dashboard
 from coding_agent.web.views import TaskFilter, task_list
 
@@ -83,6 +88,17 @@ async def timed_gets(url: str, path: str) -> dict[str, float | int]:
     return {**summary_ms(seconds), "process_cpu_ms_per_request": round(cpu / ROUNDS * 1000, 3)}
 
 
+def fresh_reads(store: StateStore) -> dict[str, float | int]:
+    """The list read from the store and encoded as the API sends it, `ROUNDS` times."""
+    redactor = Redactor([])
+    seconds = []
+    for _ in range(ROUNDS):
+        started = time.perf_counter()
+        json.dumps({"tasks": task_list(store, redactor)})
+        seconds.append(time.perf_counter() - started)
+    return summary_ms(seconds)
+
+
 async def loop_cost_per_update(store: StateStore, running_key: str) -> dict[str, float | int]:
     """The main thread's CPU time per live-list update (store read and render: threads)."""
     redactor = Redactor([])
@@ -130,6 +146,7 @@ async def main() -> None:
             page = await timed_gets(url, "/")
             filtered = await timed_gets(url, "/?state=running")
         stream = await loop_cost_per_update(store, running_key)
+        fresh = fresh_reads(store)
         store.close()
     emit(
         {
@@ -140,6 +157,7 @@ async def main() -> None:
             "get_api_tasks": api,
             "get_list_page": page,
             "get_list_page_filtered_running": filtered,
+            "fresh_read": fresh,
             "live_list": stream,
             "targets": {"median_ms": 100, "loop_cpu_ms_per_update": 1},
         }

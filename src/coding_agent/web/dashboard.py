@@ -9,16 +9,14 @@ code as the CLI.
 
 Every store read and every rendering runs in a worker thread: the event loop, which also
 works tasks, only compares the rendered text with the last one sent and writes it. The
-list's streams share one read of the store per interval (`_ListFeed`), however many
-browsers watch it.
+list page and its live updates read the shared `ListFeed` (`feed.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -29,72 +27,11 @@ from starlette.routing import Route
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.web.activity import RunActivity
-from coding_agent.web.pages import (
-    LIST_ROWS,
-    counts_line,
-    render_list,
-    render_parts,
-    render_problem,
-    render_rows,
-    render_task,
-    render_usage,
-)
+from coding_agent.web.feed import EVENT_INTERVAL_SECONDS, ListFeed, list_updates
+from coding_agent.web.pages import render_list, render_parts, render_problem, render_task, render_usage
 from coding_agent.web.views import TaskFilter, UnknownFilter, task_detail, task_list, usage
 
-__all__ = ["dashboard_routes", "ListFeed", "list_updates"]
-
-EVENT_INTERVAL_SECONDS = 0.5
-
-
-def _list_update(rows: list[dict[str, Any]], only: TaskFilter) -> str:
-    """One live update of the list as `only` shows it: its rows' HTML and counts, as JSON."""
-    shown = [row for row in rows if only.admits(row)]
-    filtered = any((only.state, only.repository, only.requester))
-    hidden = max(0, len(shown) - LIST_ROWS)
-    return json.dumps({"rows": render_rows(shown, filtered), "counts": counts_line(shown), "hidden": hidden})
-
-
-class ListFeed:
-    """The live list as of at most `interval` seconds ago: one read of the store per
-    interval shared by every open list, and one rendering per filter shown. The read
-    and the rendering run in one worker thread: one hop off the event loop per update."""
-
-    def __init__(self, read: Callable[[], list[dict[str, Any]]], interval: float = EVENT_INTERVAL_SECONDS) -> None:
-        self._read = read
-        self._interval = interval
-        self._rows: list[dict[str, Any]] = []
-        self._read_at = float("-inf")
-        self._rendered: dict[TaskFilter, str] = {}
-        self._lock = asyncio.Lock()
-
-    async def update(self, only: TaskFilter) -> str:
-        async with self._lock:
-            fresh = time.monotonic() - self._read_at >= self._interval
-            if fresh:
-                self._rendered.clear()
-                self._read_at = time.monotonic()
-            text = self._rendered.get(only)
-            if text is None:
-                text = self._rendered[only] = await run_in_threadpool(self._render, only, fresh)
-            return text
-
-    def _render(self, only: TaskFilter, fresh: bool) -> str:
-        if fresh:
-            self._rows = self._read()
-        return _list_update(self._rows, only)
-
-
-async def list_updates(
-    feed: ListFeed, only: TaskFilter, connected: Callable[[], Awaitable[bool]], interval: float = EVENT_INTERVAL_SECONDS
-) -> AsyncIterator[str]:
-    """Server-sent events of the list's rows as `only` shows them: one when they change."""
-    last = None
-    while await connected():
-        text = await feed.update(only)
-        if text != last:
-            last = text
-            yield f"data: {text}\n\n"
-        await asyncio.sleep(interval)
+__all__ = ["dashboard_routes"]
 
 
 def _html(status: int, text: str) -> HTMLResponse:
@@ -106,8 +43,11 @@ def _task_event(detail: dict[str, Any]) -> str:
     return json.dumps({**detail, "html": render_parts(detail)})
 
 
-def dashboard_routes(store: StateStore, redactor: Redactor, activity: RunActivity | None = None) -> list[Route]:
-    feed = ListFeed(lambda: task_list(store, redactor, activity))
+def dashboard_routes(
+    store: StateStore, redactor: Redactor, activity: RunActivity | None = None, feed: ListFeed | None = None
+) -> list[Route]:
+    """`feed`: the task list shared with the API (one of its own by default)."""
+    feed = feed or ListFeed(lambda: task_list(store, redactor, activity))
 
     async def tasks(request: Request) -> Response:
         try:
@@ -116,11 +56,8 @@ def dashboard_routes(store: StateStore, redactor: Redactor, activity: RunActivit
             return _html(400, render_problem("Bad filter", str(error)))
         chosen = {"state": only.state, "repository": only.repository, "requester": only.requester}
 
-        def read() -> str:
-            rows = task_list(store, redactor, activity)
-            return render_list(rows, [row for row in rows if only.admits(row)], chosen)
-
-        return _html(200, await run_in_threadpool(read))
+        rows = await feed.rows()
+        return _html(200, await run_in_threadpool(render_list, rows, [row for row in rows if only.admits(row)], chosen))
 
     async def list_events(request: Request) -> Response:
         try:
