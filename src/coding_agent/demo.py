@@ -32,6 +32,7 @@ from coding_agent.config import AgentConfig, LLMConfig, parse_config
 from coding_agent.logging_setup import configure_logging
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.service import AgentService
+from coding_agent.sources.writes import strip_marker
 from coding_agent.testing.github import GitHubSandbox
 from coding_agent.testing.github.playground import Playground
 from coding_agent.testing.replay_model import ReplaySandbox, ReplayScript
@@ -104,7 +105,7 @@ def _print_outcome(sandbox: GitHubSandbox, number: int, workspaces: Path, keep: 
     typer.echo(f"  labels: {', '.join(issue.labels) or 'none'}")
     for comment in sandbox.state.comments(DEMO_REPO, number):
         typer.echo(f"  --- comment by @{comment.author}")
-        for line in comment.body.strip().splitlines():
+        for line in strip_marker(comment.body).strip().splitlines():
             typer.echo(f"  | {line}")
     for pull in sandbox.state.pulls(DEMO_REPO):
         files = sandbox.state.git.changed_files(DEMO_REPO, pull.base or "main", pull.head or "")

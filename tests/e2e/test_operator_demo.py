@@ -30,6 +30,7 @@ def test_demo_ignores_exported_forge_tokens_and_cleans_up(tmp_path: Path) -> Non
     result = _demo(tmp_path, env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "labels: coding agent done" in result.stdout
+    assert "--- comment by @" in result.stdout and "<!-- coding-agent:" not in result.stdout  # the hidden marker
     assert "ghp_not_the_sandbox_token" not in result.stdout + result.stderr
     assert list(scratch.iterdir()) == []
 

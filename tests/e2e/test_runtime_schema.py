@@ -102,7 +102,7 @@ def _check_upgraded(url: str, report: CycleReport) -> None:
     engine = create_engine(url)
     try:
         assert schema_version(engine) == head_version()
-        assert {"queue_entries", "webhook_deliveries", "run_nudges"} <= set(inspect(engine).get_table_names())
+        assert {"queue_entries", "webhook_deliveries", "run_nudges", "task_facts"} <= set(inspect(engine).get_table_names())
     finally:
         engine.dispose()
     store = StateStore(url)
@@ -111,6 +111,10 @@ def _check_upgraded(url: str, report: CycleReport) -> None:
         assert runs["old-run"].status == "done" and runs["old-run"].steps == 3, "the old rows are kept"
         assert [run.status for uuid, run in runs.items() if uuid != "old-run"] == ["done"]
         assert store.token_totals()["github:acme/widgets#99"] == (10, 5)
+        worked = next(run.task_key for uuid, run in runs.items() if uuid != "old-run")
+        fact = store.task_facts()[worked]  # what the dashboard names it by, and its PR
+        assert fact.title == "Add a greeting file" and fact.url and fact.change_url and "/pull/" in fact.change_url
+        assert {run.uuid for run in store.latest_runs()} == set(runs)
     finally:
         store.close()
 

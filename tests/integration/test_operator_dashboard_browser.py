@@ -4,6 +4,7 @@ pause button pauses it (through the same code as `coding-agent pause`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import threading
@@ -79,7 +80,6 @@ async def test_a_planned_run_shows_its_checklist_tool_calls_and_comments_live(tm
     """A real planned run (sandbox forge, replay model) held before action a2: the page
     shows a1 ticked, its tool call and the issue's comment (as text, never as markup);
     released, the rest ticks and the later tool calls appear without a reload."""
-    import asyncio
     import threading
     from urllib.parse import quote
 
@@ -226,6 +226,7 @@ async def test_another_site_can_neither_steer_nor_read_the_dashboard(tmp_path: P
                 await page.locator("#pause").click()
                 await expect(page.locator("#message")).to_contain_text("pause requested")
                 assert store.control_request(KEY) == "pause"
+                page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # Stop asks first
                 await page.locator("#stop").click()
                 await expect(page.locator("#message")).to_contain_text("stop requested")
                 assert store.control_request(KEY) == "stop"

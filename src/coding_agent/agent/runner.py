@@ -146,6 +146,7 @@ class TaskRunner:
             await ledger.stored(self._store.start_run, run_uuid, key, self._owner, requester)
             if reply_to is not None:
                 files.write_metadata(reply_to=str(reply_to))
+        await asyncio.to_thread(self._store.note_task, key, task.title, task.url)
         saved_thread = files.metadata.get("reply_to")
         reply_to = ThreadRef.parse(saved_thread) if saved_thread else None
         reporter = IssueReporter(source, task.key, self._redactor)
@@ -345,6 +346,9 @@ class TaskRunner:
         if outcome.status == "done":  # SPEC 7: commit, push, open or update the PR/MR
             blocked = environment.blocked_section()
             final = await clone.deliver(outcome.comment, requester, files.run_uuid, config.language, blocked)
+            change_url = clone.change_url()
+            if change_url is not None:
+                await asyncio.to_thread(self._store.note_change, str(task.key), change_url)
             outcome = replace(outcome, comment="\n\n".join(part for part in (final, blocked) if part))
         return outcome
 

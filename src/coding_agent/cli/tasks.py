@@ -3,7 +3,7 @@ as the dashboard's buttons: `runtime/operator_actions.py`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,22 +13,53 @@ from coding_agent.config import AgentConfig
 
 
 def status(config: ConfigOption = None) -> None:
-    """List runs recorded in the state store, with their status and token use."""
+    """List the tasks (waiting ones first) with their title, requester, state, steps and
+    tokens, then token use per requester and per repository with totals."""
+    from coding_agent.redaction import Redactor
     from coding_agent.runtime.state_store import StateStore
+    from coding_agent.web.views import task_list, usage
 
     settings = load(config, local=True)
     store = StateStore(settings.database.url)
     try:
-        runs = store.runs()
-        if not runs:
-            typer.echo("no runs recorded")
-        for record in runs:
-            typer.echo(
-                f"{record.task_key}  {record.status:<8} steps={record.steps:<3} "
-                f"tokens={record.prompt_tokens}+{record.completion_tokens}  run={record.uuid}"
-            )
+        rows = task_list(store, Redactor(settings.secrets()))
+        totals = usage(store)
     finally:
         store.close()
+    if not rows:
+        typer.echo("no runs recorded")
+        return
+    for row in rows:
+        for line in _status_lines(row):
+            typer.echo(line)
+    for title, table in (("requester", totals["requesters"]), ("repository", totals["repositories"])):
+        typer.echo(f"\ntokens per {title}:")
+        for name, entry in table.items():
+            typer.echo(f"  {_printable(name):<30} tokens={entry['tokens']:<10} runs={entry['runs']}")
+    total = totals["total"]
+    typer.echo(f"\ntotal: tokens={total['tokens']} ({total['prompt_tokens']}+{total['completion_tokens']}) runs={total['runs']}")
+
+
+def _printable(text: str) -> str:
+    """Forge text on one terminal line: no control characters (an escape sequence in a
+    title must not drive the operator's terminal)."""
+    return "".join(char if char.isprintable() else " " for char in text)
+
+
+def _status_lines(row: dict[str, Any]) -> list[str]:
+    place = f" #{row['queue_position']} in queue" if row["queue_position"] else ""
+    first = (
+        f"{row['task']}  {row['state']:<8}{place} requester={row['requester'] or '-'} steps={row['steps']:<3} "
+        f"tokens={row['prompt_tokens']}+{row['completion_tokens']}" + (f"  run={row['run']}" if row["run"] else "")
+    )
+    lines = [first]
+    if row["title"]:
+        lines.append(f"    {_printable(row['title'])[:120]}")
+    if row["change_url"] and row["kind"] == "issue":
+        lines.append(f"    PR/MR: {row['change_url']}")
+    if row["reason"]:
+        lines.append(f"    reason: {_printable(row['reason'])}")
+    return lines
 
 
 def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:

@@ -60,6 +60,14 @@ class RunStore(Protocol):
 
     def pause_run(self, run_uuid: str, steps: int, hold: bool) -> None: ...
 
+    def note_task(self, task_key: str, title: str, url: str | None) -> None:
+        """What the task is, for the dashboard and `status` (its title and link now)."""
+        ...
+
+    def note_change(self, task_key: str, change_url: str) -> None:
+        """The PR/MR a run opened or updated for the task."""
+        ...
+
 
 class MemoryRepository(Protocol):
     """Channel and thread memories, as the memory keeper and the admin commands use them."""
@@ -92,6 +100,10 @@ class RunCheckout(Protocol):
     ) -> str:
         """Commit, push, open or update the PR/MR; the final comment: `summary` plus
         where the change went. (`language`: a `prompts.notices.Language`.)"""
+        ...
+
+    def change_url(self) -> str | None:
+        """After `deliver`: the link of the PR/MR it opened or updated (None: none)."""
         ...
 
     async def pause(self, run_uuid: str, steps: int) -> PausedWork | None:

@@ -8,14 +8,26 @@ history into one request; history, tool-name encoding and usage accounting live 
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable
+
+from prometheus_client import Histogram
 
 from coding_agent.llm.hygiene import clean_text, screen_reply
 from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolSpec
 
-__all__ = ["LLMClient", "UsageListener"]
+__all__ = ["LLMClient", "UsageListener", "MODEL_LATENCY"]
 
 UsageListener = Callable[[TokenUsage], None]
+
+# Registered by the dashboard's /metrics (web/metrics.py); none here, so nothing global.
+MODEL_LATENCY = Histogram(
+    "coding_agent_model_request_duration_seconds",
+    "Time for the model to answer one request (retries included), by outcome",
+    ["outcome"],
+    buckets=(0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0),
+    registry=None,
+)
 
 
 class LLMClient(abc.ABC):
@@ -60,7 +72,14 @@ class LLMClient(abc.ABC):
         The reply is screened first (`llm/hygiene.py`): whatever the model sent, the
         history holds only text that can be stored, posted and sent back.
         """
-        reply = screen_reply(await self._complete(self.messages, self.tools))
+        started = time.monotonic()
+        try:
+            completed = await self._complete(self.messages, self.tools)
+        except Exception:  # not a cancellation (a pause or a stop): the request did not end
+            MODEL_LATENCY.labels("error").observe(time.monotonic() - started)
+            raise
+        MODEL_LATENCY.labels("ok").observe(time.monotonic() - started)
+        reply = screen_reply(completed)
         self.messages.append(self._assistant_message(reply))
         self.usage = self.usage + reply.usage
         for listener in self._usage_listeners:

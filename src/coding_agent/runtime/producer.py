@@ -55,8 +55,12 @@ class Producer:
         recovery: Recovery,
         entries: QueueEntries,
         redactor: Redactor,
+        note_task: Callable[[str, str, str | None], None] = lambda key, title, url: None,
     ) -> None:
+        """`note_task(key, title, url)`: records what a queued task is (the state store's
+        `note_task`), so the dashboard names a waiting task before any run starts."""
         self._config = config
+        self._note_task = note_task
         self._sources = sources
         self._recovery = recovery
         self._entries = entries
@@ -129,6 +133,7 @@ class Producer:
             return False
         if task is not None:
             self.snapshots[key] = task
+            await asyncio.to_thread(self._note_task, key, task.title, task.url)
         item = QueuedTask(key, reason)
         try:
             await queue.put(item)

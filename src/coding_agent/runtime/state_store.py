@@ -1,5 +1,5 @@
-"""The state store: runs, leases, token usage, steering marks and trigger rejections,
-in SQLite by default or PostgreSQL.
+"""The state store: runs, leases, token usage, steering marks, trigger rejections and
+what each task is (title, links), in SQLite by default or PostgreSQL.
 
 One object over one engine, composed of the table families in `tables/` (one module
 each, all on the `TableStore` base): what the runtime hands around and the ports in
@@ -21,14 +21,15 @@ from coding_agent.runtime.tables.base import TableStore, open_engine
 from coding_agent.runtime.tables.leases import LEASES, Leases, new_owner_id
 from coding_agent.runtime.tables.run_steering import RunSteering
 from coding_agent.runtime.tables.runs import Runs
+from coding_agent.runtime.tables.task_facts import TaskFact, TaskFacts
 from coding_agent.runtime.tables.trigger_rejections import TriggerRejections
 
-__all__ = ["StateStore", "RunRecord", "RunMarks", "new_owner_id", "TableStore", "LEASES", "store_unreachable"]
+__all__ = ["StateStore", "RunRecord", "RunMarks", "TaskFact", "new_owner_id", "TableStore", "LEASES", "store_unreachable"]
 
 
-class StateStore(Leases, Runs, RunSteering, TriggerRejections):
-    """Runs, leases, token usage, steering marks, trigger rejections. Methods are short
-    blocking transactions."""
+class StateStore(Leases, Runs, RunSteering, TriggerRejections, TaskFacts):
+    """Runs, leases, token usage, steering marks, trigger rejections, what each task is.
+    Methods are short blocking transactions."""
 
     def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
         self.url = url

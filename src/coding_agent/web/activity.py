@@ -10,8 +10,9 @@ forge request is made per page view, so the dashboard works without forge tokens
   messages (`new_comments.j2`'s wording) in `messages.jsonl`; comments posted: the step
   notes of the progress comment (the saved state's `progress`, `task_state.json` or its journal's last line) and the final comment
   the state store keeps to publish (`run_marks.final_body`);
-- the plan: the saved state's `planning`, read with `load_planning_state` and rendered
-  by the progress comment's own `checklist_lines` / `headline`.
+- the plan: the saved state's `planning`, read with `load_planning_state`, as data (one
+  item per action with its status): the page renders it as a checklist, never as the
+  progress comment's Markdown.
 
 The files are already redacted when written; every text is redacted again here (with the
 dashboard's secrets) before it is shortened, so a secret cut in half can never slip past
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from coding_agent.agent.planning import PlanningStateError, load_planning_state
-from coding_agent.agent.planning.checklist import checklist_lines, headline
+from coding_agent.agent.planning.checklist import position
 from coding_agent.agent.steering.state import JOURNAL_FILE, STATE_FILE, load_state_document
 from coding_agent.redaction import Redactor
 
@@ -205,8 +206,10 @@ class RunActivity:
         ]
 
     def plan(self, directory: Path, label: str | None = None) -> dict[str, Any] | None:
-        """The checklist of a planned run (None for a run without a plan), as the progress
-        comment shows it; `label`: the phase shown (default: the saved phase)."""
+        """The checklist of a planned run (None for a run without a plan) as data, not
+        Markdown: the goal, the phase, counts, and one item per action with its status.
+        `label`: the phase shown instead of the saved one (the run's end: done, failed,
+        stopped); then no action is shown as in progress any more."""
         state_document = self._state(directory)
         raw = state_document.get("planning")
         if raw is None:
@@ -214,15 +217,58 @@ class RunActivity:
         try:
             state = load_planning_state(raw)
         except PlanningStateError as error:
-            return {"headline": "", "lines": [], "error": self._redactor.text(str(error))}
+            return {"goal": "", "phase": label or "", "items": [], "error": self._redactor.text(str(error))}
         steps = state_document.get("steps")
-        lines = checklist_lines(state, self._max_steps)
-        top = headline(state, label or state.phase, steps if isinstance(steps, int) else 0)
+        done, total = position(state)
+        actions = state.plan.actions if state.plan else []
+        items = [self._plan_item(action, state.action_step, label is not None) for action in actions]
+        goal = state.plan.goal.main_objective if state.plan is not None else "(planning)"
         return {
-            "headline": shorten(top, 1000, self._redactor),
-            "lines": [{"text": shorten(line, 500, self._redactor), "done": line.startswith("- [x]")} for line in lines],
-            "phase": state.phase,
+            "goal": shorten(" ".join(goal.split()), 300, self._redactor),
+            "phase": label or state.phase,
+            "done": done,
+            "total": total,
+            "revisions": state.revision_count,
+            "steps": steps if isinstance(steps, int) else 0,
+            "items": items,
         }
+
+    def _plan_item(self, action: Any, action_step: int, ended: bool) -> dict[str, Any]:
+        status = str(action.status)
+        note = ""
+        if status == "running":
+            status, note = ("open", "") if ended else ("running", f"step {max(action_step, 1)}/{self._max_steps}")
+        elif status == "failed":
+            note = f"failed: {action.summary}" if action.summary else "failed"
+        elif status == "dropped":
+            note = f"dropped in revision {action.dropped_in}"
+        elif status == "skipped":
+            note = "skipped"
+        return {
+            "id": shorten(str(action.id), 40, self._redactor),
+            "text": shorten(" ".join(str(action.description).split()), 300, self._redactor),
+            "status": status if status in ("done", "running", "failed", "dropped", "skipped") else "open",
+            "note": shorten(note, 300, self._redactor),
+        }
+
+    def doing(self, run_uuid: str) -> str | None:
+        """What a run is doing now, in a few words: its plan's phase and current action,
+        or its last tool call (None: nothing known on this machine yet)."""
+        directory = self.directory(run_uuid)
+        if directory is None:
+            return None
+        raw = self._state(directory).get("planning")
+        if raw is not None:
+            try:
+                state = load_planning_state(raw)
+            except PlanningStateError:
+                state = None
+            if state is not None:
+                current = next((a for a in (state.plan.actions if state.plan else []) if a.status == "running"), None)
+                now = state.phase + (f" · {current.id} {current.description}" if current else "")
+                return shorten(now, 120, self._redactor)
+        calls = self.tool_calls(directory)
+        return f"last tool: {calls[-1]['tool']}" if calls else None
 
     def of_run(self, run_uuid: str, final_body: str | None, label: str | None) -> dict[str, Any]:
         """`tool_calls`, `comments` and `plan` of one run ([] and None when its directory is

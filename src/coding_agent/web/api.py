@@ -18,16 +18,30 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.operator_actions import UnknownTask, apply_action
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.web.activity import RunActivity
-from coding_agent.web.views import task_detail, task_list, usage
+from coding_agent.web.feed import ListFeed
+from coding_agent.web.views import TaskFilter, UnknownFilter, task_detail, task_list, usage
 
 __all__ = ["api_routes", "ACTIONS"]
 
 ACTIONS = ("pause", "resume", "stop")
 
 
-def api_routes(store: StateStore, redactor: Redactor, activity: RunActivity | None = None) -> list[Route]:
+def api_routes(
+    store: StateStore, redactor: Redactor, activity: RunActivity | None = None, feed: ListFeed | None = None
+) -> list[Route]:
+    """`feed`: the task list shared with the pages (one of its own by default)."""
+    feed = feed or ListFeed(lambda: task_list(store, redactor, activity))
+
     async def tasks(request: Request) -> Response:
-        return JSONResponse({"tasks": await run_in_threadpool(task_list, store, redactor)})
+        try:
+            only = TaskFilter.of(dict(request.query_params))
+        except UnknownFilter as error:
+            return JSONResponse({"error": str(error)}, status_code=400)
+        rows = await feed.rows()
+        # Encoded in a worker thread: with thousands of tasks the encoding alone would
+        # hold the event loop that also works tasks.
+        body = await run_in_threadpool(lambda: json.dumps({"tasks": [row for row in rows if only.admits(row)]}).encode())
+        return Response(body, media_type="application/json")
 
     async def task(request: Request) -> Response:
         key = request.path_params["key"]

@@ -32,9 +32,11 @@ from coding_agent.web.api import api_routes
 from coding_agent.web.app import build_app
 from coding_agent.web.auth import TokenGuard, login_routes
 from coding_agent.web.dashboard import dashboard_routes
+from coding_agent.web.feed import ListFeed
 from coding_agent.web.metrics import health_routes
 from coding_agent.web.same_origin import SameOriginGuard
 from coding_agent.web.uvicorn_config import uvicorn_config
+from coding_agent.web.views import task_list
 from coding_agent.web.webhooks import warm_up, webhook_routes
 
 __all__ = [
@@ -62,11 +64,12 @@ def _dashboard_routes(config: AgentConfig, store: StateStore) -> list[Sequence[B
     redactor = Redactor(config.secrets())
     token = _token(config)
     activity = RunActivity(Path(config.context_storage.base_dir), redactor, config.planning.max_steps_per_action)
+    feed = ListFeed(lambda: task_list(store, redactor, activity))  # one list for the pages and the API
     return [
         health_routes(store),
-        api_routes(store, redactor, activity),
+        api_routes(store, redactor, activity, feed),
         login_routes(token),
-        dashboard_routes(store, redactor, activity),
+        dashboard_routes(store, redactor, activity, feed),
     ]
 
 

@@ -137,6 +137,10 @@ class RunWorkspace:
         summary = summary.strip()
         return f"{summary}\n\n{note}" if summary and note else summary or note
 
+    def change_url(self) -> str | None:
+        change = self.delivery.change if self.delivery is not None else None
+        return change.url if change is not None else None
+
 
 class RunWorkspaces:
     """The workspaces of every run under `settings.base_dir`: one directory per run,

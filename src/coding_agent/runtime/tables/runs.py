@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Float, Integer, String, Text, func, select, update
+from sqlalchemy import Float, Integer, String, Text, and_, func, select, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunRecord
@@ -149,6 +149,27 @@ class Runs(TableStore):
             if task_key is not None:
                 query = query.where(RunRow.task_key == task_key)
             return [record_of(run) for run in session.scalars(query)]
+
+    def latest_runs(self) -> list[RunRecord]:
+        """Each task's newest run, in one query without ORM objects: the dashboard's list
+        and `status` read it for every task at every refresh."""
+        newest = (
+            select(RunRow.task_key, func.max(RunRow.started_at).label("newest")).group_by(RunRow.task_key).subquery()
+        )
+        columns = RunRow.__table__.c
+        query = select(*columns).join(
+            newest, and_(columns.task_key == newest.c.task_key, columns.started_at == newest.c.newest)
+        )
+        with self._engine.connect() as connection:
+            found = {row.task_key: row for row in connection.execute(query).all()}  # a tie: one of them
+        return [
+            RunRecord(
+                uuid=row.uuid, task_key=row.task_key, status=row.status, owner=row.owner, started_at=row.started_at,
+                finished_at=row.finished_at, steps=row.steps, prompt_tokens=row.prompt_tokens,
+                completion_tokens=row.completion_tokens, requester=row.requester, error=row.error,
+            )  # fmt: skip
+            for row in found.values()
+        ]
 
     def token_totals(self) -> dict[str, tuple[int, int]]:
         """Per task key: (prompt tokens, completion tokens) over all runs."""
