@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from coding_agent.testing.services import fresh_postgres_database, postgres_admin_url, reachable
+from tests.support.services import fresh_postgres_database, postgres_admin_url, reachable
 
 __all__ = ["fresh_postgres_or_skip"]
 

@@ -21,10 +21,10 @@ from coding_agent.runtime.queue import QueuedTask
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.testing.faults import Fault
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.tcp_relay import TcpRelay
-from coding_agent.testing.waiting import wait_for, wait_until
+from coding_agent.sandbox.faults import Fault
+from coding_agent.sandbox.replay_model import ReplaySandbox
+from tests.support.tcp_relay import TcpRelay
+from tests.support.waiting import wait_for, wait_until
 
 from ._steering import distributed_config, spawn_cli, steering_config
 from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments

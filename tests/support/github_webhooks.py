@@ -7,8 +7,8 @@ import json
 import uuid
 from typing import Any
 
-from coding_agent.testing.github.render import Renderer
-from coding_agent.testing.github.state import GitHubState
+from coding_agent.sandbox.github.render import Renderer
+from coding_agent.sandbox.github.state import GitHubState
 
 __all__ = ["GitHubWebhooks"]
 

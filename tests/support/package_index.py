@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from coding_agent.testing.http_server import ServedApp
+from coding_agent.sandbox.http_server import ServedApp
 
 __all__ = ["PackageIndex", "build_wheel"]
 

@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from coding_agent.testing.faults import FaultInjector
-from coding_agent.testing.git_store import GitRepoStore, GitRequestRecord, sandbox_git_env
+from coding_agent.sandbox.faults import FaultInjector
+from coding_agent.sandbox.git_store import GitRepoStore, GitRequestRecord, sandbox_git_env
 
 __all__ = [
     "GitHttpBackend",

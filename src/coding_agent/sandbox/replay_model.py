@@ -35,8 +35,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from coding_agent.testing.http_server import ServedApp
-from coding_agent.testing.replay_script import (
+from coding_agent.sandbox.http_server import ServedApp
+from coding_agent.sandbox.replay_script import (
     ConversationScript,
     RawToolCall,
     ReplayScript,
@@ -45,7 +45,7 @@ from coding_agent.testing.replay_script import (
     ScriptSource,
     load_script,
 )
-from coding_agent.testing.replay_wire import (
+from coding_agent.sandbox.replay_wire import (
     JSONResponse,
     Rendered,
     error_response,

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.responses import Response, StreamingResponse
 
 from coding_agent.llm.tool_names import match_offered_name, wire_candidates
-from coding_agent.testing.replay_script import PHASE_FORMS, ReplayStep
+from coding_agent.sandbox.replay_script import PHASE_FORMS, ReplayStep
 
 __all__ = [
     "Rendered",

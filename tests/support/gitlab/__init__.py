@@ -4,8 +4,8 @@
 inspect; `create_gitlab_app` gives the bare ASGI app for other hosts.
 """
 
-from coding_agent.testing.gitlab.app import API_PREFIX, GitLabApp, create_gitlab_app
-from coding_agent.testing.gitlab.models import (
+from tests.support.gitlab.app import API_PREFIX, GitLabApp, create_gitlab_app
+from tests.support.gitlab.models import (
     DEVELOPER,
     GUEST,
     MAINTAINER,
@@ -21,8 +21,8 @@ from coding_agent.testing.gitlab.models import (
     RequestRecord,
     User,
 )
-from coding_agent.testing.gitlab.sandbox import GitLabSandbox
-from coding_agent.testing.gitlab.state import GitLabState
+from tests.support.gitlab.sandbox import GitLabSandbox
+from tests.support.gitlab.state import GitLabState
 
 __all__ = [
     "API_PREFIX",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coding_agent.testing.git_store import Files
-from coding_agent.testing.gitlab.models import Group, Project, User
-from coding_agent.testing.gitlab.tables import GitLabTables
+from coding_agent.sandbox.git_store import Files
+from tests.support.gitlab.models import Group, Project, User
+from tests.support.gitlab.tables import GitLabTables
 
 __all__ = ["Accounts"]
 

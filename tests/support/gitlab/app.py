@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from coding_agent.testing.faults import FaultInjector
-from coding_agent.testing.gitlab.endpoints import (
+from coding_agent.sandbox.faults import FaultInjector
+from tests.support.gitlab.endpoints import (
     Handler,
     create_label,
     current_user,
@@ -31,15 +31,15 @@ from coding_agent.testing.gitlab.endpoints import (
     list_members_all,
     list_users,
 )
-from coding_agent.testing.gitlab.item_endpoints import (
+from tests.support.gitlab.item_endpoints import (
     create_item,
     get_item,
     list_group_items,
     list_project_items,
     update_item,
 )
-from coding_agent.testing.gitlab.models import RequestRecord, User
-from coding_agent.testing.gitlab.note_endpoints import (
+from tests.support.gitlab.models import RequestRecord, User
+from tests.support.gitlab.note_endpoints import (
     create_discussion,
     create_note,
     get_discussion,
@@ -49,8 +49,8 @@ from coding_agent.testing.gitlab.note_endpoints import (
     reply_discussion,
     update_note,
 )
-from coding_agent.testing.gitlab.state import GitLabState
-from coding_agent.testing.gitlab.web import ApiError, Call, error_response, parse_body
+from tests.support.gitlab.state import GitLabState
+from tests.support.gitlab.web import ApiError, Call, error_response, parse_body
 
 __all__ = ["create_gitlab_app", "GitLabApp", "API_PREFIX", "ROUTES"]
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from starlette.responses import Response
 
-from coding_agent.testing.gitlab import serialize as js
-from coding_agent.testing.gitlab.models import Discussion, Group, Item, ItemKind, Note, Project
-from coding_agent.testing.gitlab.state import GitLabState
-from coding_agent.testing.gitlab.web import ApiError, Call, as_list, json_response, not_found, paginated
+from tests.support.gitlab import serialize as js
+from tests.support.gitlab.models import Discussion, Group, Item, ItemKind, Note, Project
+from tests.support.gitlab.state import GitLabState
+from tests.support.gitlab.web import ApiError, Call, as_list, json_response, not_found, paginated
 
 __all__ = [
     "Handler",

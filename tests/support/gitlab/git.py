@@ -6,9 +6,9 @@ Developer (30) or above, as on a GitLab instance without protected-branch rules.
 
 from __future__ import annotations
 
-from coding_agent.testing.git_http import GitAccessDenied, GitHttpBackend
-from coding_agent.testing.gitlab.models import DEVELOPER, REPORTER
-from coding_agent.testing.gitlab.state import GitLabState
+from coding_agent.sandbox.git_http import GitAccessDenied, GitHttpBackend
+from tests.support.gitlab.models import DEVELOPER, REPORTER
+from tests.support.gitlab.state import GitLabState
 
 __all__ = ["gitlab_git_backend"]
 

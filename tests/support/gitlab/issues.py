@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from coding_agent.testing.gitlab.accounts import Accounts
-from coding_agent.testing.gitlab.models import (
+from tests.support.gitlab.accounts import Accounts
+from tests.support.gitlab.models import (
     DEFAULT_LABEL_COLOR,
     Item,
     ItemKind,
@@ -18,7 +18,7 @@ from coding_agent.testing.gitlab.models import (
     LabelEvent,
     Project,
 )
-from coding_agent.testing.gitlab.notes import Notes
+from tests.support.gitlab.notes import Notes
 
 __all__ = ["Issues"]
 

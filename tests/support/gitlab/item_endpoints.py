@@ -8,12 +8,12 @@ from datetime import datetime, timezone
 
 from starlette.responses import Response
 
-from coding_agent.testing.gitlab import serialize as js
-from coding_agent.testing.gitlab.endpoints import group_of, item_of, kind_of, project_of, require_params, user_ids
-from coding_agent.testing.gitlab.models import Item, ItemKind, Project
-from coding_agent.testing.gitlab.quick_actions import run_quick_actions
-from coding_agent.testing.gitlab.state import GitLabState
-from coding_agent.testing.gitlab.web import ApiError, Call, as_list, json_response, paginated
+from tests.support.gitlab import serialize as js
+from tests.support.gitlab.endpoints import group_of, item_of, kind_of, project_of, require_params, user_ids
+from tests.support.gitlab.models import Item, ItemKind, Project
+from tests.support.gitlab.quick_actions import run_quick_actions
+from tests.support.gitlab.state import GitLabState
+from tests.support.gitlab.web import ApiError, Call, as_list, json_response, paginated
 
 __all__ = ["list_group_items", "list_project_items", "create_item", "get_item", "update_item"]
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from coding_agent.testing.gitlab import serialize as js
-from coding_agent.testing.gitlab.endpoints import discussion_of, item_of, note_of, require_params
-from coding_agent.testing.gitlab.quick_actions import run_quick_actions
-from coding_agent.testing.gitlab.state import GitLabState
-from coding_agent.testing.gitlab.web import ApiError, Call, json_response, paginated
+from tests.support.gitlab import serialize as js
+from tests.support.gitlab.endpoints import discussion_of, item_of, note_of, require_params
+from tests.support.gitlab.quick_actions import run_quick_actions
+from tests.support.gitlab.state import GitLabState
+from tests.support.gitlab.web import ApiError, Call, json_response, paginated
 
 __all__ = [
     "list_notes",

@@ -11,8 +11,8 @@ import copy
 import hashlib
 from typing import Any
 
-from coding_agent.testing.gitlab.models import Discussion, Item, Note
-from coding_agent.testing.gitlab.tables import GitLabTables
+from tests.support.gitlab.models import Discussion, Item, Note
+from tests.support.gitlab.tables import GitLabTables
 
 __all__ = ["Notes"]
 

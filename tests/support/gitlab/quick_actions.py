@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 import shlex
 
-from coding_agent.testing.gitlab.models import Item
-from coding_agent.testing.gitlab.state import GitLabState
+from tests.support.gitlab.models import Item
+from tests.support.gitlab.state import GitLabState
 
 __all__ = ["run_quick_actions", "COMMANDS"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from coding_agent.testing.gitlab.models import Discussion, Item, LabelEvent, Note
-from coding_agent.testing.gitlab.tables import GitLabTables
+from tests.support.gitlab.models import Discussion, Item, LabelEvent, Note
+from tests.support.gitlab.tables import GitLabTables
 
 __all__ = ["Readers"]
 

@@ -1,4 +1,4 @@
-"""A GitLab testing server running on a loopback port, for tests, benchmarks and the demo.
+"""A GitLab testing server running on a loopback port, for tests and benchmarks.
 
 The same port serves the projects' git content over smart HTTP at `http_url_to_repo`.
 """
@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coding_agent.testing.faults import FaultInjector
-from coding_agent.testing.git_http import GitHttpRouter
-from coding_agent.testing.gitlab.app import API_PREFIX, create_gitlab_app
-from coding_agent.testing.gitlab.git import gitlab_git_backend
-from coding_agent.testing.gitlab.state import GitLabState
-from coding_agent.testing.http_server import ServedApp
+from coding_agent.sandbox.faults import FaultInjector
+from coding_agent.sandbox.git_http import GitHttpRouter
+from coding_agent.sandbox.http_server import ServedApp
+from tests.support.gitlab.app import API_PREFIX, create_gitlab_app
+from tests.support.gitlab.git import gitlab_git_backend
+from tests.support.gitlab.state import GitLabState
 
 __all__ = ["GitLabSandbox"]
 

@@ -12,8 +12,8 @@ import hashlib
 from datetime import datetime
 from typing import Any
 
-from coding_agent.testing.gitlab.models import Discussion, Group, Item, Label, LabelEvent, Note, Project, User
-from coding_agent.testing.gitlab.state import GitLabState
+from tests.support.gitlab.models import Discussion, Group, Item, Label, LabelEvent, Note, Project, User
+from tests.support.gitlab.state import GitLabState
 
 __all__ = [
     "timestamp",

@@ -8,9 +8,9 @@ composed of its parts, one module each on the shared tables of `tables.py`.
 
 from __future__ import annotations
 
-from coding_agent.testing.gitlab.issues import Issues
-from coding_agent.testing.gitlab.readers import Readers
-from coding_agent.testing.gitlab.traffic import Traffic
+from tests.support.gitlab.issues import Issues
+from tests.support.gitlab.readers import Readers
+from tests.support.gitlab.traffic import Traffic
 
 __all__ = ["GitLabState"]
 

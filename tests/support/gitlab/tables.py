@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Self
 
-from coding_agent.testing.git_store import GitRepoStore
-from coding_agent.testing.gitlab.models import (
+from coding_agent.sandbox.git_store import GitRepoStore
+from tests.support.gitlab.models import (
     Clock,
     Group,
     Item,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coding_agent.testing.gitlab.models import RequestRecord
-from coding_agent.testing.gitlab.tables import GitLabTables
+from tests.support.gitlab.models import RequestRecord
+from tests.support.gitlab.tables import GitLabTables
 
 __all__ = ["Traffic"]
 

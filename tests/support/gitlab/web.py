@@ -19,7 +19,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from coding_agent.testing.gitlab.models import User
+from tests.support.gitlab.models import User
 
 __all__ = [
     "ApiError",

@@ -7,8 +7,8 @@
         # point githubkit (or the GitHubSource) at github.url with token "t-alice"
 """
 
-from coding_agent.testing.github.app import create_github_app
-from coding_agent.testing.github.records import (
+from coding_agent.sandbox.github.app import create_github_app
+from coding_agent.sandbox.github.records import (
     PERMISSION_LEVELS,
     CommentRecord,
     EventRecord,
@@ -19,8 +19,8 @@ from coding_agent.testing.github.records import (
     ReviewCommentRecord,
     UserRecord,
 )
-from coding_agent.testing.github.sandbox import GitHubSandbox
-from coding_agent.testing.github.state import GitHubState, NotFoundError, ValidationFailed
+from coding_agent.sandbox.github.sandbox import GitHubSandbox
+from coding_agent.sandbox.github.state import GitHubState, NotFoundError, ValidationFailed
 
 __all__ = [
     "GitHubState",

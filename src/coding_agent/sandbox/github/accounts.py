@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coding_agent.testing.git_store import Files
-from coding_agent.testing.github.records import PERMISSION_LEVELS, RepoRecord, UserRecord
-from coding_agent.testing.github.tables import GitHubTables
+from coding_agent.sandbox.git_store import Files
+from coding_agent.sandbox.github.records import PERMISSION_LEVELS, RepoRecord, UserRecord
+from coding_agent.sandbox.github.tables import GitHubTables
 
 __all__ = ["Accounts"]
 

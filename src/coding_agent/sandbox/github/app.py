@@ -17,11 +17,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from coding_agent.testing.faults import FaultInjector
-from coding_agent.testing.github.http import ApiError, GitHubMiddleware, api_error_response
-from coding_agent.testing.github.issue_endpoints import IssueEndpoints
-from coding_agent.testing.github.pull_endpoints import PullEndpoints
-from coding_agent.testing.github.state import GitHubState, NotFoundError, ValidationFailed
+from coding_agent.sandbox.faults import FaultInjector
+from coding_agent.sandbox.github.http import ApiError, GitHubMiddleware, api_error_response
+from coding_agent.sandbox.github.issue_endpoints import IssueEndpoints
+from coding_agent.sandbox.github.pull_endpoints import PullEndpoints
+from coding_agent.sandbox.github.state import GitHubState, NotFoundError, ValidationFailed
 
 __all__ = ["create_github_app"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coding_agent.testing.github.accounts import Accounts
-from coding_agent.testing.github.records import CommentRecord, EventRecord, ReviewCommentRecord
-from coding_agent.testing.github.tables import NotFoundError, fake_sha
+from coding_agent.sandbox.github.accounts import Accounts
+from coding_agent.sandbox.github.records import CommentRecord, EventRecord, ReviewCommentRecord
+from coding_agent.sandbox.github.tables import NotFoundError, fake_sha
 
 __all__ = ["Comments"]
 

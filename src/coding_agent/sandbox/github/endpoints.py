@@ -18,11 +18,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from coding_agent.testing.github.http import ApiError, json_reply, paginate
-from coding_agent.testing.github.records import IssueRecord, RepoRecord
-from coding_agent.testing.github.render import Renderer
-from coding_agent.testing.github.search import MAX_QUERY_LENGTH, parse_query
-from coding_agent.testing.github.state import GitHubState, NotFoundError, ValidationFailed
+from coding_agent.sandbox.github.http import ApiError, json_reply, paginate
+from coding_agent.sandbox.github.records import IssueRecord, RepoRecord
+from coding_agent.sandbox.github.render import Renderer
+from coding_agent.sandbox.github.search import MAX_QUERY_LENGTH, parse_query
+from coding_agent.sandbox.github.state import GitHubState, NotFoundError, ValidationFailed
 
 __all__ = ["Endpoints", "read_body", "string_list", "within_limit", "required_string", "MAX_BODY_LENGTH"]
 

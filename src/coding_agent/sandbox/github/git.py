@@ -6,8 +6,8 @@ pushing needs `write` or above, as on github.com. Answers carry GitHub's wording
 
 from __future__ import annotations
 
-from coding_agent.testing.git_http import GitAccessDenied, GitHttpBackend
-from coding_agent.testing.github.state import GitHubState, NotFoundError
+from coding_agent.sandbox.git_http import GitAccessDenied, GitHttpBackend
+from coding_agent.sandbox.github.state import GitHubState, NotFoundError
 
 __all__ = ["github_git_backend"]
 

@@ -20,9 +20,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
-from coding_agent.testing.faults import FaultInjector
-from coding_agent.testing.github.records import RequestRecord
-from coding_agent.testing.github.state import GitHubState
+from coding_agent.sandbox.faults import FaultInjector
+from coding_agent.sandbox.github.records import RequestRecord
+from coding_agent.sandbox.github.state import GitHubState
 
 __all__ = [
     "ApiError",

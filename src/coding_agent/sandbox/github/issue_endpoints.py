@@ -8,10 +8,10 @@ from datetime import datetime
 from starlette.requests import Request
 from starlette.responses import Response
 
-from coding_agent.testing.github.endpoints import Endpoints, read_body, required_string, string_list, within_limit
-from coding_agent.testing.github.http import ApiError, json_reply, paginate
-from coding_agent.testing.github.records import RepoRecord
-from coding_agent.testing.github.state import NotFoundError
+from coding_agent.sandbox.github.endpoints import Endpoints, read_body, required_string, string_list, within_limit
+from coding_agent.sandbox.github.http import ApiError, json_reply, paginate
+from coding_agent.sandbox.github.records import RepoRecord
+from coding_agent.sandbox.github.state import NotFoundError
 
 __all__ = ["IssueEndpoints"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from coding_agent.testing.github.accounts import Accounts
-from coding_agent.testing.github.records import IssueRecord, LabelRecord
-from coding_agent.testing.github.tables import NotFoundError, ValidationFailed, fake_sha
+from coding_agent.sandbox.github.accounts import Accounts
+from coding_agent.sandbox.github.records import IssueRecord, LabelRecord
+from coding_agent.sandbox.github.tables import NotFoundError, ValidationFailed, fake_sha
 
 __all__ = ["Issues"]
 

@@ -26,9 +26,9 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from coding_agent.testing.github.playground_page import page_html
-from coding_agent.testing.github.records import IssueRecord
-from coding_agent.testing.github.state import GitHubState, NotFoundError
+from coding_agent.sandbox.github.playground_page import page_html
+from coding_agent.sandbox.github.records import IssueRecord
+from coding_agent.sandbox.github.state import GitHubState, NotFoundError
 
 __all__ = ["Playground", "PREFIX", "create_playground_app", "WithPlayground"]
 

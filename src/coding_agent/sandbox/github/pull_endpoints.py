@@ -5,9 +5,9 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from coding_agent.testing.github.endpoints import Endpoints, read_body, required_string, within_limit
-from coding_agent.testing.github.http import json_reply, paginate
-from coding_agent.testing.github.state import ValidationFailed
+from coding_agent.sandbox.github.endpoints import Endpoints, read_body, required_string, within_limit
+from coding_agent.sandbox.github.http import json_reply, paginate
+from coding_agent.sandbox.github.state import ValidationFailed
 
 __all__ = ["PullEndpoints"]
 

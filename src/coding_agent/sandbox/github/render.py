@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coding_agent.testing.github.records import (
+from coding_agent.sandbox.github.records import (
     CommentRecord,
     EventRecord,
     IssueRecord,
@@ -20,8 +20,8 @@ from coding_agent.testing.github.records import (
     RepoRecord,
     ReviewCommentRecord,
 )
-from coding_agent.testing.github.render_accounts import JSON, AccountShapes, node_id, timestamp
-from coding_agent.testing.github.state import GitHubState
+from coding_agent.sandbox.github.render_accounts import JSON, AccountShapes, node_id, timestamp
+from coding_agent.sandbox.github.state import GitHubState
 
 __all__ = ["Renderer", "timestamp"]
 

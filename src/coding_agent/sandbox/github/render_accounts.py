@@ -10,8 +10,8 @@ import base64
 from datetime import datetime
 from typing import Any
 
-from coding_agent.testing.github.records import PERMISSION_LEVELS, RepoRecord, UserRecord
-from coding_agent.testing.github.state import GitHubState
+from coding_agent.sandbox.github.records import PERMISSION_LEVELS, RepoRecord, UserRecord
+from coding_agent.sandbox.github.state import GitHubState
 
 __all__ = ["AccountShapes", "JSON", "timestamp", "node_id"]
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from starlette.types import ASGIApp
 
-from coding_agent.testing.faults import FaultInjector
-from coding_agent.testing.git_http import GitHttpRouter
-from coding_agent.testing.github.app import create_github_app
-from coding_agent.testing.github.git import github_git_backend
-from coding_agent.testing.github.playground import Playground, WithPlayground, create_playground_app
-from coding_agent.testing.github.state import GitHubState
-from coding_agent.testing.http_server import ServedApp
+from coding_agent.sandbox.faults import FaultInjector
+from coding_agent.sandbox.git_http import GitHttpRouter
+from coding_agent.sandbox.github.app import create_github_app
+from coding_agent.sandbox.github.git import github_git_backend
+from coding_agent.sandbox.github.playground import Playground, WithPlayground, create_playground_app
+from coding_agent.sandbox.github.state import GitHubState
+from coding_agent.sandbox.http_server import ServedApp
 
 __all__ = ["GitHubSandbox"]
 

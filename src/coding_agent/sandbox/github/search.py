@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from coding_agent.testing.github.records import IssueRecord
+from coding_agent.sandbox.github.records import IssueRecord
 
 __all__ = ["SearchQuery", "parse_query", "MAX_QUERY_LENGTH"]
 

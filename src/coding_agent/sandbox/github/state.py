@@ -8,10 +8,10 @@ composed of its parts, one module each on the shared tables of `tables.py`.
 
 from __future__ import annotations
 
-from coding_agent.testing.github.comments import Comments
-from coding_agent.testing.github.issues import Issues
-from coding_agent.testing.github.tables import NotFoundError, ValidationFailed
-from coding_agent.testing.github.traffic import Traffic
+from coding_agent.sandbox.github.comments import Comments
+from coding_agent.sandbox.github.issues import Issues
+from coding_agent.sandbox.github.tables import NotFoundError, ValidationFailed
+from coding_agent.sandbox.github.traffic import Traffic
 
 __all__ = ["GitHubState", "NotFoundError", "ValidationFailed"]
 

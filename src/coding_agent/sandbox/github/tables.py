@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
 
-from coding_agent.testing.git_store import GitRepoStore
-from coding_agent.testing.github.records import (
+from coding_agent.sandbox.git_store import GitRepoStore
+from coding_agent.sandbox.github.records import (
     CommentRecord,
     EventRecord,
     IssueRecord,

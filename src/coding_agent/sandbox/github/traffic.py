@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from coding_agent.testing.github.records import RequestRecord
-from coding_agent.testing.github.tables import GitHubTables
+from coding_agent.sandbox.github.records import RequestRecord
+from coding_agent.sandbox.github.tables import GitHubTables
 
 __all__ = ["Traffic"]
 
