@@ -1,7 +1,9 @@
 """What every benchmark script shares: summary statistics and the one JSON line it prints.
 
 The scripts are run as `python benchmarks/<name>.py`, so this directory is on `sys.path`
-and `import _common` works without packaging the benchmarks.
+and `import _common` works without packaging the benchmarks. Importing it also puts the
+repository root on `sys.path`: the GitLab sandbox and the other test-only helpers the
+benchmarks share with the tests live in `tests/support/`, outside the installed package.
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ import threading
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
+REPOSITORY_ROOT = str(Path(__file__).resolve().parent.parent)
+if REPOSITORY_ROOT not in sys.path:
+    sys.path.insert(1, REPOSITORY_ROOT)
+
 from coding_agent.domain.tasks import Forge, TaskKey, TaskKind
-from coding_agent.testing.github import GitHubState
-from coding_agent.testing.gitlab import GitLabState
+from coding_agent.sandbox.github import GitHubState
+from tests.support.gitlab import GitLabState
 
 __all__ = [
     "summary_ms",

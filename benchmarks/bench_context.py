@@ -29,8 +29,8 @@ from coding_agent.config import builtin_workspace_server, parse_config
 from coding_agent.context.compression import estimate_tokens
 from coding_agent.prompts.context_prompts import SUMMARY_HEADING
 from coding_agent.runtime.service import AgentService
-from coding_agent.testing.github import GitHubSandbox, GitHubState
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.github import GitHubSandbox, GitHubState
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 REPO = "acme/bench"
 USER = "maintainer"

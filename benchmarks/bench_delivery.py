@@ -43,9 +43,9 @@ from coding_agent.domain.tasks import Task, TaskKey
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
 from coding_agent.runtime.service import AgentService
+from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.github import GitHubSource
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.workspace.git import Git
 from coding_agent.workspace.session import RunWorkspace
 

@@ -29,10 +29,10 @@ import yaml
 from _common import emit, seed_github, seed_gitlab
 
 from coding_agent.config import builtin_workspace_server
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.gitlab import GitLabSandbox
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.services import amqp_url, postgres_admin_url, reachable
+from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
+from tests.support.gitlab import GitLabSandbox
+from tests.support.services import amqp_url, postgres_admin_url, reachable
 
 BOT = "bench-bot"
 GITHUB_TOKEN = "ghp_" + "BenchDoctorToken0123456789abcdefABCD"

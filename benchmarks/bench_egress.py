@@ -32,14 +32,14 @@ from pathlib import Path
 from _common import emit, summary_ms
 
 from coding_agent.config import parse_config
-from coding_agent.testing.git_repos import checkout_like
-from coding_agent.testing.package_index import PackageIndex
-from coding_agent.testing.waiting import wait_for, wait_until
 from coding_agent.tools.egress_proxy import EgressProxy
 from coding_agent.tools.egress_sandbox import EgressSandbox, forwarder_argv, no_proxy_value, python_path, socat_argv
-from coding_agent.workspace.env_setup import plan_setup, run_setup
 from coding_agent.tools.host_git import git_dir_for
+from coding_agent.workspace.env_setup import plan_setup, run_setup
 from coding_agent.workspace.git import Git
+from tests.support.git_repos import checkout_like
+from tests.support.package_index import PackageIndex
+from tests.support.waiting import wait_for, wait_until
 
 DOWNLOAD_BYTES = 10 * 1024 * 1024
 WARM_TARGET_SECONDS = 1.0

@@ -54,8 +54,8 @@ from typing import Any
 import httpx
 from _common import ServerProcess, emit, open_labelled_issues, seed_github, summary_ms
 
-import coding_agent.agent.runner as runner_module
 from coding_agent.agent.loop import Checkpoint, Decision, LoopOutcome, NoSteering, Steering
+import coding_agent.agent.runner as runner_module
 from coding_agent.config import AgentConfig, parse_config
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
@@ -63,9 +63,9 @@ from coding_agent.llm.types import LLMReply, Message, ToolSpec
 from coding_agent.logging_setup import LOG_FILE_NAME, configure_logging
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.service import AgentService
+from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.factory import retry_policy
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.replay_model import ReplaySandbox
 from coding_agent.tools.hub import ToolHub
 from coding_agent.tools.types import ToolResult
 

@@ -32,8 +32,8 @@ from coding_agent.config import parse_config
 from coding_agent.domain.tasks import Forge, TaskKey
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.testing.github import GitHubSandbox, GitHubState
-from coding_agent.testing.gitlab import GitLabSandbox, GitLabState
+from coding_agent.sandbox.github import GitHubSandbox, GitHubState
+from tests.support.gitlab import GitLabSandbox, GitLabState
 
 OWNER = "acme"
 USER = "maintainer"

@@ -54,11 +54,11 @@ from _common import ServerProcess, emit, percentile
 
 from coding_agent.config import AgentConfig, parse_config
 from coding_agent.runtime.service import AgentService
+from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.web.server import bind_socket, serving_http
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.github.webhooks import GitHubWebhooks
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.services import fresh_postgres_database
+from tests.support.github_webhooks import GitHubWebhooks
+from tests.support.services import fresh_postgres_database
 
 REPO = "bench/runtime"
 BOT = "bench-bot"

@@ -39,10 +39,10 @@ from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
+from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.factory import create_sources
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.gitlab import GitLabSandbox
-from coding_agent.testing.replay_model import ReplaySandbox
+from tests.support.gitlab import GitLabSandbox
 
 REPO = "bench/steer"
 BOT = "bench-bot"

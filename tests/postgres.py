@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.testing.services import fresh_postgres_database, postgres_admin_url, reachable
-from coding_agent.testing.waiting import wait_for
+from tests.support.services import fresh_postgres_database, postgres_admin_url, reachable
+from tests.support.waiting import wait_for
 
 __all__ = ["fresh_postgres_or_skip", "OwnPostgres", "own_postgres_or_skip"]
 

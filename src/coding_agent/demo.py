@@ -6,7 +6,7 @@ the operator's own model with `--llm`. It prints each event as it happens and en
 the issue's labels and comments and the draft pull request that holds the change.
 
 `demo --serve` keeps it running as a playground: the sandbox forge's page for people
-(`testing/github/playground.py`), the dashboard, and the agent working whatever is
+(`sandbox/github/playground.py`), the dashboard, and the agent working whatever is
 labelled there, the replay model making a small scripted change for any issue.
 """
 
@@ -32,10 +32,10 @@ from coding_agent.config import AgentConfig, LLMConfig, parse_config
 from coding_agent.logging_setup import configure_logging
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.service import AgentService
+from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.github.playground import Playground
+from coding_agent.sandbox.replay_model import ReplaySandbox, ReplayScript
 from coding_agent.sources.writes import strip_marker
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.github.playground import Playground
-from coding_agent.testing.replay_model import ReplaySandbox, ReplayScript
 
 __all__ = ["run_demo", "run_playground", "ServeHttp", "DEMO_REPO", "DEMO_BOT", "DEMO_USER"]
 
@@ -50,7 +50,7 @@ ServeHttp = Callable[[AgentConfig, AgentService], AbstractAsyncContextManager[st
 
 def _demo_script(planning: bool = False) -> ReplayScript:
     name = "scripts/demo_planning.yaml" if planning else "scripts/demo.yaml"
-    text = resources.files("coding_agent.testing").joinpath(name).read_text(encoding="utf-8")
+    text = resources.files("coding_agent.sandbox").joinpath(name).read_text(encoding="utf-8")
     return ReplayScript.from_dict(yaml.safe_load(text))
 
 
@@ -242,7 +242,7 @@ def _quiet_idle_polls(record: logging.LogRecord) -> bool:
 
 
 def _playground_script() -> ReplayScript:
-    text = resources.files("coding_agent.testing").joinpath("scripts/playground.yaml").read_text(encoding="utf-8")
+    text = resources.files("coding_agent.sandbox").joinpath("scripts/playground.yaml").read_text(encoding="utf-8")
     return ReplayScript.from_dict(yaml.safe_load(text))
 
 

@@ -6,7 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from coding_agent.testing.replay_model import RecordedRequest
+from coding_agent.sandbox.replay_model import RecordedRequest
 
 from ._steering import steering_config
 from .conftest import ForgeUnderTest

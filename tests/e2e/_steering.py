@@ -13,9 +13,9 @@ from typing import Any
 
 from coding_agent.config import AgentConfig
 from coding_agent.runtime.service import AgentService, CycleReport
-from coding_agent.testing.replay_model import RecordedRequest
-from coding_agent.testing.services import amqp_url
-from coding_agent.testing.waiting import wait_for
+from coding_agent.sandbox.replay_model import RecordedRequest
+from tests.support.services import amqp_url
+from tests.support.waiting import wait_for
 
 from .conftest import BOT, MAINTAINER, REPO, ForgeUnderTest, Kind, llm_section, secret_env, write_config
 

@@ -23,11 +23,11 @@ import pytest
 import yaml
 
 from coding_agent.config import builtin_workspace_server
+from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.writes import strip_marker
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.gitlab import GitLabSandbox
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.services import amqp_url, delete_queues, fresh_postgres_database, postgres_admin_url, reachable
+from tests.support.gitlab import GitLabSandbox
+from tests.support.services import amqp_url, delete_queues, fresh_postgres_database, postgres_admin_url, reachable
 
 # Random strings no built-in redaction pattern matches (no ghp_/glpat-/sk- shapes): a
 # test that finds none of them anywhere proves the configured secrets are masked, not

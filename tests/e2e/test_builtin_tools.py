@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from coding_agent.testing.replay_model import RecordedRequest, ReplaySandbox
+from coding_agent.sandbox.replay_model import RecordedRequest, ReplaySandbox
 
 from ._forge_git import branch_file, task_branch
 from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, run_cli, write_config

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.waiting import wait_for
+from coding_agent.sandbox.replay_model import ReplaySandbox
+from tests.support.waiting import wait_for
 
 from ._forge_git import branch_file, task_branch
 from .conftest import GitHubForge, llm_section, run_cli, workspace_server, write_config

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from coding_agent.prompts.context_prompts import SUMMARY_HEADING
-from coding_agent.testing.replay_model import RecordedRequest, ReplaySandbox
+from coding_agent.sandbox.replay_model import RecordedRequest, ReplaySandbox
 
 from ._steering import run_cycle
 from .conftest import GitHubForge, llm_section, load_for_service, write_config

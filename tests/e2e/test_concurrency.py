@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, secret_env, write_config
 

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from coding_agent.runtime.service import AgentService, CycleReport
-from coding_agent.testing.faults import Fault
-from coding_agent.testing.git_http import git_client
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.waiting import wait_for
+from coding_agent.sandbox.faults import Fault
+from coding_agent.sandbox.git_http import git_client
+from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.tools.host_git import git_dir_for
+from tests.support.waiting import wait_for
 
 from ._forge_git import branch_file, task_branch
 from .conftest import (

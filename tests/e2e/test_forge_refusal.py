@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.waiting import wait_for
+from coding_agent.sandbox.replay_model import ReplaySandbox
+from tests.support.waiting import wait_for
 
 from ._steering import post_comment, run_cycle
 from .conftest import BOT, MAINTAINER, READER, ForgeUnderTest, llm_section, load_for_service, write_config

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._steering import run_cycle
 from .conftest import (

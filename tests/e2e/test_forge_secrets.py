@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from .conftest import SECRETS, ForgeUnderTest, llm_section, run_cli, write_config
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.service import AgentService
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.web.views import task_list
 
 from ._steering import steering_config

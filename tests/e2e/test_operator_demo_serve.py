@@ -23,8 +23,8 @@ import httpx
 import pytest
 from playwright.async_api import Locator, Page, async_playwright, expect
 
-from coding_agent.testing.waiting import wait_for, wait_until
 from tests.integration.test_operator_dashboard_browser import ARGS, chromium  # noqa: F401 (the fixture)
+from tests.support.waiting import wait_for, wait_until
 
 TASK = "github:demo/hello-world#{}"
 URL_LINES = {

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._steering import spawn_cli
 from .conftest import (
@@ -172,7 +172,7 @@ def _sigterm_after_failed_preflight(setup: AgentSetup, role: str) -> tuple[int, 
     SIGTERM: (exit code, stderr, the log)."""
     import signal
 
-    from coding_agent.testing.waiting import wait_for
+    from tests.support.waiting import wait_for
 
     process = spawn_cli(setup.config_path, role)
     log_file = setup.logs / "coding-agent.log"
@@ -215,7 +215,7 @@ def test_worker_with_the_llm_down_waits_logs_and_takes_nothing_from_the_queue(
 
     from coding_agent.config import load_config
     from coding_agent.runtime.service import AgentService
-    from coding_agent.testing.services import amqp_url, reachable
+    from tests.support.services import amqp_url, reachable
 
     from .conftest import secret_env
 

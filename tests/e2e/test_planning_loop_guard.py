@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._steering import pause_signal_action, run_cycle, steering_config, user_messages
 from .conftest import ForgeUnderTest, load_for_service

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._planning import action, create_then_done, marker_of, markers, plan, planning_config, tool_names
 from ._steering import run_cycle

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._forge_git import branch_file, task_branch
 from ._planning import action, create_then_done, markers, plan, planning_config

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._steering import run_cycle
 from .conftest import MAINTAINER, REPO, GitHubForge, llm_section, load_for_service, write_config

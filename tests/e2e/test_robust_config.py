@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from .conftest import GitHubForge, llm_section, secret_env, write_config
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._steering import run_cycle
 from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, load_for_service, run_cli, write_config

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from coding_agent.runtime.service import AgentService, CycleReport
-from coding_agent.testing.git_http import git_client
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.git_http import git_client
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from .conftest import MAINTAINER, REPO, ForgeUnderTest, GitHubForge, llm_section, load_for_service, write_config
 

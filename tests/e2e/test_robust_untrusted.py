@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._steering import run_cycle
 from .conftest import HELLO_SCRIPT, MAINTAINER, READER, REPO, GitHubForge, llm_section, load_for_service, write_config

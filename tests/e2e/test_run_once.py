@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._forge_git import branch_file, task_branch
 from .conftest import (

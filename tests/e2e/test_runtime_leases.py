@@ -17,8 +17,8 @@ from sqlalchemy import create_engine, text
 from coding_agent.config import AgentConfig
 from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.waiting import wait_until
+from coding_agent.sandbox.replay_model import ReplaySandbox
+from tests.support.waiting import wait_until
 
 from ._steering import steering_config
 from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments

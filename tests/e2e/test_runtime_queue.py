@@ -26,11 +26,11 @@ from coding_agent.runtime.queue.rabbitmq import RabbitQueue
 from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.testing.faults import Fault
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.services import amqp_url
-from coding_agent.testing.tcp_relay import TcpRelay
-from coding_agent.testing.waiting import wait_for, wait_until
+from coding_agent.sandbox.faults import Fault
+from coding_agent.sandbox.replay_model import ReplaySandbox
+from tests.support.services import amqp_url
+from tests.support.tcp_relay import TcpRelay
+from tests.support.waiting import wait_for, wait_until
 
 from ._steering import distributed_config, spawn_cli, steering_config, user_messages
 from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, READER, REPO, GitHubForge, load_for_service, progress_comments

@@ -18,8 +18,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.waiting import wait_for
+from coding_agent.sandbox.replay_model import ReplaySandbox
+from tests.support.waiting import wait_for
 
 from ._steering import spawn_cli
 from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, write_config

@@ -17,7 +17,7 @@ from coding_agent.runtime.followups import FollowUpRecords
 from coding_agent.runtime.schema import _config, head_version, schema_version
 from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ..postgres import fresh_postgres_or_skip
 from .conftest import HELLO_SCRIPT, GitHubForge, load_for_service, write_config, llm_section

@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from coding_agent.runtime.service import AgentService
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.waiting import wait_for, wait_until
+from coding_agent.sandbox.replay_model import ReplaySandbox
+from tests.support.waiting import wait_for, wait_until
 
 from ..postgres import OwnPostgres, own_postgres_or_skip
 from ._steering import steering_config

@@ -17,10 +17,10 @@ import pytest
 from coding_agent.agent.steering.pause import REQUEST_READ_SECONDS
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.testing.github.webhooks import GitHubWebhooks
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.waiting import wait_for, wait_until
+from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.web.server import bind_socket, serving_http
+from tests.support.github_webhooks import GitHubWebhooks
+from tests.support.waiting import wait_for, wait_until
 
 from ._steering import distributed_config, new_comment_messages, spawn_cli, steering_config
 from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, REPO, GitHubForge, load_for_service

@@ -21,8 +21,8 @@ from markdown_it import MarkdownIt
 from coding_agent.context.storage import ContextStorage
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.state_store import StateStore
+from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
-from coding_agent.testing.replay_model import ReplaySandbox
 
 from ._planning import action, plan, planning_config
 from ._steering import assign, run_cycle

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from .conftest import (
     GITHUB_BOT_TOKEN,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from coding_agent.runtime.service import AgentService, CycleReport
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.tools.sandbox import bwrap_usable
 
 from .conftest import MAINTAINER, READER, REPO, AgentSetup, GitHubForge, llm_section, load_for_service, write_config

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from coding_agent.runtime.service import AgentService, CycleReport
-from coding_agent.testing.package_index import PackageIndex
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.tools.sandbox import bwrap_usable
+from tests.support.package_index import PackageIndex
 
 from .conftest import (
     MAINTAINER,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._steering import new_comment_messages, post_comment, review_comment, run_cycle, steering_config
 from .conftest import BOT, MAINTAINER, READER, ForgeUnderTest, Kind, load_for_service

@@ -20,7 +20,7 @@ import pytest
 
 from coding_agent.agent.steering.pause import REQUEST_READ_SECONDS
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.testing.replay_model import RecordedRequest, ReplaySandbox
+from coding_agent.sandbox.replay_model import RecordedRequest, ReplaySandbox
 
 from ._forge_git import branch_file, task_branch
 from ._steering import (

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._forge_git import branch_file, branch_log, change_heads, task_branch
 from ._steering import run_cycle, steering_config, wait_for

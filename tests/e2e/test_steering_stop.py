@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from coding_agent.agent.steering.pause import REQUEST_READ_SECONDS
-from coding_agent.testing.faults import Fault
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.faults import Fault
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._steering import (
     assign,

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from coding_agent.testing.github.webhooks import GitHubWebhooks
-from coding_agent.testing.replay_model import ReplaySandbox
-from coding_agent.testing.waiting import wait_for
+from coding_agent.sandbox.replay_model import ReplaySandbox
+from tests.support.github_webhooks import GitHubWebhooks
+from tests.support.waiting import wait_for
 
 from ._steering import spawn_cli, steering_config
 from .conftest import HELLO_SCRIPT, MAINTAINER, REPO, GitHubForge

@@ -13,7 +13,7 @@ from coding_agent.llm.types import TokenUsage
 from coding_agent.prompts.context_prompts import SUMMARY_HEADING
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
-from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 SCRIPT = {"conversations": [{"match": "Summarise the earlier part", "replies": [{"text": "SUMMARY: read a.py, fixed b.py."}]}]}
 

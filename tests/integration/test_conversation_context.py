@@ -13,11 +13,11 @@ from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import ConversationContext, build_conversation
 from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
 from coding_agent.domain.tasks import TaskKey
-from coding_agent.retry import RetryPolicy
-from coding_agent.sources.github import GitHubSource
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.github.state import GitHubState
 from coding_agent.prompts.untrusted import UntrustedWrapper
+from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.github.state import GitHubState
+from coding_agent.sources.github import GitHubSource
 
 REPO = "acme/widgets"
 TOKEN = "ghp_" + "ConversationTestToken0123456789ab"

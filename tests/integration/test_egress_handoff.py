@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.testing.package_index import PackageIndex
-from coding_agent.testing.waiting import wait_until
 from coding_agent.tools.egress_handoff import HANDSHAKE, LEASE_FD, MAX_PENDING
 from coding_agent.tools.egress_proxy import MAX_CLIENTS, EgressProxy, blocked_lines, socket_directory
 from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value, python_path
 from coding_agent.tools.sandbox import bwrap_usable, run_command
+from tests.support.package_index import PackageIndex
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl")
 needs_sandbox = pytest.mark.skipif(

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.testing.package_index import PackageIndex
-from coding_agent.testing.waiting import wait_for, wait_until
 from coding_agent.tools.egress_proxy import MAX_SOCKET_PATH, EgressProxy, EgressUnavailable, blocked_lines
 from coding_agent.tools.egress_sandbox import EgressSandbox, no_proxy_value
 from coding_agent.tools.sandbox import bwrap_usable, run_command
+from tests.support.package_index import PackageIndex
+from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None or shutil.which("curl") is None, reason="socat/curl")
 

@@ -19,11 +19,11 @@ from coding_agent.config import GitHubConfig, GitLabConfig
 from coding_agent.domain.tasks import TaskKey, TaskKind
 from coding_agent.errors import TransientError
 from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.faults import Fault
+from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sources.github import GitHubSource
 from coding_agent.sources.gitlab import GitLabSource
-from coding_agent.testing.faults import Fault
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.gitlab import GitLabSandbox
+from tests.support.gitlab import GitLabSandbox
 
 # The fault holds the answer back far longer than the timeout: without a timeout the
 # call would simply wait for it and succeed on its first attempt.

@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from coding_agent.testing.faults import Fault
-from coding_agent.testing.git_http import git_client, token_from_authorization
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.gitlab import DEVELOPER, REPORTER, GitLabSandbox
+from coding_agent.sandbox.faults import Fault
+from coding_agent.sandbox.git_http import git_client, token_from_authorization
+from coding_agent.sandbox.github import GitHubSandbox
+from tests.support.gitlab import DEVELOPER, REPORTER, GitLabSandbox
 
 REPO = "acme/widgets"
 WRITER_TOKEN = "t-writer-0123456789"

@@ -17,11 +17,11 @@ from coding_agent.config import GitHubConfig, GitLabConfig
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.faults import Fault
+from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sources.github import GitHubSource
 from coding_agent.sources.gitlab import GitLabSource
-from coding_agent.testing.faults import Fault
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.gitlab import DEVELOPER, MAINTAINER, GitLabSandbox
+from tests.support.gitlab import DEVELOPER, MAINTAINER, GitLabSandbox
 
 REPO = "acme/widgets"
 GITHUB_TOKEN = "ghp_" + "SourcesBotToken0123456789abcdefgh"

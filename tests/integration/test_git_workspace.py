@@ -22,9 +22,9 @@ from pydantic import SecretStr
 from coding_agent.config import GitHubConfig
 from coding_agent.domain.tasks import Task, TaskKey
 from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.git_http import git_client
+from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sources.github import GitHubSource
-from coding_agent.testing.git_http import git_client
-from coding_agent.testing.github import GitHubSandbox
 from coding_agent.tools.host_git import git_dir_for
 from coding_agent.workspace.checkout import Checkout, branch_name, prepare_workspace, reopen_workspace
 from coding_agent.workspace.delivery import SUMMARY_END, SUMMARY_START, deliver

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.github.playground import Playground
+from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.github.playground import Playground
 
 REPO = "acme/toys"
 MAINTAINER = "maria"

@@ -12,8 +12,8 @@ from githubkit import GitHub
 from githubkit.exception import RequestFailed
 from githubkit.utils import UNSET
 
-from coding_agent.testing.faults import Fault
-from coding_agent.testing.github import GitHubSandbox
+from coding_agent.sandbox.faults import Fault
+from coding_agent.sandbox.github import GitHubSandbox
 
 TOKEN = "t-bot"
 REPO = "acme/widgets"

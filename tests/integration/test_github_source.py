@@ -14,11 +14,11 @@ from coding_agent.config import GitHubConfig
 from coding_agent.domain.tasks import Permission, Task, TaskKey, TaskKind
 from coding_agent.errors import ForgeError, TransientError
 from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.faults import Fault
+from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sources.base import Source
 from coding_agent.sources.github import GitHubNotFoundError, GitHubSource, build_search_query
 from coding_agent.sources.writes import strip_marker
-from coding_agent.testing.faults import Fault
-from coding_agent.testing.github import GitHubSandbox
 
 TOKEN = "ghp-sandbox-secret-token-1234"
 REPO = "acme/widgets"

@@ -14,8 +14,8 @@ import gitlab
 import pytest
 from gitlab.exceptions import GitlabAuthenticationError, GitlabCreateError, GitlabGetError, GitlabHttpError
 
-from coding_agent.testing.faults import Fault
-from coding_agent.testing.gitlab import DEVELOPER, GUEST, MAINTAINER, REPORTER, GitLabSandbox
+from coding_agent.sandbox.faults import Fault
+from tests.support.gitlab import DEVELOPER, GUEST, MAINTAINER, REPORTER, GitLabSandbox
 
 PROJECT = "acme/web"
 

@@ -15,10 +15,10 @@ from coding_agent.config import GitLabConfig
 from coding_agent.domain.tasks import Permission, TaskKey, TaskKind
 from coding_agent.errors import ForgeError, TransientError
 from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.faults import Fault
 from coding_agent.sources.base import Source
 from coding_agent.sources.gitlab import GitLabSource, instance_url, permission_for_access_level
-from coding_agent.testing.faults import Fault
-from coding_agent.testing.gitlab import DEVELOPER, GUEST, MAINTAINER, OWNER, REPORTER, GitLabSandbox
+from tests.support.gitlab import DEVELOPER, GUEST, MAINTAINER, OWNER, REPORTER, GitLabSandbox
 
 PROJECT = "team/app"
 TOKEN = "glpat-agent-secret-123"

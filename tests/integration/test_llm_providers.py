@@ -21,7 +21,7 @@ from coding_agent.llm.openai_client import OpenAICompatibleClient
 from coding_agent.llm.protocols import create_protocol
 from coding_agent.llm.types import ToolSpec
 from coding_agent.retry import RetryPolicy
-from coding_agent.testing.replay_model import ReplaySandbox, ScriptSource
+from coding_agent.sandbox.replay_model import ReplaySandbox, ScriptSource
 
 FAST_RETRY = RetryPolicy(retries=3, base_delay=0.01, max_delay=0.05)
 API_KEY = "sk-test-secret-4242"

@@ -165,8 +165,8 @@ async def test_a_taken_address_is_one_warning_naming_dashboard_bind(
 def _real_run(tmp_path: Path, function_calling: bool) -> tuple[AgentConfig, str, list[str]]:
     """A run against the sandbox forge and the replay model whose issue comment and tool
     result both carry configured secrets, and whose texts are hostile markup."""
-    from coding_agent.testing.github import GitHubSandbox
-    from coding_agent.testing.replay_model import ReplaySandbox
+    from coding_agent.sandbox.github import GitHubSandbox
+    from coding_agent.sandbox.replay_model import ReplaySandbox
     from tests.e2e._steering import post_comment, run_cycle, steering_config
     from tests.e2e.conftest import GITHUB_BOT_TOKEN, LLM_API_KEY, GitHubForge, load_for_service
 

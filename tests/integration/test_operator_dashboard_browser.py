@@ -17,8 +17,8 @@ from playwright.async_api import async_playwright, expect
 
 from coding_agent.config import parse_config
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.testing.waiting import wait_for
 from coding_agent.web.server import serving_dashboard
+from tests.support.waiting import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -83,8 +83,8 @@ async def test_a_planned_run_shows_its_checklist_tool_calls_and_comments_live(tm
     import threading
     from urllib.parse import quote
 
-    from coding_agent.testing.github import GitHubSandbox
-    from coding_agent.testing.replay_model import ReplaySandbox
+    from coding_agent.sandbox.github import GitHubSandbox
+    from coding_agent.sandbox.replay_model import ReplaySandbox
     from tests.e2e._planning import create_then_done, plan, planning_config
     from tests.e2e._steering import post_comment, run_cycle
     from tests.e2e.conftest import GITHUB_BOT_TOKEN, GitHubForge, load_for_service

@@ -19,9 +19,9 @@ from coding_agent.domain.runs import PausedWork
 from coding_agent.domain.tasks import Task, TaskKey
 from coding_agent.errors import AgentError
 from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.git_http import git_client
+from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sources.github import GitHubSource
-from coding_agent.testing.git_http import git_client
-from coding_agent.testing.github import GitHubSandbox
 from coding_agent.workspace.checkout import prepare_workspace
 from coding_agent.workspace.git import Git
 from coding_agent.workspace.wip import restore_paused_work, save_paused_work

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from coding_agent.llm.tool_names import ToolNameCodec
-from coding_agent.testing.replay_model import EXHAUSTED_COMMENT, ReplaySandbox, ReplayScript
+from coding_agent.sandbox.replay_model import EXHAUSTED_COMMENT, ReplaySandbox, ReplayScript
 
 SCRIPT: dict[str, Any] = {
     "model": "scripted-7b",

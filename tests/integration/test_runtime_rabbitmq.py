@@ -14,9 +14,9 @@ import pytest
 from coding_agent.errors import QueueUnavailable
 from coding_agent.runtime.queue import Delivery, QueuedTask
 from coding_agent.runtime.queue.rabbitmq import RabbitQueue
-from coding_agent.testing.services import amqp_url, reachable
-from coding_agent.testing.tcp_relay import TcpRelay
-from coding_agent.testing.waiting import wait_until_async
+from tests.support.services import amqp_url, reachable
+from tests.support.tcp_relay import TcpRelay
+from tests.support.waiting import wait_until_async
 
 
 @pytest.fixture

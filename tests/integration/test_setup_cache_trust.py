@@ -15,10 +15,10 @@ from coding_agent.agent.trust import head_is_trusted
 from coding_agent.config import GitHubConfig, GitLabConfig
 from coding_agent.domain.tasks import TaskKey, TaskKind
 from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sources.github import GitHubSource
 from coding_agent.sources.gitlab import GitLabSource
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.gitlab import DEVELOPER, REPORTER, GitLabSandbox
+from tests.support.gitlab import DEVELOPER, REPORTER, GitLabSandbox
 
 REPO = "acme/widgets"
 BOT = "coding-bot"

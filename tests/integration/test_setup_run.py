@@ -14,14 +14,14 @@ from typer.testing import CliRunner
 from coding_agent.agent.environment import describe_egress
 from coding_agent.cli import app
 from coding_agent.config import AgentConfig, SetupConfig, parse_config
-from coding_agent.testing.git_repos import checkout_like
 from coding_agent.tools.egress_proxy import EgressProxy
 from coding_agent.tools.egress_sandbox import EgressSandbox
+from coding_agent.tools.host_git import git_dir_for
 from coding_agent.tools.sandbox import bwrap_usable
 from coding_agent.workspace.env_setup import plan_setup, run_setup
-from coding_agent.tools.host_git import git_dir_for
 from coding_agent.workspace.git import Git
 from coding_agent.workspace.setup_cache import CacheScope, SetupCache
+from tests.support.git_repos import checkout_like
 
 SCOPE = CacheScope("github https://api.github.com 1", trusted=True)
 needs_bwrap = pytest.mark.skipif(not bwrap_usable(Path("/tmp")), reason="bwrap cannot create namespaces here")

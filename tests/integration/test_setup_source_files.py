@@ -10,10 +10,10 @@ from pydantic import SecretStr
 
 from coding_agent.config import GitHubConfig, GitLabConfig
 from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sources.github import GitHubSource
 from coding_agent.sources.gitlab import GitLabSource
-from coding_agent.testing.github import GitHubSandbox
-from coding_agent.testing.gitlab import DEVELOPER, GitLabSandbox
+from tests.support.gitlab import DEVELOPER, GitLabSandbox
 
 REPO = "acme/widgets"
 GITHUB_TOKEN = "ghp_" + "SetupFilesToken0123456789abcdefghi"

@@ -15,11 +15,11 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import TextContent
 
-from coding_agent.testing.git_repos import checkout_like
-from coding_agent.testing.waiting import wait_for
 from coding_agent.tools.host_git import git_dir_for
 from coding_agent.tools.sandbox import bwrap_usable
 from coding_agent.tools.workspace_server import WORKSPACE_SYSTEM_PROMPT
+from tests.support.git_repos import checkout_like
+from tests.support.waiting import wait_for
 
 EXPECTED_TOOLS = {"view", "create", "str_replace", "insert", "list_files", "search", "run", "git_status", "git_diff"}
 

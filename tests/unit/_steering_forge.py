@@ -13,8 +13,8 @@ from pydantic import SecretStr
 from coding_agent.config import GitHubConfig
 from coding_agent.domain.tasks import TaskKey, TaskKind
 from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sources.github import GitHubSource
-from coding_agent.testing.github import GitHubSandbox
 
 REPO = "acme/widgets"
 BOT = "coding-bot"

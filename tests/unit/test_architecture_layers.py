@@ -1,10 +1,10 @@
 """The floor plan holds: every import between top-level packages points down.
 
 Runs import-linter's `lint-imports` on the contracts in pyproject.toml (`[tool.importlinter]`:
-the layers, no cycles, production code never importing the sandboxes, a plain `domain`),
-in a child process so that what this test session already imported does not matter.
-The second test proves the check bites: a copy of the package with one upward import
-must break the layers contract.
+the layers, no cycles, production code never importing the sandboxes, the package never
+importing `tests`, a plain `domain`), in a child process so that what this test session
+already imported does not matter. The other tests prove the checks bite: a copy of the
+package with one upward import, or one import of `tests.support`, breaks its contract.
 """
 
 from __future__ import annotations
@@ -48,3 +48,16 @@ def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stdout + result.stderr
     assert "coding_agent.domain is not allowed to import coding_agent.runtime" in result.stdout
     assert "coding_agent.domain.tasks -> coding_agent.runtime.service" in result.stdout
+
+
+def test_an_import_of_the_test_support_breaks_the_product(tmp_path: Path) -> None:
+    """`tests.support` is not in the wheel: a sandbox module the demo runs must not need it."""
+    copy = tmp_path / "coding_agent"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    faults = copy / "sandbox" / "faults.py"
+    faults.write_text(faults.read_text() + "\nfrom tests.support.waiting import wait_for  # test-only\n")
+
+    result = lint_imports(tmp_path, "no-tests-in-product")
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "coding_agent.sandbox.faults -> tests" in result.stdout

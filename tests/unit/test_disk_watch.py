@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from coding_agent.testing.waiting import wait_until
 from coding_agent.workspace.disk_watch import DiskWatch, tree_bytes
+from tests.support.waiting import wait_until
 
 
 def _write(path: Path, size: int) -> None:

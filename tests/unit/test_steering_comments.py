@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from coding_agent.agent.steering.comments import CommentDetector, format_comment_message
 from coding_agent.domain.tasks import Comment
-from coding_agent.testing.faults import Fault
+from coding_agent.sandbox.faults import Fault
 
 from ._steering_forge import BOT, REPO, forge
 

@@ -19,7 +19,7 @@ from coding_agent.agent.ledger import RunLedger
 from coding_agent.agent.steering import LeaseLost
 from coding_agent.retry import store_unavailable, through_store_outage
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.testing.waiting import wait_until
+from tests.support.waiting import wait_until
 
 from .test_state_store import FakeClock
 

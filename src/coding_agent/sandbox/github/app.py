@@ -1,0 +1,105 @@
+"""The Starlette app of the GitHub testing server: REST v3 endpoints over a `GitHubState`.
+
+Only the endpoints the agent uses, but each with GitHub's real shape, status codes and
+headers, so that githubkit parses every answer unmodified and the adapter is tested
+against the same protocol it meets in production.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from coding_agent.sandbox.faults import FaultInjector
+from coding_agent.sandbox.github.http import ApiError, GitHubMiddleware, api_error_response
+from coding_agent.sandbox.github.issue_endpoints import IssueEndpoints
+from coding_agent.sandbox.github.pull_endpoints import PullEndpoints
+from coding_agent.sandbox.github.state import GitHubState, NotFoundError, ValidationFailed
+
+__all__ = ["create_github_app"]
+
+Endpoint = Callable[[Request], Any]
+
+
+class _Api(IssueEndpoints, PullEndpoints):
+    """The endpoints (endpoints.py and its parts); each reads `request.state.login`, set by the middleware."""
+
+
+def _routes(api: _Api) -> list[Route]:
+    repo = "/repos/{owner}/{repo}"
+    issue = repo + "/issues/{number:int}"
+    pull = repo + "/pulls/{number:int}"
+    return [
+        Route("/user", api.get_user, methods=["GET"]),
+        Route("/users/{username}", api.get_user_by_name, methods=["GET"]),
+        Route("/search/issues", api.search_issues, methods=["GET"]),
+        Route(repo, api.get_repo, methods=["GET"]),
+        Route(repo + "/contents/{path:path}", api.get_contents, methods=["GET"]),
+        Route(repo + "/issues", api.create_issue, methods=["POST"]),
+        Route(repo + "/issues/comments/{comment_id:int}", api.get_comment, methods=["GET"]),
+        Route(repo + "/issues/comments/{comment_id:int}", api.update_comment, methods=["PATCH"]),
+        Route(issue, api.get_issue, methods=["GET"]),
+        Route(issue, api.update_issue, methods=["PATCH"]),
+        Route(issue + "/comments", api.list_comments, methods=["GET"]),
+        Route(issue + "/comments", api.create_comment, methods=["POST"]),
+        Route(issue + "/labels", api.list_issue_labels, methods=["GET"]),
+        Route(issue + "/labels", api.add_issue_labels, methods=["POST"]),
+        Route(issue + "/labels/{name:path}", api.remove_issue_label, methods=["DELETE"]),
+        Route(issue + "/assignees", api.add_assignees, methods=["POST"]),
+        Route(issue + "/assignees", api.remove_assignees, methods=["DELETE"]),
+        Route(issue + "/events", api.list_events, methods=["GET"]),
+        Route(repo + "/labels", api.list_repo_labels, methods=["GET"]),
+        Route(repo + "/labels", api.create_repo_label, methods=["POST"]),
+        Route(repo + "/labels/{name:path}", api.get_repo_label, methods=["GET"]),
+        Route(repo + "/collaborators/{username}/permission", api.get_permission, methods=["GET"]),
+        Route(repo + "/pulls", api.list_pulls, methods=["GET"]),
+        Route(repo + "/pulls", api.create_pull, methods=["POST"]),
+        Route(pull, api.get_pull, methods=["GET"]),
+        Route(pull, api.update_pull, methods=["PATCH"]),
+        Route(pull + "/comments", api.list_review_comments, methods=["GET"]),
+        Route(pull + "/comments/{comment_id:int}/replies", api.reply_review_comment, methods=["POST"]),
+    ]
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return api_error_response(exc.status, exc.message, exc.errors)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return api_error_response(404, "Not Found")
+
+
+async def _validation_failed(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ValidationFailed)
+    error: dict[str, Any] = {"resource": exc.resource, "code": exc.code, "message": str(exc)}
+    if exc.field:
+        error["field"] = exc.field
+    return api_error_response(422, "Validation Failed", [error])
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    message = "Not Found" if exc.status_code == 404 else str(exc.detail)
+    return api_error_response(exc.status_code, message)
+
+
+def create_github_app(state: GitHubState, faults: FaultInjector | None = None) -> Starlette:
+    """The ASGI app serving `state`; `faults` (if given) is consulted before routing."""
+    return Starlette(
+        routes=_routes(_Api(state)),
+        middleware=[Middleware(GitHubMiddleware, state=state, faults=faults)],
+        exception_handlers={
+            ApiError: _api_error,
+            NotFoundError: _not_found,
+            ValidationFailed: _validation_failed,
+            HTTPException: _http_error,
+        },
+    )
