@@ -8,16 +8,19 @@ pauses with the same comment. Follow-ups count toward the requester who started 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
-from coding_agent.runtime.budgets import Budgets
+import httpx
+
+from coding_agent.config import AgentConfig
 from coding_agent.runtime.state_store import StateStore
-from coding_agent.redaction import Redactor
 from coding_agent.testing.replay_model import ReplaySandbox
+from coding_agent.web.server import serving_dashboard
 
 from ._steering import THREE_FILES, post_comment, run_cycle, steering_config
-from .conftest import BOT, MAINTAINER, REPO, AgentSetup, GitHubForge, load_for_service
+from .conftest import BOT, MAINTAINER, REPO, AgentSetup, GitHubForge, load_for_service, run_cli
 
 BUDGET_HEADER = "## ⏸️ Waiting for a daily budget"
 WRITER = "walt"
@@ -41,8 +44,9 @@ def _task_script(*titles: str) -> dict[str, Any]:
 
 
 def _setup(tmp_path: Path, forge: GitHubForge, model: ReplaySandbox, **budget: Any) -> AgentSetup:
-    """The config file with daily budgets `budget` (written again to raise them)."""
-    return steering_config(tmp_path, [forge], model, budget=budget)
+    """The config file with daily budgets `budget` (written again to raise them); its
+    dashboard on a free port."""
+    return steering_config(tmp_path, [forge], model, budget=budget, dashboard={"bind": "127.0.0.1:0"})
 
 
 def _budget_comments(forge: GitHubForge, number: int) -> list[str]:
@@ -167,11 +171,29 @@ def test_followups_count_toward_the_requester_who_started_the_task(github_forge:
         [comment] = _budget_comments(forge, second)
         assert f"@{MAINTAINER}" in comment and "2 of 2 runs used" in comment
 
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    usage = asyncio.run(_api_usage(load_for_service(setup)))
+    budget = usage["requesters"][MAINTAINER]["budget"]
+    assert budget["runs_per_day"]["used"] == 2 and budget["runs_per_day"]["left"] == 0
+    assert budget["runs_per_day"]["resets_at"].endswith("T00:00:00+00:00")
+    assert budget["tokens_per_day"]["used"] > 0 and budget["tokens_per_day"]["limit"] is None
+    assert usage["requesters"][WRITER]["budget"]["runs_per_day"]["used"] == 0, "the follow-up's asker is not charged"
+    assert usage["repositories"][f"github:{REPO}"]["budget"]["tokens_per_day"]["used"] > 0
+
+    status = run_cli(setup, "status")
+    assert status.returncode == 0, status.stderr
+    assert f"requester {MAINTAINER}: tokens_per_day=" in status.stdout
+    assert "runs_per_day=2/2 (0 left)" in status.stdout
+
+
+async def _api_usage(config: AgentConfig) -> dict[str, Any]:
+    """`GET /api/usage` of the dashboard over the test's state store."""
+    store = StateStore(config.database.url)
     try:
-        usage = Budgets(load_for_service(setup), store, Redactor([])).usage()
+        async with serving_dashboard(config, store) as url:
+            assert url is not None
+            async with httpx.AsyncClient(base_url=url) as client:
+                response = await client.get("/api/usage")
+        assert response.status_code == 200
+        return response.json()  # type: ignore[no-any-return]
     finally:
         store.close()
-    assert set(usage["requesters"]) == {MAINTAINER}, "the follow-up's asker is not charged"
-    runs = usage["requesters"][MAINTAINER]["runs_per_day"]
-    assert (runs["used"], runs["limit"], runs["left"]) == (2, 2, 0)

@@ -3,7 +3,7 @@ as the dashboard's buttons: `runtime/operator_actions.py`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,7 +13,10 @@ from coding_agent.config import AgentConfig
 
 
 def status(config: ConfigOption = None) -> None:
-    """List runs recorded in the state store, with their status and token use."""
+    """List runs recorded in the state store, with their status and token use, and with
+    daily budgets configured, today's use and what is left per requester and repository."""
+    from coding_agent.redaction import Redactor
+    from coding_agent.runtime.budgets import Budgets
     from coding_agent.runtime.state_store import StateStore
 
     settings = load(config, local=True)
@@ -27,8 +30,24 @@ def status(config: ConfigOption = None) -> None:
                 f"{record.task_key}  {record.status:<8} steps={record.steps:<3} "
                 f"tokens={record.prompt_tokens}+{record.completion_tokens}  run={record.uuid}"
             )
+        budgets = Budgets(settings, store, Redactor(settings.secrets()))
+        if budgets.enabled:
+            _echo_budgets(budgets.usage())
     finally:
         store.close()
+
+
+def _echo_budgets(today: dict[str, Any]) -> None:
+    """One line per requester and repository: each daily budget's use, limit and what is left."""
+    typer.echo(f"daily budgets (UTC day; resets at {today['resets_at']}):")
+    for kind, names in (("requester", today["requesters"]), ("repository", today["repositories"])):
+        for name, budgets in names.items():
+            parts = [
+                f"{budget}={entry['used']}/{entry['limit'] if entry['limit'] is not None else 'unlimited'}"
+                + (f" ({entry['left']} left)" if entry["left"] is not None else "")
+                for budget, entry in budgets.items()
+            ]
+            typer.echo(f"  {kind} {name}: {'  '.join(parts)}")
 
 
 def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:

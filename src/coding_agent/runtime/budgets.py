@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Protocol
@@ -167,11 +167,11 @@ class Budgets:
             await source.post_comment(task.key, self._redactor.text(overrun.comment(self._config.language)))
         return True
 
-    def usage(self) -> dict[str, Any]:
-        """Today's use and what is left, per requester and per repository (for `status`
-        and `/api/usage`): `{"requesters": {name: {budget: {...}}}, "repositories": ...,
-        "resets_at"}`, each budget as `{used, limit, left, resets_at}` (limit and left
-        None: unlimited)."""
+    def usage(self, requesters: Iterable[str] = ()) -> dict[str, Any]:
+        """Today's use and what is left, per requester (those who spent today, and
+        `requesters`) and per repository, for `status` and `/api/usage`: `{"requesters":
+        {name: {budget key: {...}}}, "repositories": ..., "resets_at"}`, each budget as
+        `{used, limit, left, resets_at}` (limit and left None: unlimited)."""
         day = self._today()
         budget = self._config.budget
         resets_at = day.resets_at.isoformat()
@@ -185,7 +185,7 @@ class Budgets:
                 "tokens_per_day": entry(day.requester_tokens.get(name, 0), budget.per_requester.tokens_per_day),
                 "runs_per_day": entry(day.requester_runs.get(name, 0), budget.per_requester.runs_per_day),
             }
-            for name in sorted(set(day.requester_tokens) | set(day.requester_runs))
+            for name in sorted(set(day.requester_tokens) | set(day.requester_runs) | set(requesters))
         }
         repositories = {
             name: {"tokens_per_day": entry(used, budget.per_repository.tokens_per_day)}

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.operator_actions import UnknownTask, apply_action
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.web.activity import RunActivity
@@ -25,7 +26,11 @@ __all__ = ["api_routes", "ACTIONS"]
 ACTIONS = ("pause", "resume", "stop")
 
 
-def api_routes(store: StateStore, redactor: Redactor, activity: RunActivity | None = None) -> list[Route]:
+def api_routes(
+    store: StateStore, redactor: Redactor, activity: RunActivity | None = None, budgets: Budgets | None = None
+) -> list[Route]:
+    """`budgets`: the daily budgets whose use and what is left `/api/usage` shows too."""
+
     async def tasks(request: Request) -> Response:
         return JSONResponse({"tasks": await run_in_threadpool(task_list, store, redactor)})
 
@@ -37,7 +42,7 @@ def api_routes(store: StateStore, redactor: Redactor, activity: RunActivity | No
         return JSONResponse(detail)
 
     async def usage_view(request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(usage, store))
+        return JSONResponse(await run_in_threadpool(usage, store, budgets))
 
     async def act(request: Request) -> Response:
         # The action takes no parameters, but a body there must be what the guard in front

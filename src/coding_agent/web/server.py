@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute
 
 from coding_agent.config import AgentConfig
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.runtime.webhook_sink import DeliveryLog, RuntimeWebhookSink
@@ -64,7 +65,7 @@ def _dashboard_routes(config: AgentConfig, store: StateStore) -> list[Sequence[B
     activity = RunActivity(Path(config.context_storage.base_dir), redactor, config.planning.max_steps_per_action)
     return [
         health_routes(store),
-        api_routes(store, redactor, activity),
+        api_routes(store, redactor, activity, Budgets(config, store, redactor)),
         login_routes(token),
         dashboard_routes(store, redactor, activity),
     ]

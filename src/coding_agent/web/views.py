@@ -9,6 +9,7 @@ from typing import Any
 
 from coding_agent.domain.runs import RunRecord
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.web.activity import RunActivity
 
@@ -65,14 +66,22 @@ def task_detail(
     return detail
 
 
-def usage(store: StateStore) -> dict[str, Any]:
-    """Token use per task and per requester, over all runs."""
-    per_task: dict[str, dict[str, int]] = {}
-    per_requester: dict[str, dict[str, int]] = {}
+def usage(store: StateStore, budgets: Budgets | None = None) -> dict[str, Any]:
+    """Token use per task and per requester, over all runs; with `budgets`, each requester
+    and repository has a `budget` object too: today's use and what is left of each daily
+    budget (SPEC 11.5), `{name: {used, limit, left, resets_at}}` (limit, left null: none)."""
+    per_task: dict[str, dict[str, Any]] = {}
+    per_requester: dict[str, dict[str, Any]] = {}
     for record in store.runs():
         for table, name in ((per_task, record.task_key), (per_requester, record.requester or "(unknown)")):
             entry = table.setdefault(name, {"prompt_tokens": 0, "completion_tokens": 0, "runs": 0})
             entry["prompt_tokens"] += record.prompt_tokens
             entry["completion_tokens"] += record.completion_tokens
             entry["runs"] += 1
-    return {"tasks": per_task, "requesters": per_requester}
+    if budgets is None:
+        return {"tasks": per_task, "requesters": per_requester}
+    today = budgets.usage(requesters=per_requester)
+    for name, entry in per_requester.items():
+        entry["budget"] = today["requesters"][name]
+    repositories = {name: {"budget": budget} for name, budget in today["repositories"].items()}
+    return {"tasks": per_task, "requesters": per_requester, "repositories": repositories}
