@@ -28,7 +28,8 @@ PAUSED = "coding agent paused"
 
 
 def _task_script(*titles: str) -> dict[str, Any]:
-    """One short conversation per task title: a file, then done."""
+    """One short conversation per task title: a file, then done (`DONE-<index>`); the
+    first whose title a request holds answers it."""
     return {
         "conversations": [
             {
@@ -156,7 +157,7 @@ def test_followups_count_toward_the_requester_who_started_the_task(github_forge:
     forge = github_forge
     forge.sandbox.state.add_user(WRITER)
     forge.sandbox.state.set_permission(REPO, WRITER, "write")
-    script = _task_script("First task", "also add a README", "Second task")
+    script = _task_script("also add a README", "First task", "Second task")  # the follow-up's prompt has both
     with ReplaySandbox(script) as model:
         setup = _setup(tmp_path, forge, model, per_requester={"runs_per_day": 2})
         first = forge.open_task("issue", "First task", "Do the first thing.")
@@ -197,3 +198,32 @@ async def _api_usage(config: AgentConfig) -> dict[str, Any]:
         return response.json()  # type: ignore[no-any-return]
     finally:
         store.close()
+
+
+def test_followup_over_the_starters_budget_waits_and_runs_once_raised(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """Asked by another writer, the follow-up is held by the starter's `runs_per_day`; the
+    budget's comment (now the newest word on the task) does not lose the request."""
+    forge = github_forge
+    forge.sandbox.state.add_user(WRITER)
+    forge.sandbox.state.set_permission(REPO, WRITER, "write")
+    with ReplaySandbox(_task_script("also add a README", "First task")) as model:
+        setup = _setup(tmp_path, forge, model, per_requester={"runs_per_day": 1})
+        number = forge.open_task("issue", "First task", "Do the first thing.")
+        assert run_cycle(load_for_service(setup)).errors == ()
+        post_comment(forge, "issue", number, WRITER, f"@{BOT} please also add a README")
+        for _ in range(2):
+            assert run_cycle(load_for_service(setup)).errors == ()
+        assert _statuses(tmp_path)[_key(number)] == ["done"], "the follow-up is held"
+        [comment] = _budget_comments(forge, number)
+        assert f"@{MAINTAINER}" in comment and "1 of 1 runs used" in comment
+        assert PAUSED in forge.labels("issue", number)
+
+        _setup(tmp_path, forge, model, per_requester={"runs_per_day": 2})
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert run_cycle(load_for_service(setup)).errors == ()
+
+    assert _statuses(tmp_path)[_key(number)] == ["done", "done"], "the held follow-up ran, once"
+    author, final = forge.comments("issue", number)[-1]
+    assert author == BOT and final.startswith("DONE-0"), "the follow-up's own answer"
+    labels = forge.labels("issue", number)
+    assert "coding agent done" in labels and PAUSED not in labels

@@ -108,6 +108,7 @@ class AgentService:
             config.language,
             config.comment_handling.completion_keywords,
             config.security.allow_untrusted_triggers,
+            self.budgets,
         )
         self.recovery = Recovery(
             config,
