@@ -90,7 +90,9 @@ class AgentService:
         )
         self.shutdown = ShutdownSignal()
         self.controls = RunControls(config, self.store, self.redactor, self.owner, self.shutdown)
-        self.controls.budget = self.budgets.pause_comment
+        # Read at each step's start; the limits are the process's config, so without any
+        # daily budget a step pays nothing for them.
+        self.controls.budget = self.budgets.pause_comment if self.budgets.enabled else None
         memories = (
             MemoryKeeper(MemoryStore(self.store.engine), config.memory, self.redactor, time.time)
             if config.memory.enabled
