@@ -227,3 +227,20 @@ def test_followup_over_the_starters_budget_waits_and_runs_once_raised(github_for
     assert author == BOT and final.startswith("DONE-0"), "the follow-up's own answer"
     labels = forge.labels("issue", number)
     assert "coding agent done" in labels and PAUSED not in labels
+
+
+def test_a_run_paused_by_its_budget_can_still_be_stopped(github_forge: GitHubForge, tmp_path: Path) -> None:
+    forge = github_forge
+    with ReplaySandbox({"replies": [dict(step) for step in THREE_FILES]}) as model:
+        setup = _setup(tmp_path, forge, model, per_requester={"tokens_per_day": 1})
+        number = forge.open_task("issue", "Three files", "Write a, b and c.")
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert _statuses(tmp_path)[_key(number)] == ["paused"]
+
+        stopped = run_cli(setup, "stop", _key(number))
+        assert stopped.returncode == 0, stopped.stderr
+
+    assert len(model.requests) == 1, "stopping asks the model nothing"
+    assert _statuses(tmp_path)[_key(number)] == ["stopped"]
+    labels = forge.labels("issue", number)
+    assert "coding agent stopped" in labels and PAUSED not in labels

@@ -75,18 +75,19 @@ class Recovery:
 
     def candidates(self, only: set[str] | None = None) -> list[str]:
         """Task keys with a run to continue: resumable paused runs (within their daily
-        budgets: a held one resumes once the day turns or the limit is raised), then
-        orphaned tasks."""
+        budgets), then orphaned tasks."""
         resumable = [] if self.paused_by_signal() else self._store.resumable_runs()
-        budgets = self._budgets
-        keys = [
-            run.task_key
-            for run in resumable
-            if budgets is None or budgets.overrun(run.task_key, run.requester, starting=False) is None
-        ]
+        keys = [run.task_key for run in resumable if self._may_continue(run)]
         keys += self._store.orphaned_tasks()
         unique = list(dict.fromkeys(keys))
         return [key for key in unique if only is None or key in only]
+
+    def _may_continue(self, run: RunRecord) -> bool:
+        """A paused run over a daily budget waits for the day to turn or the limit to be
+        raised; one an operator stopped meanwhile is continued to publish the stop."""
+        if self._budgets is None or self._budgets.overrun(run.task_key, run.requester, starting=False) is None:
+            return True
+        return self._store.control_request(run.task_key) == "stop"
 
     async def try_take(self, source: Source, key: str) -> Claim | None:
         """Claim `key`'s run to continue it, or None when it is not ours to take (now).
