@@ -94,6 +94,16 @@ class _Day:
     repository_tokens: dict[str, int]
 
 
+def _over(
+    budget: str, who: str | None, unit: Unit, used: dict[str, int], limit: int | None, day: _Day
+) -> Overrun | None:
+    """The overrun of budget `budget.<budget>` by `who` (None: not asked), or None."""
+    if who is None or limit is None or used.get(who, 0) < limit:
+        return None
+    kind: Literal["requester", "repository"] = "requester" if budget.startswith("per_requester") else "repository"
+    return Overrun(f"budget.{budget}", kind, who, unit, used.get(who, 0), limit, day.resets_at)
+
+
 class Budgets:
     """The daily budgets over the state store's spend; the limits are read from `config`
     at each question, so a raised limit counts from the next one."""
@@ -127,21 +137,13 @@ class Budgets:
         budget = self._config.budget
         starter = self._store.starter_of(task_key) or requester
         repository = repository_of(task_key)
-        checks: list[tuple[str, Literal["requester", "repository"], str | None, Unit, int, int | None]] = [
-            ("budget.per_requester.tokens_per_day", "requester", starter, "tokens",
-             day.requester_tokens.get(starter or "", 0), budget.per_requester.tokens_per_day),
-            ("budget.per_repository.tokens_per_day", "repository", repository, "tokens",
-             day.repository_tokens.get(repository, 0), budget.per_repository.tokens_per_day),
-        ]
-        if starting:
-            checks.append(
-                ("budget.per_requester.runs_per_day", "requester", starter, "runs",
-                 day.requester_runs.get(starter or "", 0), budget.per_requester.runs_per_day)
-            )
-        for name, kind, who, unit, used, limit in checks:
-            if who is not None and limit is not None and used >= limit:
-                return Overrun(name, kind, who, unit, used, limit, day.resets_at)
-        return None
+        person, place = budget.per_requester, budget.per_repository
+        overruns = (
+            _over("per_requester.tokens_per_day", starter, "tokens", day.requester_tokens, person.tokens_per_day, day),
+            _over("per_repository.tokens_per_day", repository, "tokens", day.repository_tokens, place.tokens_per_day, day),
+            _over("per_requester.runs_per_day", starter if starting else None, "runs", day.requester_runs, person.runs_per_day, day),
+        )  # fmt: skip
+        return next((overrun for overrun in overruns if overrun is not None), None)
 
     def pause_comment(self, task_key: str, requester: str | None) -> str | None:
         """For a running run at the start of a step: the comment to pause with, when a
@@ -160,7 +162,10 @@ class Budgets:
         overrun = await asyncio.to_thread(self.overrun, key, requester, starting)
         if overrun is None:
             return False
-        log.info("%s: held by %s (%s: %d of %d %s used)", key, overrun.budget, overrun.name, overrun.used, overrun.limit, overrun.unit)
+        log.info(
+            "%s: held by %s (%s: %d of %d %s used)",
+            key, overrun.budget, overrun.name, overrun.used, overrun.limit, overrun.unit,
+        )  # fmt: skip
         if not task.has_label(source.labels.paused_label):
             await source.add_label(task.key, source.labels.paused_label)
         if await asyncio.to_thread(self._store.note_budget_notice, key, overrun.day):

@@ -63,7 +63,8 @@ class BudgetSpend(TableStore):
                 for key, requester in rows:
                     starters.setdefault(key, requester)
         return [
-            TaskSpend(key, starters.get(key), int(tokens.get(key) or 0), int(runs.get(key) or 0)) for key in sorted(keys)
+            TaskSpend(key, starters.get(key), int(tokens.get(key) or 0), int(runs.get(key) or 0))
+            for key in sorted(keys)
         ]
 
     def starter_of(self, task_key: str) -> str | None:
