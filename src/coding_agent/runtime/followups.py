@@ -250,7 +250,7 @@ class FollowUpIntake:
         run since; the budget's comment is now the newest word, so its @mention is no longer
         the trigger): its claim once the budget lets it go, False while it still holds it,
         None when there is none. Trust is read afresh by the run."""
-        if self._budgets is None:
+        if self._budgets is None or not self._budgets.enabled:
             return None
         decided = await asyncio.to_thread(self._records.run_decided_after, key, await self._last_run_start(key))
         if decided is None or decided[1] is not None:  # none, or a review thread's (found there)
