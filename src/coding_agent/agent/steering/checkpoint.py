@@ -1,10 +1,10 @@
 """The steering checkpoint (SPEC 8): one call, one `Decision`.
 
 In this order: pause? (signal file, operator request, shutdown), stop? (operator request,
-bot unassigned), at the start of an iteration a daily budget's pause (SPEC 11.5), then, at the start of an iteration, the crash checkpoint, then new
-comments (as one user message for the loop to append). The parts that answer each
-question live in their own modules; this one only asks them in order and says what the
-loop should do.
+bot unassigned), then, at the start of an iteration, a daily budget's pause (SPEC 11.5)
+and the crash checkpoint, then new comments (as one user message for the loop to
+append). The parts that answer each question live in their own modules; this one only
+asks them in order and says what the loop should do.
 
 The crash checkpoint is written before the comment check, so a saved state never holds
 comments the saved history has not seen: a worker that takes the run over detects them
