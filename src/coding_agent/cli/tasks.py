@@ -14,21 +14,32 @@ from coding_agent.config import AgentConfig
 
 def status(config: ConfigOption = None) -> None:
     """List the tasks (waiting ones first) with their title, requester, state, steps and
-    tokens, then token use per requester and per repository with totals."""
+    tokens, then token use per requester and per repository with totals, and with daily
+    budgets configured, today's use and what is left per requester and repository."""
     from coding_agent.redaction import Redactor
+    from coding_agent.runtime.budgets import Budgets
     from coding_agent.runtime.state_store import StateStore
     from coding_agent.web.views import task_list, usage
 
     settings = load(config, local=True)
     store = StateStore(settings.database.url)
     try:
-        rows = task_list(store, Redactor(settings.secrets()))
+        redactor = Redactor(settings.secrets())
+        rows = task_list(store, redactor)
         totals = usage(store)
+        budgets = Budgets(settings, store, redactor)
+        today = budgets.usage() if budgets.enabled else None
     finally:
         store.close()
-    if not rows:
+    if rows:
+        _echo_tasks(rows, totals)
+    else:
         typer.echo("no runs recorded")
-        return
+    if today is not None:
+        _echo_budgets(today)
+
+
+def _echo_tasks(rows: list[dict[str, Any]], totals: dict[str, Any]) -> None:
     for row in rows:
         for line in _status_lines(row):
             typer.echo(line)
@@ -60,6 +71,19 @@ def _status_lines(row: dict[str, Any]) -> list[str]:
     if row["reason"]:
         lines.append(f"    reason: {_printable(row['reason'])}")
     return lines
+
+
+def _echo_budgets(today: dict[str, Any]) -> None:
+    """One line per requester and repository: each daily budget's use, limit and what is left."""
+    typer.echo(f"daily budgets (UTC day; resets at {today['resets_at']}):")
+    for kind, names in (("requester", today["requesters"]), ("repository", today["repositories"])):
+        for name, budgets in names.items():
+            parts = [
+                f"{budget}={entry['used']}/{entry['limit'] if entry['limit'] is not None else 'unlimited'}"
+                + (f" ({entry['left']} left)" if entry["left"] is not None else "")
+                for budget, entry in budgets.items()
+            ]
+            typer.echo(f"  {kind} {name}: {'  '.join(parts)}")
 
 
 def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:

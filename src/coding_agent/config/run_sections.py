@@ -18,6 +18,8 @@ __all__ = [
     "CommentHandlingConfig",
     "MemoryConfig",
     "BudgetConfig",
+    "RequesterBudgetConfig",
+    "RepositoryBudgetConfig",
     "EgressConfig",
     "SecurityConfig",
     "SetupOverride",
@@ -96,9 +98,26 @@ class MemoryConfig(_Strict):
     thread_memory_days: float = Field(default=7, gt=0)
 
 
+class RequesterBudgetConfig(_Strict):
+    """What one person may spend per UTC day (SPEC 11.5): over it, their next task waits
+    for the reset, and a run that crosses it pauses after its current step. Follow-ups
+    and resumes count toward the requester who started the task. null: no limit."""
+
+    tokens_per_day: int | None = Field(default=None, gt=0)
+    runs_per_day: int | None = Field(default=None, gt=0)
+
+
+class RepositoryBudgetConfig(_Strict):
+    """What the tasks of one repository may spend per UTC day (SPEC 11.5). null: no limit."""
+
+    tokens_per_day: int | None = Field(default=None, gt=0)
+
+
 class BudgetConfig(_Strict):
     max_tokens: int | None = Field(default=None, gt=0)
     max_seconds: float | None = Field(default=None, gt=0)
+    per_requester: RequesterBudgetConfig = Field(default_factory=RequesterBudgetConfig)
+    per_repository: RepositoryBudgetConfig = Field(default_factory=RepositoryBudgetConfig)
 
 
 class EgressConfig(_Strict):

@@ -30,6 +30,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from typing import Literal
 
 from sqlalchemy import Float, String, select
 from sqlalchemy.engine import Engine
@@ -40,6 +41,7 @@ from coding_agent.context.conversation import is_bot
 from coding_agent.domain.tasks import Comment, Task, TaskKey, Thread, ThreadRef
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.intake import Claim
 from coding_agent.runtime.review_followups import ReviewClaim, agents_issue
 from coding_agent.runtime.state_store import StateStore, TableStore
@@ -188,8 +190,11 @@ class FollowUpIntake:
         language: Language,
         completion_keywords: Sequence[str],
         allow_untrusted: bool,
+        budgets: Budgets | None = None,
     ) -> None:
+        """`budgets`: the daily budgets a follow-up run must be within to start (None: none)."""
         self._store = store
+        self._budgets = budgets
         self._records = FollowUpRecords(store.engine)
         self._owner = owner
         self._lease_seconds = lease_seconds
@@ -223,8 +228,10 @@ class FollowUpIntake:
         seen_at = fresh.updated_at
         trigger = find_followup_comment(await source.list_comments(task.key), bot_name)
         if trigger is None or await self._handled(key, trigger.id, key):
-            await asyncio.to_thread(self._records.mark_seen, key, seen_at)
-            return None
+            held = await self._held_before(source, fresh, key)
+            if held is None:
+                await asyncio.to_thread(self._records.mark_seen, key, seen_at)
+            return held or None
 
         async def acknowledge(text: str) -> None:
             await source.post_comment(task.key, text)
@@ -232,9 +239,28 @@ class FollowUpIntake:
         if await self._decide(source, task.key, key, trigger, acknowledge) != "run":
             await asyncio.to_thread(self._records.mark_seen, key, seen_at)
             return None
+        if self._budgets is not None and await self._budgets.held(source, fresh, trigger.author):
+            return None  # not marked seen: `_held_before` claims it once the budget lets it go
         await self._swap_labels(source, fresh)
         log.info("%s: follow-up claimed (comment %s by %s)", key, trigger.id, trigger.author)
         return Claim(task=fresh, requester=trigger.author, writers=self._writers(trigger))
+
+    async def _held_before(self, source: Source, task: Task, key: str) -> Claim | Literal[False] | None:
+        """A follow-up on the task itself that a daily budget held (its "run" recorded, no
+        run since; the budget's comment is now the newest word, so its @mention is no longer
+        the trigger): its claim once the budget lets it go, False while it still holds it,
+        None when there is none. Trust is read afresh by the run."""
+        if self._budgets is None or not self._budgets.enabled:
+            return None
+        decided = await asyncio.to_thread(self._records.run_decided_after, key, await self._last_run_start(key))
+        if decided is None or decided[1] is not None:  # none, or a review thread's (found there)
+            return None
+        requester = decided[0]
+        if await self._budgets.held(source, task, requester):
+            return False
+        await self._swap_labels(source, task)
+        log.info("%s: follow-up by %s claimed, its daily budget allowing it now", key, requester)
+        return Claim(task=task, requester=requester)
 
     async def _decide(
         self,
@@ -347,6 +373,8 @@ class FollowUpIntake:
 
                 reply_to = ThreadRef(change.key, thread.id)
                 if await self._decide(source, issue_key, record_key, trigger, acknowledge, reply_to) == "run":
+                    if self._budgets is not None and await self._budgets.held(source, issue, trigger.author):
+                        return None  # not marked seen: decided again at the next look
                     await self._swap_labels(source, issue)
                     log.info(
                         "%s: follow-up claimed from thread %s of %s (comment %s by %s)",

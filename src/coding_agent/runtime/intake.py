@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from coding_agent.domain.tasks import Permission, Task
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
@@ -47,8 +48,11 @@ class Intake:
         redactor: Redactor,
         language: Language,
         allow_untrusted_triggers: bool,
+        budgets: Budgets | None = None,
     ) -> None:
+        """`budgets`: the daily budgets a task must be within to start (None: none)."""
         self._store = store
+        self._budgets = budgets
         self._owner = owner
         self._lease_seconds = lease_seconds
         self._redactor = redactor
@@ -85,13 +89,15 @@ class Intake:
     async def claim_leased(self, source: Source, fresh: Task, requester: str | None) -> Claim | None:
         """The claim under a lease this worker already holds, of `fresh`, the task as read
         from the forge after the lease was taken, and `requester`, who labelled it (None:
-        unknown), read with it: trigger and trust checks, label swap. On None (or an error)
+        unknown), read with it: trigger, trust and daily budget checks, label swap. On None (or an error)
         the caller hands the lease back."""
         key = str(fresh.key)
         if not fresh.has_label(source.labels.bot_label):
             log.info("%s: no longer carries %r; skipped", key, source.labels.bot_label)
             return None
         if not self._allow_untrusted and not await self._may_trigger(source, fresh, requester):
+            return None
+        if self._budgets is not None and await self._budgets.held(source, fresh, requester):
             return None
         present = [label for label in fresh.labels if label in (source.labels.bot_label, *lifecycle_labels(source))]
         await transition(source, fresh.key, source.labels.processing_label, present)

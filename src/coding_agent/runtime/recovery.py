@@ -28,6 +28,7 @@ from coding_agent.agent.steering import Continuation, RunControls, load_state
 from coding_agent.config import AgentConfig
 from coding_agent.context.storage import ContextStorage
 from coding_agent.domain.tasks import Task, TaskKey
+from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Claim, Intake
 from coding_agent.runtime.state_store import RunMarks, RunRecord, StateStore
@@ -57,8 +58,11 @@ class Recovery:
         controls: RunControls,
         intake: Intake,
         followups: FollowUpIntake,
+        budgets: Budgets | None = None,
     ) -> None:
+        """`budgets`: the daily budgets a paused run must be within to resume (None: none)."""
         self._config = config
+        self._budgets = budgets
         self._store = store
         self._storage = storage
         self._controls = controls
@@ -70,11 +74,20 @@ class Recovery:
         return self._config.pause_resume.enabled and self._controls.signal_file.exists()
 
     def candidates(self, only: set[str] | None = None) -> list[str]:
-        """Task keys with a run to continue: resumable paused runs, then orphaned tasks."""
-        keys = [] if self.paused_by_signal() else [run.task_key for run in self._store.resumable_runs()]
+        """Task keys with a run to continue: resumable paused runs (within their daily
+        budgets), then orphaned tasks."""
+        resumable = [] if self.paused_by_signal() else self._store.resumable_runs()
+        keys = [run.task_key for run in resumable if self._may_continue(run)]
         keys += self._store.orphaned_tasks()
         unique = list(dict.fromkeys(keys))
         return [key for key in unique if only is None or key in only]
+
+    def _may_continue(self, run: RunRecord) -> bool:
+        """A paused run over a daily budget waits for the day to turn or the limit to be
+        raised; one an operator stopped meanwhile is continued to publish the stop."""
+        if self._budgets is None or self._budgets.overrun(run.task_key, run.requester, starting=False) is None:
+            return True
+        return self._store.control_request(run.task_key) == "stop"
 
     async def try_take(self, source: Source, key: str) -> Claim | None:
         """Claim `key`'s run to continue it, or None when it is not ours to take (now).

@@ -28,6 +28,7 @@ from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.storage import ContextStorage
 from coding_agent.llm.base import LLMClient
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.cleanup import Cleanup
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Intake
@@ -77,11 +78,21 @@ class AgentService:
         self.sources = sources if sources is not None else create_sources(config)
         self.owner = new_owner_id()
         lease = config.scheduling.lease_seconds
+        self.budgets = Budgets(config, self.store, self.redactor)
         self.intake = Intake(
-            self.store, self.owner, lease, self.redactor, config.language, config.security.allow_untrusted_triggers
+            self.store,
+            self.owner,
+            lease,
+            self.redactor,
+            config.language,
+            config.security.allow_untrusted_triggers,
+            self.budgets,
         )
         self.shutdown = ShutdownSignal()
         self.controls = RunControls(config, self.store, self.redactor, self.owner, self.shutdown)
+        # Read at each step's start; the limits are the process's config, so without any
+        # daily budget a step pays nothing for them.
+        self.controls.budget = self.budgets.pause_comment if self.budgets.enabled else None
         memories = (
             MemoryKeeper(MemoryStore(self.store.engine), config.memory, self.redactor, time.time)
             if config.memory.enabled
@@ -99,6 +110,7 @@ class AgentService:
             config.language,
             config.comment_handling.completion_keywords,
             config.security.allow_untrusted_triggers,
+            self.budgets,
         )
         self.recovery = Recovery(
             config,
@@ -107,6 +119,7 @@ class AgentService:
             self.controls,
             self.intake,
             self.followups,
+            self.budgets,
         )
         self.cleanup = Cleanup(config, self.store)
         shared = config.queue.backend != "memory"

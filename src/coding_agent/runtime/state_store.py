@@ -18,6 +18,7 @@ from sqlalchemy.exc import OperationalError
 from coding_agent.domain.runs import RunMarks, RunRecord
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.tables.base import TableStore, open_engine
+from coding_agent.runtime.tables.budget_spend import BudgetSpend
 from coding_agent.runtime.tables.leases import LEASES, Leases, new_owner_id
 from coding_agent.runtime.tables.run_steering import RunSteering
 from coding_agent.runtime.tables.runs import Runs
@@ -27,9 +28,9 @@ from coding_agent.runtime.tables.trigger_rejections import TriggerRejections
 __all__ = ["StateStore", "RunRecord", "RunMarks", "TaskFact", "new_owner_id", "TableStore", "LEASES", "store_unreachable"]
 
 
-class StateStore(Leases, Runs, RunSteering, TriggerRejections, TaskFacts):
-    """Runs, leases, token usage, steering marks, trigger rejections, what each task is.
-    Methods are short blocking transactions."""
+class StateStore(Leases, Runs, RunSteering, TriggerRejections, TaskFacts, BudgetSpend):
+    """Runs, leases, token usage, steering marks, trigger rejections, what each task is,
+    the day's spend (budgets). Methods are short blocking transactions."""
 
     def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
         self.url = url

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.operator_actions import UnknownTask, apply_action
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.web.activity import RunActivity
@@ -27,9 +28,14 @@ ACTIONS = ("pause", "resume", "stop")
 
 
 def api_routes(
-    store: StateStore, redactor: Redactor, activity: RunActivity | None = None, feed: ListFeed | None = None
+    store: StateStore,
+    redactor: Redactor,
+    activity: RunActivity | None = None,
+    feed: ListFeed | None = None,
+    budgets: Budgets | None = None,
 ) -> list[Route]:
-    """`feed`: the task list shared with the pages (one of its own by default)."""
+    """`feed`: the task list shared with the pages (one of its own by default); `budgets`:
+    the daily budgets whose use and what is left `/api/usage` shows too."""
     feed = feed or ListFeed(lambda: task_list(store, redactor, activity))
 
     async def tasks(request: Request) -> Response:
@@ -51,7 +57,7 @@ def api_routes(
         return JSONResponse(detail)
 
     async def usage_view(request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(usage, store))
+        return JSONResponse(await run_in_threadpool(usage, store, budgets))
 
     async def act(request: Request) -> Response:
         # The action takes no parameters, but a body there must be what the guard in front

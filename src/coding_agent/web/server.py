@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute
 
 from coding_agent.config import AgentConfig
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.runtime.webhook_sink import DeliveryLog, RuntimeWebhookSink
@@ -67,7 +68,7 @@ def _dashboard_routes(config: AgentConfig, store: StateStore) -> list[Sequence[B
     feed = ListFeed(lambda: task_list(store, redactor, activity))  # one list for the pages and the API
     return [
         health_routes(store),
-        api_routes(store, redactor, activity, feed),
+        api_routes(store, redactor, activity, feed, Budgets(config, store, redactor)),
         login_routes(token),
         dashboard_routes(store, redactor, activity, feed),
     ]

@@ -18,6 +18,7 @@ from typing import Any
 from coding_agent.domain.runs import RunRecord
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.state_store import StateStore, TaskFact
 from coding_agent.web.activity import RunActivity
 
@@ -225,9 +226,11 @@ def _add(table: dict[str, dict[str, Any]], name: str, record: RunRecord) -> None
     entry["runs"] += 1
 
 
-def usage(store: StateStore) -> dict[str, Any]:
-    """Token use per task, per requester and per repository over all runs, with totals.
-    (SPEC 11.5's remaining budget joins each requester and repository once kept.)"""
+def usage(store: StateStore, budgets: Budgets | None = None) -> dict[str, Any]:
+    """Token use per task, per requester and per repository over all runs, with totals;
+    with `budgets`, each requester and repository has a `budget` object too: today's use
+    and what is left of each daily budget (SPEC 11.5), `{name: {used, limit, left,
+    resets_at}}` (limit and left null: no such budget)."""
     tables: dict[str, dict[str, dict[str, Any]]] = {"tasks": {}, "requesters": {}, "repositories": {}}
     total = {"prompt_tokens": 0, "completion_tokens": 0, "tokens": 0, "runs": 0}
     for record in store.runs():
@@ -241,4 +244,17 @@ def usage(store: StateStore) -> dict[str, Any]:
     ordered = {
         name: dict(sorted(table.items(), key=lambda item: (-item[1]["tokens"], item[0]))) for name, table in tables.items()
     }
-    return {**ordered, "total": total}
+    result = {**ordered, "total": total}
+    if budgets is not None:
+        _add_budgets(result, budgets)
+    return result
+
+
+def _add_budgets(result: dict[str, Any], budgets: Budgets) -> None:
+    today = budgets.usage(requesters=result["requesters"])
+    for name, entry in result["requesters"].items():
+        entry["budget"] = today["requesters"].get(name)
+    for name, budget in today["repositories"].items():  # named `forge:owner/repo` there
+        project = name.split(":", 1)[-1]
+        empty = {"prompt_tokens": 0, "completion_tokens": 0, "tokens": 0, "runs": 0}
+        result["repositories"].setdefault(project, empty)["budget"] = budget

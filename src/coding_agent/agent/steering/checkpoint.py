@@ -1,10 +1,10 @@
 """The steering checkpoint (SPEC 8): one call, one `Decision`.
 
 In this order: pause? (signal file, operator request, shutdown), stop? (operator request,
-bot unassigned), then, at the start of an iteration, the crash checkpoint, then new
-comments (as one user message for the loop to append). The parts that answer each
-question live in their own modules; this one only asks them in order and says what the
-loop should do.
+bot unassigned), then, at the start of an iteration, a daily budget's pause (SPEC 11.5)
+and the crash checkpoint, then new comments (as one user message for the loop to
+append). The parts that answer each question live in their own modules; this one only
+asks them in order and says what the loop should do.
 
 The crash checkpoint is written before the comment check, so a saved state never holds
 comments the saved history has not seen: a worker that takes the run over detects them
@@ -18,7 +18,7 @@ from coding_agent.agent.steering.comments import CommentDetector
 from coding_agent.agent.steering.pause import PauseWatch
 from coding_agent.agent.steering.saving import RunSaver
 from coding_agent.agent.steering.scope import RunScope
-from coding_agent.agent.steering.signals import RunStopped
+from coding_agent.agent.steering.signals import RunPaused, RunStopped
 from coding_agent.agent.steering.stop import StopChecker
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import DONE_TOOL
@@ -52,6 +52,11 @@ class Checkpointer:
             return Decision(Verdict.PAUSE, ending=paused)
         if request == "stop":
             return Decision(Verdict.STOP, ending=RunStopped("operator"))
+        budget = self._scope.controls.budget
+        if budget is not None and point is Checkpoint.ITERATION_START:  # the step before is done
+            comment = await self._scope.stored(budget, self._scope.key, self._scope.requester)
+            if comment is not None:
+                return Decision(Verdict.PAUSE, ending=RunPaused("budget", hold=False, comment=comment))
         # An iteration starts right after the previous one's last checkpoint (or the run's
         # start), with no reply and no tool in between: the forge is not asked the same
         # again (SPEC 13).

@@ -60,7 +60,7 @@ class Endings:
         if error.reason == "operator":
             await scope.stored(scope.store.clear_control_request, scope.key)
         resume = notice("resume_manual", language, key=scope.key) if error.hold else notice("resume_auto", language)
-        text = notice(
+        text = error.comment or notice(
             "paused",
             language,
             reason=notice(f"pause_reason_{error.reason}", language),

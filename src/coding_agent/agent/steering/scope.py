@@ -63,6 +63,9 @@ class RunControls:
         self.shutdown = shutdown or ShutdownSignal()
         self.signal_file = pause_signal_path(config)
         self.clock = clock
+        # The daily budgets (SPEC 11.5), set by the runtime: (task key, requester) -> the
+        # comment of the budget that holds the task's run now, or None. A blocking store read.
+        self.budget: Callable[[str, str | None], str | None] | None = None
         # The runs of this process by task key, for webhooks to steer (`nudge`).
         self.active: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 

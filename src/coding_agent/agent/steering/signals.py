@@ -10,7 +10,7 @@ from typing import Literal
 
 __all__ = ["RunInterrupted", "RunPaused", "RunStopped", "LeaseLost", "PauseReason", "StopReason"]
 
-PauseReason = Literal["signal", "operator", "shutdown"]
+PauseReason = Literal["signal", "operator", "shutdown", "budget"]
 StopReason = Literal["unassigned", "operator"]
 
 
@@ -19,12 +19,14 @@ class RunInterrupted(Exception):
 
 
 class RunPaused(RunInterrupted):
-    """Pause: save everything, label paused. `hold`: wait for `coding-agent resume`."""
+    """Pause: save everything, label paused. `hold`: wait for `coding-agent resume`.
+    `comment`: the pause comment, when the cause words its own (a daily budget's)."""
 
-    def __init__(self, reason: PauseReason, hold: bool) -> None:
+    def __init__(self, reason: PauseReason, hold: bool, comment: str | None = None) -> None:
         super().__init__(f"paused ({reason})")
         self.reason: PauseReason = reason
         self.hold = hold
+        self.comment = comment
 
 
 class RunStopped(RunInterrupted):
