@@ -19,6 +19,8 @@ __all__ = ["LoopPolicy", "ProtocolPolicy"]
 
 
 class LoopPolicy(Protocol):
+    protocol: ReplyProtocol  # how tool results are sent back (the loop's own part of a step)
+
     def prepare(self, llm: LLMClient, tools: list[ToolSpec]) -> None:
         """Offer the tools (once, before the first request)."""
         ...
