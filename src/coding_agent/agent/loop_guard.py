@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -122,11 +123,12 @@ class LoopGuard:
         self._calls.restore_state(saved.get("calls"))
         self._replies.restore_state(saved.get("replies"))
 
-    def _verdict(self, count: int, what: str) -> GuardVerdict | None:
+    def _verdict(self, count: int, what: Callable[[], str]) -> GuardVerdict | None:
+        """`what` names the repetition; called only when there is a verdict to word."""
         if count >= self.fail_after:
-            return GuardVerdict("fail", notice("loop_guard_failed", self._language, what=what, count=count))
+            return GuardVerdict("fail", notice("loop_guard_failed", self._language, what=what(), count=count))
         if count >= self.warn_after:
-            return GuardVerdict("warn", notice("loop_guard_warning", self._language, what=what, count=count))
+            return GuardVerdict("warn", notice("loop_guard_warning", self._language, what=what(), count=count))
         return None
 
     def tool_call(self, tool: str, args: dict[str, Any], output: str, is_error: bool) -> GuardVerdict | None:
@@ -137,7 +139,8 @@ class LoopGuard:
         if not is_error:
             self._failures.reset()
         if self.enabled:
-            verdict = self._verdict(self._calls.see(_digest(tool, arguments, output, str(is_error))), describe_call(tool, args))
+            count = self._calls.see(_digest(tool, arguments, output, str(is_error)))
+            verdict = self._verdict(count, lambda: describe_call(tool, args))
             self._replies.reset()
             if verdict is not None:
                 return verdict
@@ -153,4 +156,4 @@ class LoopGuard:
         if not stripped:
             self._replies.reset()
             return None
-        return self._verdict(self._replies.see(_digest(stripped)), _describe_text(stripped))
+        return self._verdict(self._replies.see(_digest(stripped)), lambda: _describe_text(stripped))
