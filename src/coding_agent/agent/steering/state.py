@@ -144,11 +144,15 @@ class StateWriter:
         form, with the history it pointed to copied in."""
         if self._directory is None or not self._last:
             return
-        document = json.loads(self._last)
-        document["messages"] = _history(self._directory, document)
-        document.pop("history", None)
-        _write_atomically(self._directory / STATE_FILE, self._encode(document, indent=1))
-        self._directory = None
+        directory, self._directory = self._files.directory, None
+        try:
+            document = json.loads(self._last)
+            document["messages"] = _history(directory, document)
+            document.pop("history", None)
+            _write_atomically(directory / STATE_FILE, self._encode(document, indent=1))
+        except (OSError, ValueError) as error:
+            # The run goes on; only a crash before its next checkpoint restarts it cleanly.
+            log.warning("the checkpoint before the compression could not be kept (%s)", error)
 
     def save_complete(self, directory: Path, state: RunState) -> None:
         """The pause form: one self-contained file, history included."""
