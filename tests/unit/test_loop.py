@@ -75,10 +75,8 @@ class Run:
         self, limits: LoopLimits | None = None, oversight: Oversight | None = None, start: LoopStart | None = None
     ) -> LoopOutcome:
         try:
-            return await run_loop(
-                self.llm, ProtocolPolicy(self.protocol), self.tools, self.files, self.comments,
-                limits or LoopLimits(max_steps=10), oversight, start,
-            )  # fmt: skip
+            policy, limits = ProtocolPolicy(self.protocol), limits or LoopLimits(max_steps=10)
+            return await run_loop(self.llm, policy, self.tools, self.files, self.comments, limits, oversight, start)
         finally:
             await self.llm.aclose()
 

@@ -172,9 +172,16 @@ class _Loop:
     """One run of the loop: its collaborators and its counters."""
 
     def __init__(
-        self, llm: LLMClient, policy: LoopPolicy, tools: ToolRunner, files: RunContextFiles,
-        reporter: Reporter, limits: LoopLimits, oversight: Oversight, start: LoopStart,
-    ) -> None:  # fmt: skip
+        self,
+        llm: LLMClient,
+        policy: LoopPolicy,
+        tools: ToolRunner,
+        files: RunContextFiles,
+        reporter: Reporter,
+        limits: LoopLimits,
+        oversight: Oversight,
+        start: LoopStart,
+    ) -> None:
         self.llm, self.policy, self.tools, self.files, self.reporter = llm, policy, tools, files, reporter
         self.limits, self.oversight, self.guard = limits, oversight, oversight.guard
         self.steps = start.steps
@@ -267,11 +274,9 @@ class _Loop:
         self.files.record_tool_call(
             action.tool, action.args, result.is_error, result.output_chars, result.cut_chars, result.duration_seconds,
             result=result.text,
-        )  # fmt: skip
-        log.info(
-            "step %d: %s -> %s (%.3fs)",
-            self.steps, action.tool, "error" if result.is_error else "ok", result.duration_seconds,
-        )  # fmt: skip
+        )
+        status = "error" if result.is_error else "ok"
+        log.info("step %d: %s -> %s (%.3fs)", self.steps, action.tool, status, result.duration_seconds)
         output = result.text
         verdict = self.guard.tool_call(action.tool, action.args, result.text, result.is_error)
         if verdict is not None and verdict.action == "fail":
