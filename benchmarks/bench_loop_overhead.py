@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -54,8 +55,8 @@ from typing import Any
 import httpx
 from _common import ServerProcess, emit, open_labelled_issues, seed_github, summary_ms
 
-from coding_agent.agent.loop import Checkpoint, Decision, LoopOutcome, NoSteering, Steering
 import coding_agent.agent.runner as runner_module
+from coding_agent.agent.loop import Checkpoint, Decision, LoopOutcome, Oversight, Steering
 from coding_agent.config import AgentConfig, parse_config
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.factory import create_llm_client
@@ -180,7 +181,8 @@ def instrument(clock: StepClock) -> None:
     @functools.wraps(real_run_loop)
     async def run_loop(*args: Any, **kwargs: Any) -> LoopOutcome:
         bound = signature.bind(*args, **kwargs)
-        bound.arguments["steering"] = TimedSteering(bound.arguments.get("steering") or NoSteering(), clock)
+        oversight = bound.arguments.get("oversight") or Oversight()
+        bound.arguments["oversight"] = dataclasses.replace(oversight, steering=TimedSteering(oversight.steering, clock))
         try:
             return await real_run_loop(*bound.args, **bound.kwargs)
         finally:

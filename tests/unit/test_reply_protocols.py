@@ -9,7 +9,7 @@ import pytest
 from coding_agent.llm.openai_client import OpenAICompatibleClient
 from coding_agent.llm.protocols import (
     DONE_TOOL,
-    Decision,
+    ParsedReply,
     JsonExtractionError,
     JsonTextProtocol,
     ToolAction,
@@ -30,7 +30,7 @@ def _client() -> OpenAICompatibleClient:
     return OpenAICompatibleClient(model="m", base_url="http://127.0.0.1:9/v1", api_key="k", retry=RetryPolicy())
 
 
-def _json(text: str) -> Decision:
+def _json(text: str) -> ParsedReply:
     return JsonTextProtocol().parse(LLMReply(content=text))
 
 
@@ -46,7 +46,7 @@ def test_think_blocks_are_removed_closed_unopened_and_unclosed() -> None:
 
 def test_plain_json_reply() -> None:
     decision = _json(COMMAND)
-    assert decision == Decision(
+    assert decision == ParsedReply(
         comment="Creating", actions=(ToolAction("workspace/create", {"path": "a.txt"}, None),), done=False
     )
 
@@ -77,7 +77,7 @@ def test_command_comment_is_accepted_as_the_comment() -> None:
 
 def test_done_reply() -> None:
     decision = _json('```\n{"done": true, "comment": "All finished"}\n```')
-    assert decision == Decision(comment="All finished", actions=(), done=True)
+    assert decision == ParsedReply(comment="All finished", actions=(), done=True)
 
 
 def test_braces_and_quotes_inside_strings_do_not_confuse_the_scanner() -> None:
@@ -145,7 +145,7 @@ def test_json_prepare_offers_no_native_tools() -> None:
 # --- native tool calls ----------------------------------------------------------------
 
 
-def _calls(*calls: tuple[str, dict[str, object]], content: str = "") -> Decision:
+def _calls(*calls: tuple[str, dict[str, object]], content: str = "") -> ParsedReply:
     reply = LLMReply(
         content=content,
         tool_calls=tuple(ToolCallRequest(id=f"c{i}", name=name, arguments=args) for i, (name, args) in enumerate(calls)),
@@ -155,7 +155,7 @@ def _calls(*calls: tuple[str, dict[str, object]], content: str = "") -> Decision
 
 def test_tool_calls_become_actions_in_order_with_the_text_as_comment() -> None:
     decision = _calls(("w/read", {"path": "a"}), ("w/read", {"path": "b"}), content="<think>hm</think>Reading both")
-    assert decision == Decision(
+    assert decision == ParsedReply(
         comment="Reading both",
         actions=(ToolAction("w/read", {"path": "a"}, "c0"), ToolAction("w/read", {"path": "b"}, "c1")),
         done=False,
@@ -164,12 +164,12 @@ def test_tool_calls_become_actions_in_order_with_the_text_as_comment() -> None:
 
 def test_done_tool_finishes_with_its_comment() -> None:
     decision = _calls(("done", {"comment": "Wrote hello.txt"}), content="Finishing")
-    assert decision == Decision(comment="Wrote hello.txt", actions=(), done=True)
+    assert decision == ParsedReply(comment="Wrote hello.txt", actions=(), done=True)
 
 
 def test_reply_without_tool_calls_is_done_with_its_text() -> None:
     decision = _calls(content="<think>x</think>All done, see the PR.")
-    assert decision == Decision(comment="All done, see the PR.", actions=(), done=True)
+    assert decision == ParsedReply(comment="All done, see the PR.", actions=(), done=True)
 
 
 def test_empty_reply_is_an_error() -> None:

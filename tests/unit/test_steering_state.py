@@ -1,4 +1,4 @@
-"""The saved run state: task_state.json and its history file, and the pending reply."""
+"""The saved run state: task_state.json, its journal pointing into current.jsonl, and the pending reply."""
 
 from __future__ import annotations
 
@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 
 from coding_agent.agent.steering.control import pending_reply
-from coding_agent.agent.steering.state import HISTORY_FILE, STATE_FILE, RunState, StateWriter, load_state
-from coding_agent.context.storage import ContextStorage, append_text
+from coding_agent.agent.steering.state import (
+    JOURNAL_FILE,
+    LEGACY_HISTORY_FILE,
+    STATE_FILE,
+    RunState,
+    StateWriter,
+    load_state,
+)
+from coding_agent.context.storage import CURRENT_FILE, ContextStorage, RunContextFiles, append_text
 from coding_agent.redaction import Redactor
 
 SECRET = "ghp_" + "StateFileSecret0123456789abcdef"
@@ -33,53 +40,97 @@ def _state(messages: list[dict], **changes: object) -> RunState:  # type: ignore
     return RunState(**values)  # type: ignore[arg-type]
 
 
-def test_checkpoints_append_history_and_load_back(tmp_path: Path) -> None:
-    writer = StateWriter(Redactor([SECRET]))
+def _files(tmp_path: Path, *secrets: str) -> RunContextFiles:
+    return ContextStorage(tmp_path / "contexts", Redactor(list(secrets))).start_run("u-1")
+
+
+def _writer(files: RunContextFiles, *secrets: str) -> StateWriter:
+    return StateWriter(Redactor(list(secrets)), files)
+
+
+def test_checkpoints_point_into_current_jsonl_and_load_back(tmp_path: Path) -> None:
+    files = _files(tmp_path, SECRET)
+    writer = _writer(files, SECRET)
     messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": f"token {SECRET}"}]
-    writer.checkpoint(tmp_path, _state(messages))
+    writer.checkpoint(files.directory, _state(messages))
     messages.append({"role": "assistant", "content": "ok"})
     messages.append({"role": "user", "content": "next"})
-    writer.checkpoint(tmp_path, _state(messages))
+    writer.checkpoint(files.directory, _state(messages))
 
-    assert len((tmp_path / HISTORY_FILE).read_text().splitlines()) == 4, "appended, not rewritten"
-    assert json.loads((tmp_path / STATE_FILE).read_text())["messages"] is None
-    loaded = load_state(tmp_path)
+    directory = files.directory
+    assert len((directory / CURRENT_FILE).read_text().splitlines()) == 4, "the checkpoint synced the history"
+    assert (directory / "messages.jsonl").read_text() == (directory / CURRENT_FILE).read_text()
+    assert json.loads((directory / STATE_FILE).read_text())["messages"] is None
+    assert not (directory / LEGACY_HISTORY_FILE).exists(), "no third copy of the conversation"
+    loaded = load_state(directory)
     assert loaded is not None
     assert [m["content"] for m in loaded.messages] == ["sys", "token ***", "ok", "next"], "redacted on disk"
     assert loaded.steps == 1 and loaded.steering["stop"] == {"armed": True} and loaded.progress["comment_id"] == "99"
-    assert SECRET not in (tmp_path / HISTORY_FILE).read_text() + (tmp_path / STATE_FILE).read_text()
+    assert SECRET not in "".join(path.read_text() for path in directory.iterdir())
 
 
-def test_a_rewritten_history_is_written_again(tmp_path: Path) -> None:
-    writer = StateWriter(Redactor())
+def test_a_compressed_history_loads_after_its_checkpoint(tmp_path: Path) -> None:
+    files = _files(tmp_path)
+    writer = _writer(files)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
-    writer.checkpoint(tmp_path, _state(messages))
+    writer.checkpoint(files.directory, _state(messages))
     compressed = [{"role": "system", "content": "s"}, {"role": "user", "content": "summary"}]
-    writer.checkpoint(tmp_path, _state(compressed))
-    loaded = load_state(tmp_path)
+    files.record_summary({"summary": "summary"}, compressed)
+    writer.checkpoint(files.directory, _state(compressed))
+    loaded = load_state(files.directory)
     assert loaded is not None and [m["content"] for m in loaded.messages] == ["s", "summary"]
 
 
+def test_a_compression_after_the_checkpoint_keeps_what_it_pointed_to(tmp_path: Path) -> None:
+    """A worker killed after a compression replaced current.jsonl, before the next
+    checkpoint: the run continues from the checkpoint, with the history it saw."""
+    files = _files(tmp_path)
+    writer = _writer(files)
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    writer.checkpoint(files.directory, _state(messages, steps=7))
+    messages.append({"role": "user", "content": "after the checkpoint"})
+    files.sync_messages(messages)
+    files.record_summary({"summary": "summary"}, [messages[0], {"role": "user", "content": "summary"}])
+    loaded = load_state(files.directory)
+    assert loaded is not None and loaded.steps == 7
+    assert [m["content"] for m in loaded.messages] == ["s", "a", "b"]
+
+
 def test_the_pause_form_holds_the_history_itself(tmp_path: Path) -> None:
+    files = _files(tmp_path)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    StateWriter(Redactor()).save_complete(tmp_path, _state(messages, paused={"reason": "signal", "hold": False}))
-    data = json.loads((tmp_path / STATE_FILE).read_text())
+    _writer(files).save_complete(files.directory, _state(messages, paused={"reason": "signal", "hold": False}))
+    data = json.loads((files.directory / STATE_FILE).read_text())
     assert data["messages"] == messages and data["paused"]["reason"] == "signal"
-    assert not (tmp_path / HISTORY_FILE).exists()
-    assert load_state(tmp_path) is not None
+    assert not (files.directory / LEGACY_HISTORY_FILE).exists()
+    assert load_state(files.directory) is not None
 
 
 @pytest.mark.parametrize("damage", ["missing", "not json", "short history"])
 def test_unreadable_state_means_a_clean_restart(tmp_path: Path, damage: str) -> None:
-    writer = StateWriter(Redactor())
-    writer.checkpoint(tmp_path, _state([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]))
+    files = _files(tmp_path)
+    _writer(files).checkpoint(files.directory, _state([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]))
     if damage == "missing":
-        (tmp_path / STATE_FILE).unlink()
+        (files.directory / STATE_FILE).unlink()
     elif damage == "not json":
-        (tmp_path / STATE_FILE).write_text("{half")
+        (files.directory / STATE_FILE).write_text("{half")
     else:
-        (tmp_path / HISTORY_FILE).write_text('{"role": "system", "content": "s"}\n')
-    assert load_state(tmp_path) is None
+        (files.directory / CURRENT_FILE).write_text('{"role": "system", "content": "s"}\n')
+    assert load_state(files.directory) is None
+
+
+def test_a_run_saved_with_its_own_history_file_still_loads(tmp_path: Path) -> None:
+    """A run paused or cut short before the history lived in current.jsonl: its journal
+    records name no history file, and task_state_messages.jsonl holds the history."""
+    directory = tmp_path / "old-run"
+    directory.mkdir()
+    record = {"run_uuid": "u-1", "task_key": "github:a/b#1", "requester": None, "branch": None, "steps": 2}
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
+    (directory / LEGACY_HISTORY_FILE).write_text("".join(json.dumps(m) + "\n" for m in messages))
+    (directory / JOURNAL_FILE).write_text(json.dumps({**record, "messages": None, "message_count": 3}) + "\n")
+    (directory / STATE_FILE).write_text(json.dumps({**record, "messages": None, "message_count": 2, "journal": JOURNAL_FILE}))
+    loaded = load_state(directory)
+    assert loaded is not None and loaded.messages == messages and loaded.steps == 2
 
 
 def test_pending_reply_is_the_unanswered_last_reply() -> None:
@@ -91,95 +142,88 @@ def test_pending_reply_is_the_unanswered_last_reply() -> None:
     assert pending_reply([*history, {"role": "tool", "tool_call_id": "c1", "content": "x"}]) is None
 
 
-def test_a_new_writer_starts_the_history_afresh(tmp_path: Path) -> None:
-    """A resumed or taken-over run gets a new writer over the directory the previous one
-    wrote: its history must replace the old file, not be appended to it."""
+def test_a_new_writer_continues_from_the_reopened_history(tmp_path: Path) -> None:
+    """A resumed or taken-over run reopens the files with the history it restored (a dead
+    worker may have written beyond it) and gets a new writer over the same directory."""
+    storage = ContextStorage(tmp_path / "contexts", Redactor())
+    files = storage.start_run("u-1")
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    StateWriter(Redactor()).checkpoint(tmp_path, _state(messages))
-    continued = [*messages, {"role": "assistant", "content": "a"}]
-    StateWriter(Redactor()).checkpoint(tmp_path, _state(continued))
-    loaded = load_state(tmp_path)
+    _writer(files).checkpoint(files.directory, _state(messages))
+    files.sync_messages([*messages, {"role": "assistant", "content": "written, never checkpointed"}])
+    restored = load_state(files.directory)
+    assert restored is not None and restored.messages == messages
+    reopened = storage.reopen("u-1", restored.messages)
+    assert reopened is not None
+    continued = [*restored.messages, {"role": "assistant", "content": "a"}]
+    _writer(reopened).checkpoint(reopened.directory, _state(continued))
+    loaded = load_state(reopened.directory)
     assert loaded is not None and [m["content"] for m in loaded.messages] == ["s", "u", "a"]
 
 
 def test_steady_checkpoints_only_append(tmp_path: Path) -> None:
     """After its first checkpoint a writer appends (history and a small state record) and
     never replaces task_state.json: replacing a file costs a flush on ext4 at every step."""
-    writer = StateWriter(Redactor([SECRET]))
+    files = _files(tmp_path, SECRET)
+    writer = _writer(files, SECRET)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    writer.checkpoint(tmp_path, _state(messages, steps=0))
-    inode = (tmp_path / STATE_FILE).stat().st_ino
+    writer.checkpoint(files.directory, _state(messages, steps=0))
+    inode = (files.directory / STATE_FILE).stat().st_ino
     for step in range(1, 4):
         messages.append({"role": "assistant", "content": f"reply {step} {SECRET}"})
-        writer.checkpoint(tmp_path, _state(messages, steps=step, prompt_tokens=10 * step))
-    assert (tmp_path / STATE_FILE).stat().st_ino == inode, "task_state.json was not replaced"
-    loaded = load_state(tmp_path)
+        writer.checkpoint(files.directory, _state(messages, steps=step, prompt_tokens=10 * step))
+    assert (files.directory / STATE_FILE).stat().st_ino == inode, "task_state.json was not replaced"
+    loaded = load_state(files.directory)
     assert loaded is not None and loaded.steps == 3 and loaded.prompt_tokens == 30
     assert [m["content"] for m in loaded.messages][-1] == "reply 3 ***"
-    assert SECRET not in "".join(path.read_text() for path in tmp_path.iterdir())
+    assert SECRET not in "".join(path.read_text() for path in files.directory.iterdir())
 
 
 def test_a_torn_last_record_loads_the_checkpoint_before(tmp_path: Path) -> None:
     """A worker killed while appending leaves half a line: the previous checkpoint counts."""
-    writer = StateWriter(Redactor())
+    files = _files(tmp_path)
+    writer = _writer(files)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    writer.checkpoint(tmp_path, _state(messages, steps=0))
+    writer.checkpoint(files.directory, _state(messages, steps=0))
     messages.append({"role": "assistant", "content": "a"})
-    writer.checkpoint(tmp_path, _state(messages, steps=1))
-    journal = [path for path in tmp_path.iterdir() if path.name not in (STATE_FILE, HISTORY_FILE)]
-    assert len(journal) == 1
-    journal[0].write_text(journal[0].read_text() + '{"steps": 2, "message_co')
-    loaded = load_state(tmp_path)
+    writer.checkpoint(files.directory, _state(messages, steps=1))
+    journal = files.directory / JOURNAL_FILE
+    journal.write_text(journal.read_text() + '{"steps": 2, "message_co')
+    loaded = load_state(files.directory)
     assert loaded is not None and loaded.steps == 1 and len(loaded.messages) == 3
 
 
 def test_a_pause_after_checkpoints_is_what_loads(tmp_path: Path) -> None:
     """The pause's complete file wins over the crash checkpoints written before it."""
-    writer = StateWriter(Redactor())
+    files = _files(tmp_path)
+    writer = _writer(files)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    writer.checkpoint(tmp_path, _state(messages, steps=0))
-    writer.checkpoint(tmp_path, _state(messages, steps=1))
-    writer.save_complete(tmp_path, _state(messages, steps=2, paused={"reason": "signal", "hold": False}))
-    loaded = load_state(tmp_path)
+    writer.checkpoint(files.directory, _state(messages, steps=0))
+    writer.checkpoint(files.directory, _state(messages, steps=1))
+    writer.save_complete(files.directory, _state(messages, steps=2, paused={"reason": "signal", "hold": False}))
+    loaded = load_state(files.directory)
     assert loaded is not None and loaded.steps == 2 and loaded.paused == {"reason": "signal", "hold": False}
 
 
-def test_history_lines_shared_with_the_context_files_hold_every_message(tmp_path: Path) -> None:
-    """The crash checkpoint appends the lines messages.jsonl got (made once per message):
-    messages the context files never saw (a correction appended after the last sync),
-    messages older than the files' cache of recent lines (a writer starting afresh) and
-    a fresh dict equal to an old one must all be on disk, redacted, exactly as a writer
-    of its own would have put them."""
-    files = ContextStorage(tmp_path / "contexts", Redactor([SECRET])).start_run("run-1")
-    shared = StateWriter(Redactor([SECRET]), files.message_line)
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    own = StateWriter(Redactor([SECRET]))
-
-    def checkpoint(messages: list[dict], steps: int) -> None:  # type: ignore[type-arg]
-        shared.checkpoint(files.directory, _state(messages, steps=steps))
-        own.checkpoint(alone, _state(messages, steps=steps))
-
+def test_messages_appended_after_the_last_sync_are_saved_too(tmp_path: Path) -> None:
+    """A correction appended after the loop's last sync, and a fresh dict equal to an old
+    message, are in the checkpoint's history, redacted, as the model saw them."""
+    files = _files(tmp_path, SECRET)
+    writer = _writer(files, SECRET)
     messages: list[dict] = [{"role": "system", "content": "s"}, {"role": "user", "content": f"task {SECRET}"}]  # type: ignore[type-arg]
     files.sync_messages(messages)
-    checkpoint(messages, 0)
-    for step in range(1, 80):  # past the context files' cache of recent lines
+    writer.checkpoint(files.directory, _state(messages, steps=0))
+    for step in range(1, 80):
         messages.append({"role": "assistant", "content": f"reply {step} {SECRET}"})
         files.sync_messages(messages)
         messages.append({"role": "user", "content": f"correction {step}"})  # not synced before the checkpoint
-        checkpoint(messages, step)
+        writer.checkpoint(files.directory, _state(messages, steps=step))
     messages.append({"role": "user", "content": "correction 79"})  # equal to an earlier message, new object
-    checkpoint(messages, 80)
+    writer.checkpoint(files.directory, _state(messages, steps=80))
 
     loaded = load_state(files.directory)
     assert loaded is not None and loaded.steps == 80
     assert loaded.messages == Redactor([SECRET]).data(messages)
-    assert (files.directory / HISTORY_FILE).read_text() == (alone / HISTORY_FILE).read_text()
-    assert SECRET not in (files.directory / HISTORY_FILE).read_text()
-    # A new writer (a takeover) writes the whole history afresh, most of it not cached.
-    StateWriter(Redactor([SECRET]), files.message_line).checkpoint(files.directory, _state(messages, steps=80))
-    again = load_state(files.directory)
-    assert again is not None and again.messages == loaded.messages
+    assert SECRET not in (files.directory / CURRENT_FILE).read_text()
 
 
 def test_append_text_creates_appends_and_writes_utf8_whole(tmp_path: Path) -> None:

@@ -2,27 +2,27 @@
 send the output back, until it says done or a limit is reached.
 
 This is the one place the loop lives. It knows nothing of forges, labels or files beyond
-three narrow collaborators: the reporter (posts comments), the tool hub (runs tools)
-and the context files (records history). Steering (SPEC 8) is consulted at the named
+three narrow collaborators: the reporter (posts comments), the tool runner (runs tools)
+and the context files (record history). Steering (SPEC 8) is consulted at the named
 checkpoints through `Steering.checkpoint`, which returns a `Decision`: the loop appends
-its messages, and a pause or a stop ends the loop there (`_consult`, the one place).
+its messages, and a pause or a stop ends the loop there (`_Loop.consult`, the one place).
+Repetition is watched by one detector, the loop guard (`agent.loop_guard`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal, Protocol
 
 from coding_agent.agent.loop_guard import LoopGuard
-from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
+from coding_agent.agent.loop_policy import LoopPolicy
 from coding_agent.context.storage import RunContextFiles
 from coding_agent.llm.base import LLMClient
-from coding_agent.llm.protocols import ReplyProtocol, ToolAction
+from coding_agent.llm.protocols import ParsedReply, ToolAction
 from coding_agent.llm.types import LLMReply
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.tools.types import ToolResult
@@ -37,6 +37,8 @@ __all__ = [
     "Reporter",
     "ToolRunner",
     "LoopLimits",
+    "Oversight",
+    "LoopStart",
     "LoopOutcome",
     "run_loop",
 ]
@@ -94,17 +96,6 @@ class NoSteering:
         return CONTINUE
 
 
-async def _consult(steering: Steering, point: Checkpoint, llm: LLMClient) -> bool:
-    """Obey steering at `point`: append its messages, end the loop on a pause or a stop.
-    True when messages were appended."""
-    decision = await steering.checkpoint(point, llm)
-    for text in decision.messages:
-        llm.send_user_message(text)
-    if decision.ending is not None:
-        raise decision.ending
-    return bool(decision.messages)
-
-
 class ContextCompressor(Protocol):
     async def maybe_compress(self, llm: LLMClient, files: RunContextFiles) -> bool:
         """Summarise older messages when the prompt is over its threshold (SPEC 9.3)."""
@@ -124,11 +115,40 @@ class ToolRunner(Protocol):
 
 @dataclass(frozen=True)
 class LoopLimits:
+    """When the loop gives up (SPEC 4), and the language of the comment saying which limit."""
+
     max_steps: int
     max_tokens: int | None = None
     max_seconds: float | None = None
     max_invalid_replies: int = 5
-    repeated_failure_threshold: int = 3
+    language: Language = "en"
+
+
+def _no_step_hook(steps: int) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Oversight:
+    """What watches the loop from outside its conversation: steering at the checkpoints,
+    the loop guard, the context compressor before each request, a hook told each new step
+    count, and the clock `max_seconds` is measured on."""
+
+    steering: Steering = field(default_factory=NoSteering)
+    guard: LoopGuard = field(default_factory=lambda: LoopGuard(enabled=False))
+    compressor: ContextCompressor | None = None
+    on_step: Callable[[int], None] = _no_step_hook
+    clock: Callable[[], float] = time.monotonic
+
+
+@dataclass(frozen=True)
+class LoopStart:
+    """Where the loop starts: a continued run (resumed, or taken over) passes the steps it
+    had done, and, when it stopped between a reply and its action, that reply, which is
+    acted on without asking the model again."""
+
+    steps: int = 0
+    pending_reply: LLMReply | None = None
 
 
 @dataclass(frozen=True)
@@ -140,120 +160,159 @@ class LoopOutcome:
     steps: int
 
 
-def _call_signature(action: ToolAction) -> str:
-    return action.tool + json.dumps(action.args, sort_keys=True, default=str)
+class _Ended(Exception):
+    """Raised inside a step to end the loop with `outcome`."""
+
+    def __init__(self, outcome: LoopOutcome) -> None:
+        super().__init__(outcome.status)
+        self.outcome = outcome
+
+
+class _Loop:
+    """One run of the loop: its collaborators and its counters."""
+
+    def __init__(
+        self,
+        llm: LLMClient,
+        policy: LoopPolicy,
+        tools: ToolRunner,
+        files: RunContextFiles,
+        reporter: Reporter,
+        limits: LoopLimits,
+        oversight: Oversight,
+        start: LoopStart,
+    ) -> None:
+        self.llm, self.policy, self.tools, self.files, self.reporter = llm, policy, tools, files, reporter
+        self.limits, self.oversight, self.guard = limits, oversight, oversight.guard
+        self.steps = start.steps
+        self.pending_reply = start.pending_reply
+        self.started = oversight.clock()
+        self.invalid_in_a_row = 0
+
+    def failed(self, name: str, **values: object) -> _Ended:
+        return self.stuck(notice(name, self.limits.language, **values))
+
+    def stuck(self, text: str) -> _Ended:
+        where = self.policy.describe()
+        return _Ended(LoopOutcome("failed", f"{text}\n\n{where}" if where else text, self.steps))
+
+    async def consult(self, point: Checkpoint) -> bool:
+        """Obey steering at `point`: append its messages, end the loop on a pause or a stop.
+        True when messages were appended."""
+        decision = await self.oversight.steering.checkpoint(point, self.llm)
+        for text in decision.messages:
+            self.llm.send_user_message(text)
+        if decision.ending is not None:
+            raise decision.ending
+        return bool(decision.messages)
+
+    async def next_reply(self) -> LLMReply:
+        """The reply to act on: the pending one of a continued run, else the model's next."""
+        if self.pending_reply is not None:
+            reply, self.pending_reply = self.pending_reply, None
+            return reply
+        await self.consult(Checkpoint.ITERATION_START)
+        self.check_limits()
+        await self.policy.before_request(self.llm)
+        if self.oversight.compressor is not None:
+            await self.oversight.compressor.maybe_compress(self.llm, self.files)
+        reply = await self.llm.get_response()
+        self.steps += 1
+        self.oversight.on_step(self.steps)
+        self.files.sync_messages(self.llm.messages)
+        return reply
+
+    def check_limits(self) -> None:
+        limits = self.limits
+        if self.steps >= limits.max_steps:
+            raise self.failed("limit_steps", limit=limits.max_steps)
+        if limits.max_tokens is not None and self.llm.usage.total_tokens >= limits.max_tokens:
+            raise self.failed("limit_tokens", limit=limits.max_tokens)
+        if limits.max_seconds is not None and self.oversight.clock() - self.started >= limits.max_seconds:
+            raise self.failed("limit_seconds", limit=limits.max_seconds)
+
+    def repeated_text(self, reply: LLMReply, parsed: ParsedReply) -> str | None:
+        """The loop guard's note on a reply that runs nothing (tool steps are watched with
+        their results); ends the loop when the guard says the model is stuck."""
+        if reply.tool_calls or parsed.actions:
+            return None
+        verdict = self.guard.reply_text(reply.content)
+        if verdict is not None and verdict.action == "fail":
+            raise self.stuck(verdict.message)
+        return verdict.message if verdict is not None else None
+
+    def correct(self, reply: LLMReply, error: str, repeated: str | None) -> None:
+        """Answer an unusable reply; too many in a row end the run."""
+        self.invalid_in_a_row += 1
+        log.warning("step %d: unusable reply (%d in a row): %s", self.steps, self.invalid_in_a_row, error)
+        if self.invalid_in_a_row >= self.limits.max_invalid_replies:
+            raise self.failed("invalid_replies", count=self.invalid_in_a_row)
+        self.policy.send_correction(self.llm, reply, error if repeated is None else f"{error}. {repeated}")
+
+    async def act(self, parsed: ParsedReply, repeated: str | None) -> LoopOutcome | None:
+        """A usable reply past its checkpoint: post its comment, run its tools; the
+        outcome when it finishes the run."""
+        self.invalid_in_a_row = 0
+        told = await self.consult(Checkpoint.AFTER_REPLY)
+        if parsed.done and not parsed.actions and told:
+            return None  # comments arrived as the model finished: it answers them first (SPEC 8.1)
+        parsed = await self.policy.accept(self.llm, parsed)
+        if repeated is not None and not parsed.done:
+            self.llm.send_user_message(repeated)
+        if parsed.comment and not parsed.done:
+            await self.reporter.step_comment(parsed.comment)
+        for action in parsed.actions:
+            await self.run_tool(action)
+        if parsed.actions:
+            await self.consult(Checkpoint.AFTER_TOOL)
+            self.files.sync_messages(self.llm.messages)
+        return LoopOutcome("done", parsed.comment, self.steps) if parsed.done else None
+
+    async def run_tool(self, action: ToolAction) -> None:
+        """Run one action and send its output back, with the loop guard's note if any."""
+        result = await self.tools.call(action.tool, action.args)
+        self.files.record_tool_call(
+            action.tool, action.args, result.is_error, result.output_chars, result.cut_chars, result.duration_seconds,
+            result=result.text,
+        )
+        status = "error" if result.is_error else "ok"
+        log.info("step %d: %s -> %s (%.3fs)", self.steps, action.tool, status, result.duration_seconds)
+        output = result.text
+        verdict = self.guard.tool_call(action.tool, action.args, result.text, result.is_error)
+        if verdict is not None and verdict.action == "fail":
+            self.files.sync_messages(self.llm.messages)
+            raise self.stuck(verdict.message)
+        if verdict is not None:
+            output += "\n\n" + verdict.message
+        self.policy.protocol.send_tool_result(self.llm, action, output, result.is_error)
 
 
 async def run_loop(
     llm: LLMClient,
-    protocol: ReplyProtocol,
+    policy: LoopPolicy,
     tools: ToolRunner,
     files: RunContextFiles,
     reporter: Reporter,
     limits: LoopLimits,
-    language: Language = "en",
-    steering: Steering | None = None,
-    on_step: Callable[[int], None] = lambda steps: None,
-    clock: Callable[[], float] = time.monotonic,
-    compressor: ContextCompressor | None = None,
-    start_steps: int = 0,
-    pending_reply: LLMReply | None = None,
-    guard: LoopGuard | None = None,
-    policy: LoopPolicy | None = None,
+    oversight: Oversight | None = None,
+    start: LoopStart | None = None,
 ) -> LoopOutcome:
     """Drive the conversation whose system prompt and task prompt are already in `llm`.
 
-    A continued run (resumed, or taken over) passes the steps it had done as
-    `start_steps`, and, when it stopped between a reply and its action, that reply as
-    `pending_reply`: it is acted on without asking the model again. `policy` reads the
-    replies (default: `protocol` as it is; planning mode adds its phases there), `guard`
-    watches for a model repeating itself (SPEC 4's loop guard).
+    `policy` reads the replies (`ProtocolPolicy(protocol)` for the plain loop; planning
+    mode adds its phases there); `start` is where a continued run stands.
     """
-    steering = steering or NoSteering()
-    policy = policy or ProtocolPolicy(protocol)
-    guard = guard or LoopGuard(enabled=False)
-    started = clock()
-    steps = start_steps
-    invalid_in_a_row = 0
-    failures: dict[str, int] = {}
-    last_failure = ""
-
-    def failed(name: str, **values: object) -> LoopOutcome:
-        return stuck(notice(name, language, **values))
-
-    def stuck(text: str) -> LoopOutcome:
-        where = policy.describe()
-        return LoopOutcome("failed", f"{text}\n\n{where}" if where else text, steps)
-
-    while True:
-        if pending_reply is not None:
-            reply, pending_reply = pending_reply, None
-        else:
-            await _consult(steering, Checkpoint.ITERATION_START, llm)
-            if steps >= limits.max_steps:
-                return failed("limit_steps", limit=limits.max_steps)
-            if limits.max_tokens is not None and llm.usage.total_tokens >= limits.max_tokens:
-                return failed("limit_tokens", limit=limits.max_tokens)
-            if limits.max_seconds is not None and clock() - started >= limits.max_seconds:
-                return failed("limit_seconds", limit=limits.max_seconds)
-
-            await policy.before_request(llm)
-            if compressor is not None:
-                await compressor.maybe_compress(llm, files)
-            reply = await llm.get_response()
-            steps += 1
-            on_step(steps)
-            files.sync_messages(llm.messages)
-        decision = policy.parse(reply)
-        # Tool steps are watched with their results below; this is for replies that run nothing.
-        repeated = guard.reply_text(reply.content) if not (reply.tool_calls or decision.actions) else None
-        if repeated is not None and repeated.action == "fail":
-            return stuck(repeated.message)
-        if decision.error is not None:
-            invalid_in_a_row += 1
-            log.warning("step %d: unusable reply (%d in a row): %s", steps, invalid_in_a_row, decision.error)
-            if invalid_in_a_row >= limits.max_invalid_replies:
-                return failed("invalid_replies", count=invalid_in_a_row)
-            error = decision.error if repeated is None else f"{decision.error}. {repeated.message}"
-            policy.send_correction(llm, reply, error)
-            continue
-        invalid_in_a_row = 0
-
-        told = await _consult(steering, Checkpoint.AFTER_REPLY, llm)
-        if decision.done and not decision.actions and told:
-            continue  # comments arrived as the model finished: it answers them first (SPEC 8.1)
-        decision = await policy.accept(llm, decision)
-        if repeated is not None and not decision.done:
-            llm.send_user_message(repeated.message)
-        if decision.comment and not decision.done:
-            await reporter.step_comment(decision.comment)
-
-        for action in decision.actions:
-            result = await tools.call(action.tool, action.args)
-            files.record_tool_call(
-                action.tool, action.args, result.is_error, result.output_chars, result.cut_chars, result.duration_seconds,
-                result=result.text,
-            )
-            log.info("step %d: %s -> %s (%.3fs)", steps, action.tool, "error" if result.is_error else "ok", result.duration_seconds)
-            output = result.text
-            signature = _call_signature(action)
-            if result.is_error:
-                failures[signature] = failures.get(signature, 0) + 1 if signature == last_failure else 1
-                last_failure = signature
-                if failures[signature] >= limits.repeated_failure_threshold:
-                    output += "\n\n" + notice("repeated_failure", language, tool=action.tool, count=failures[signature])
-            else:
-                last_failure = ""
-            verdict = guard.tool_call(action.tool, action.args, result.text, result.is_error)
-            if verdict is not None and verdict.action == "fail":
-                files.sync_messages(llm.messages)
-                return stuck(verdict.message)
-            if verdict is not None:
-                output += "\n\n" + verdict.message
-            protocol.send_tool_result(llm, action, output, result.is_error)
-        if decision.actions:
-            await _consult(steering, Checkpoint.AFTER_TOOL, llm)
-            files.sync_messages(llm.messages)
-
-        if decision.done:
-            return LoopOutcome("done", decision.comment, steps)
+    loop = _Loop(llm, policy, tools, files, reporter, limits, oversight or Oversight(), start or LoopStart())
+    try:
+        while True:
+            reply = await loop.next_reply()
+            parsed = policy.parse(reply)
+            repeated = loop.repeated_text(reply, parsed)
+            if parsed.error is not None:
+                loop.correct(reply, parsed.error, repeated)
+                continue
+            outcome = await loop.act(parsed, repeated)
+            if outcome is not None:
+                return outcome
+    except _Ended as ended:
+        return ended.outcome

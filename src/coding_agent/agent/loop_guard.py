@@ -10,7 +10,12 @@ At `warn_after` repeats the model gets a correction naming what it repeats; at
 model never burns a budget silently. A call whose arguments or result differ is new
 work, never a repeat.
 
-The counts are part of the run's saved state (`get_state`/`restore_state`, kept with
+Apart from those (and even when `enabled` is off): the same call failing
+`repeated_failure_after` times in a row, whatever its error says, is reported to the
+model so that it changes course (SPEC 4). One note per tool result: a call the counts
+above already warn about gets their note only.
+
+The counts of repeats are part of the run's saved state (`get_state`/`restore_state`, kept with
 steering's in `task_state.json`): a pause and resume, or a takeover, does not give a
 looping model a fresh start.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -90,13 +96,22 @@ def _digest(*parts: str) -> str:
 class LoopGuard:
     """One run's repetition counters. `enabled=False` never says anything."""
 
-    def __init__(self, enabled: bool = True, warn_after: int = 3, fail_after: int = 5, language: Language = "en") -> None:
+    def __init__(
+        self,
+        enabled: bool = True,
+        warn_after: int = 3,
+        fail_after: int = 5,
+        language: Language = "en",
+        repeated_failure_after: int = 3,
+    ) -> None:
         self.enabled = enabled
         self.warn_after = warn_after
         self.fail_after = fail_after
+        self.repeated_failure_after = repeated_failure_after
         self._language = language
         self._calls = _Streak()
         self._replies = _Streak()
+        self._failures = _Streak()  # not saved: a continued run counts failures afresh
 
     def get_state(self) -> dict[str, Any]:
         """The counts so far (fingerprints are digests: no tool output is kept)."""
@@ -108,21 +123,30 @@ class LoopGuard:
         self._calls.restore_state(saved.get("calls"))
         self._replies.restore_state(saved.get("replies"))
 
-    def _verdict(self, count: int, what: str) -> GuardVerdict | None:
+    def _verdict(self, count: int, what: Callable[[], str]) -> GuardVerdict | None:
+        """`what` names the repetition; called only when there is a verdict to word."""
         if count >= self.fail_after:
-            return GuardVerdict("fail", notice("loop_guard_failed", self._language, what=what, count=count))
+            return GuardVerdict("fail", notice("loop_guard_failed", self._language, what=what(), count=count))
         if count >= self.warn_after:
-            return GuardVerdict("warn", notice("loop_guard_warning", self._language, what=what, count=count))
+            return GuardVerdict("warn", notice("loop_guard_warning", self._language, what=what(), count=count))
         return None
 
     def tool_call(self, tool: str, args: dict[str, Any], output: str, is_error: bool) -> GuardVerdict | None:
-        """After a tool ran: is this the same call with the same result as the ones before?"""
-        if not self.enabled:
-            return None
+        """After a tool ran: is this the same call with the same result as the ones before,
+        or the same call failing again?"""
         arguments = json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
-        count = self._calls.see(_digest(tool, arguments, output, str(is_error)))
-        self._replies.reset()
-        return self._verdict(count, describe_call(tool, args))
+        failures = self._failures.see(_digest(tool, arguments)) if is_error else 0
+        if not is_error:
+            self._failures.reset()
+        if self.enabled:
+            count = self._calls.see(_digest(tool, arguments, output, str(is_error)))
+            verdict = self._verdict(count, lambda: describe_call(tool, args))
+            self._replies.reset()
+            if verdict is not None:
+                return verdict
+        if failures >= self.repeated_failure_after:
+            return GuardVerdict("warn", notice("repeated_failure", self._language, tool=tool, count=failures))
+        return None
 
     def reply_text(self, text: str) -> GuardVerdict | None:
         """A reply without tool calls: the same text as the replies before it?"""
@@ -132,4 +156,4 @@ class LoopGuard:
         if not stripped:
             self._replies.reset()
             return None
-        return self._verdict(self._replies.see(_digest(stripped)), _describe_text(stripped))
+        return self._verdict(self._replies.see(_digest(stripped)), lambda: _describe_text(stripped))

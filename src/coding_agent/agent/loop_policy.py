@@ -12,13 +12,15 @@ from __future__ import annotations
 from typing import Protocol
 
 from coding_agent.llm.base import LLMClient
-from coding_agent.llm.protocols import Decision, ReplyProtocol
+from coding_agent.llm.protocols import ParsedReply, ReplyProtocol
 from coding_agent.llm.types import LLMReply, ToolSpec
 
 __all__ = ["LoopPolicy", "ProtocolPolicy"]
 
 
 class LoopPolicy(Protocol):
+    protocol: ReplyProtocol  # how tool results are sent back (the loop's own part of a step)
+
     def prepare(self, llm: LLMClient, tools: list[ToolSpec]) -> None:
         """Offer the tools (once, before the first request)."""
         ...
@@ -28,11 +30,11 @@ class LoopPolicy(Protocol):
         history (may raise an `AgentError` to fail the run)."""
         ...
 
-    def parse(self, reply: LLMReply) -> Decision:
+    def parse(self, reply: LLMReply) -> ParsedReply:
         """What the reply asks for. Pure: a reply acted on after a resume is parsed again."""
         ...
 
-    async def accept(self, llm: LLMClient, decision: Decision) -> Decision:
+    async def accept(self, llm: LLMClient, decision: ParsedReply) -> ParsedReply:
         """The reply is being acted on (past its checkpoint): apply it; returns what the
         loop still does with it (post its comment, run its tools, end the run)."""
         ...
@@ -58,10 +60,10 @@ class ProtocolPolicy:
     async def before_request(self, llm: LLMClient) -> None:
         return None
 
-    def parse(self, reply: LLMReply) -> Decision:
+    def parse(self, reply: LLMReply) -> ParsedReply:
         return self.protocol.parse(reply)
 
-    async def accept(self, llm: LLMClient, decision: Decision) -> Decision:
+    async def accept(self, llm: LLMClient, decision: ParsedReply) -> ParsedReply:
         return decision
 
     def send_correction(self, llm: LLMClient, reply: LLMReply, error: str) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from coding_agent.agent.environment import RunEnvironment
 from coding_agent.agent.ledger import LeaseGuard, RunLedger
-from coding_agent.agent.loop import LoopLimits, LoopOutcome, run_loop
+from coding_agent.agent.loop import LoopLimits, LoopOutcome, LoopStart, Oversight, run_loop
 from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
 from coding_agent.agent.planning import render_instructions
 from coding_agent.agent.publishing import give_up, publish_outcome
@@ -324,23 +324,17 @@ class TaskRunner:
                 max_steps=config.max_llm_process_num,
                 max_tokens=config.budget.max_tokens,
                 max_seconds=config.budget.max_seconds,
-            )
-            outcome = await run_loop(
-                llm,
-                protocol,
-                environment.tools(control.tools(hub)),
-                files,
-                control.reporter(),
-                limits,
                 language=config.language,
-                steering=LeaseGuard(control, ledger),
-                on_step=lambda steps: (ledger.step(steps), control.on_step(steps)),
-                compressor=self._compressor(ledger),
-                start_steps=control.steps,
-                pending_reply=control.pending_reply(llm),
-                guard=control.loop_guard,
-                policy=policy,
             )
+            oversight = Oversight(
+                steering=LeaseGuard(control, ledger),
+                guard=control.loop_guard,
+                compressor=self._compressor(ledger),
+                on_step=lambda steps: (ledger.step(steps), control.on_step(steps)),
+            )
+            start = LoopStart(control.steps, control.pending_reply(llm))
+            tools = environment.tools(control.tools(hub))
+            outcome = await run_loop(llm, policy, tools, files, control.reporter(), limits, oversight, start)
             if planner is not None:
                 await planner.finish()
         if outcome.status == "done":  # SPEC 7: commit, push, open or update the PR/MR

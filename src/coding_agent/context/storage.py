@@ -6,10 +6,9 @@
 (every tool call). Everything written
 passes through the redactor: a secret in a tool's output never lands on disk.
 
-A message's redacted JSON line is made once (`message_line`) and kept for the latest
-messages: the crash checkpoint (agent/steering/state.py) appends the same lines to its
-own history file, and redacting and encoding every message twice per step was a large
-part of a step's host time.
+These two files are the run's only copy of its conversation: the crash checkpoint
+(agent/steering/state.py) records how many lines of current.jsonl its history is, and
+is told (`on_rewrite`) before a compression replaces that file.
 """
 
 from __future__ import annotations
@@ -18,17 +17,18 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from coding_agent.redaction import Redactor
 
-__all__ = ["ContextStorage", "RunContextFiles", "append_text"]
+__all__ = ["ContextStorage", "RunContextFiles", "append_text", "CURRENT_FILE", "MESSAGES_FILE"]
 
 RUNNING, COMPLETED, PAUSED = "running", "completed", "paused"
 RESULT_PREVIEW_CHARS = 500
-# Encoded lines kept for the latest messages (by identity): more than one step appends.
-RECENT_LINES = 64
+MESSAGES_FILE = "messages.jsonl"  # the full history, append-only
+CURRENT_FILE = "current.jsonl"  # what is sent to the model now
 
 
 def append_text(path: Path, text: str) -> None:
@@ -57,8 +57,7 @@ class RunContextFiles:
         self._redactor = redactor
         self._written_messages = 0
         self._metadata: dict[str, Any] = {}
-        # id(message) -> (message, its line): the message is held so that its id is not reused.
-        self._lines: dict[int, tuple[dict[str, Any], str]] = {}
+        self._rewrite_listeners: list[Callable[[], None]] = []
 
     def _line(self, record: dict[str, Any]) -> str:
         return self._redactor.json(record) + "\n"
@@ -66,19 +65,10 @@ class RunContextFiles:
     def _jsonl(self, records: list[dict[str, Any]]) -> str:
         return "".join(self._line(record) for record in records)
 
-    def message_line(self, message: dict[str, Any]) -> str:
-        """`message` as one redacted JSON line (with its newline), made once per message.
-
-        Messages are never changed once in the history (a new one replaces an old one),
-        so the line of the same object stays right."""
-        known = self._lines.get(id(message))
-        if known is not None and known[0] is message:
-            return known[1]
-        line = self._line(message)
-        self._lines[id(message)] = (message, line)
-        if len(self._lines) > RECENT_LINES:
-            del self._lines[next(iter(self._lines))]
-        return line
+    def on_rewrite(self, listener: Callable[[], None]) -> None:
+        """Call `listener` right before current.jsonl is replaced (a compression), while
+        it still holds what was sent before: whoever points into it keeps that."""
+        self._rewrite_listeners.append(listener)
 
     def _append_jsonl(self, name: str, records: list[dict[str, Any]], text: str | None = None) -> None:
         append_text(self.directory / name, self._jsonl(records) if text is None else text)
@@ -104,21 +94,25 @@ class RunContextFiles:
         """
         new = messages[self._written_messages :]
         if new:
-            text = "".join(self.message_line(message) for message in new)
-            self._append_jsonl("messages.jsonl", new, text)
-            self._append_jsonl("current.jsonl", new, text)
+            text = self._jsonl(new)  # redacted and encoded once, for both files
+            self._append_jsonl(MESSAGES_FILE, new, text)
+            self._append_jsonl(CURRENT_FILE, new, text)
             self._written_messages = len(messages)
 
     def _write_current(self, messages: list[dict[str, Any]]) -> None:
-        current = self.directory / "current.jsonl"
-        current.write_text("")
-        self._append_jsonl("current.jsonl", messages)
+        """Replace current.jsonl whole (write, then rename): a reader never finds it half
+        written."""
+        temporary = self.directory / (CURRENT_FILE + ".tmp")
+        temporary.write_text(self._jsonl(messages), encoding="utf-8")
+        os.replace(temporary, self.directory / CURRENT_FILE)
 
     def record_summary(self, summary: dict[str, Any], messages: list[dict[str, Any]]) -> None:
         """After a compression: the summary goes to summaries.jsonl, `messages` (what is sent
         now) to current.jsonl; messages.jsonl, already synced, keeps the full history and
         grows from here with whatever follows `messages`."""
         self._append_jsonl("summaries.jsonl", [summary])
+        for listener in self._rewrite_listeners:
+            listener()
         self._written_messages = len(messages)
         self._write_current(messages)
 
@@ -173,7 +167,7 @@ class ContextStorage:
     def start_run(self, run_uuid: str, **metadata: Any) -> RunContextFiles:
         directory = self.root / RUNNING / run_uuid
         directory.mkdir(parents=True, exist_ok=False)
-        for name in ("messages.jsonl", "current.jsonl", "summaries.jsonl", "tools.jsonl"):
+        for name in (MESSAGES_FILE, CURRENT_FILE, "summaries.jsonl", "tools.jsonl"):
             (directory / name).touch()
         files = RunContextFiles(self.root, directory, run_uuid, self._redactor)
         files.write_metadata(uuid=run_uuid, status=RUNNING, started_at=time.time(), **metadata)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 __all__ = [
     "AllowEntry",
     "AllowList",
-    "Decision",
+    "EgressVerdict",
     "EgressPolicyError",
     "is_special_address",
     "normalize_host",
@@ -169,7 +169,7 @@ def parse_entry(text: str) -> AllowEntry:
 
 
 @dataclass(frozen=True)
-class Decision:
+class EgressVerdict:
     """The answer for one request: allowed, or refused with the reason shown to the client."""
 
     allowed: bool
@@ -190,26 +190,26 @@ class AllowList:
             return exact[0]
         return next((entry for entry in self.entries if entry.matches(host, port)), None)
 
-    def check(self, host: str, port: int) -> Decision:
+    def check(self, host: str, port: int) -> EgressVerdict:
         """The decision for the name (or literal) and port the client asked for."""
         entry = self._entry(host, port)
         if entry is None:
-            return Decision(False, f"{_show(host, port)} is not in {self.setting}")
+            return EgressVerdict(False, f"{_show(host, port)} is not in {self.setting}")
         address = _ip(host)
         if address is not None and entry.wildcard:
-            return Decision(False, f"IP address {_show(host, port)} is not in {self.setting}")
+            return EgressVerdict(False, f"IP address {_show(host, port)} is not in {self.setting}")
         special = (address is not None and is_special_address(address)) or host in _METADATA_NAMES
         if special and not entry.exact:
-            return Decision(
+            return EgressVerdict(
                 False, f"{_show(host, port)} is a loopback, link-local or metadata address; only an exact "
                 f"host:port entry in {self.setting} allows it",
             )
-        return Decision(True, entry=entry)
+        return EgressVerdict(True, entry=entry)
 
-    def check_resolved(self, decision: Decision, address: IPAddress, host: str, port: int) -> Decision:
+    def check_resolved(self, decision: EgressVerdict, address: IPAddress, host: str, port: int) -> EgressVerdict:
         """The decision for one address a listed name resolved to (DNS rebinding guard)."""
         if is_special_address(address) and not (decision.entry is not None and decision.entry.exact):
-            return Decision(
+            return EgressVerdict(
                 False, f"{_show(host, port)} resolves to {address}, a loopback, link-local or metadata "
                 f"address; only an exact host:port entry in {self.setting} allows it",
             )

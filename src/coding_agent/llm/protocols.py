@@ -1,7 +1,7 @@
 """The two ways a model answers (SPEC 4): JSON in text, or native tool calls.
 
 The agent loop talks to one `ReplyProtocol`: it puts `instructions()` in the system
-prompt, calls `prepare` once, turns every reply into a `Decision` with `parse`, answers
+prompt, calls `prepare` once, turns every reply into a `ParsedReply` with `parse`, answers
 an unusable reply with `correction_message`, and hands tool output back with
 `send_tool_result`. Everything protocol-specific stays in this module; reading the
 reply's text (`<think>` blocks, the JSON object) is `reply_text.py`, whose names are
@@ -28,7 +28,7 @@ from coding_agent.prompts.prompting import text
 
 __all__ = [
     "ToolAction",
-    "Decision",
+    "ParsedReply",
     "ReplyProtocol",
     "JsonTextProtocol",
     "ToolCallsProtocol",
@@ -51,7 +51,7 @@ class ToolAction:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ParsedReply:
     """What the model decided in one reply.
 
     `done` with `actions` (a tool call next to `done`) means: run the actions, then
@@ -77,7 +77,7 @@ class ReplyProtocol(Protocol):
         """Offer the tools natively (tool_calls) or not at all (json_text)."""
         ...
 
-    def parse(self, reply: LLMReply) -> Decision: ...
+    def parse(self, reply: LLMReply) -> ParsedReply: ...
 
     def correction_message(self, error: str) -> str:
         """A short user message asking the model to fix its reply."""
@@ -133,13 +133,13 @@ class JsonTextProtocol:
     def prepare(self, llm: LLMClient, tools: list[ToolSpec]) -> None:
         llm.set_tools([])  # the tools are described in the system prompt instead
 
-    def parse(self, reply: LLMReply) -> Decision:
+    def parse(self, reply: LLMReply) -> ParsedReply:
         if reply.problem:
-            return Decision(comment="", actions=(), done=False, error=reply.problem)
+            return ParsedReply(comment="", actions=(), done=False, error=reply.problem)
         try:
             data = clean_value(extract_json_object(reply.content))  # "\u0000" decodes to NUL
         except JsonExtractionError as error:
-            return Decision(comment="", actions=(), done=False, error=str(error))
+            return ParsedReply(comment="", actions=(), done=False, error=str(error))
         command = strip_think_blocks(data.get("command"))
         comment = data.get("comment")
         if comment is None and isinstance(command, dict):
@@ -152,14 +152,14 @@ class JsonTextProtocol:
                     actions = (_command_action(command),)
                 except ValueError:
                     actions = ()
-            return Decision(comment=comment, actions=actions, done=True)
+            return ParsedReply(comment=comment, actions=actions, done=True)
         if command is None:
-            return Decision(comment="", actions=(), done=False, error='the JSON has neither "command" nor "done": true')
+            return ParsedReply(comment="", actions=(), done=False, error='the JSON has neither "command" nor "done": true')
         try:
             action = _command_action(command)
         except ValueError as error:
-            return Decision(comment="", actions=(), done=False, error=str(error))
-        return Decision(comment=comment, actions=(action,), done=False)
+            return ParsedReply(comment="", actions=(), done=False, error=str(error))
+        return ParsedReply(comment=comment, actions=(action,), done=False)
 
     def correction_message(self, error: str) -> str:
         return text("protocol/json_correction.j2", error=error, instructions=_JSON_INSTRUCTIONS)
@@ -196,14 +196,14 @@ class ToolCallsProtocol:
     def prepare(self, llm: LLMClient, tools: list[ToolSpec]) -> None:
         llm.set_tools([*(tool for tool in tools if tool.name != DONE_TOOL.name), DONE_TOOL])
 
-    def parse(self, reply: LLMReply) -> Decision:
+    def parse(self, reply: LLMReply) -> ParsedReply:
         if reply.problem:
-            return Decision(comment="", actions=(), done=False, error=reply.problem)
+            return ParsedReply(comment="", actions=(), done=False, error=reply.problem)
         text = strip_think(reply.content)
         if not reply.tool_calls:
             if not text:
-                return Decision(comment="", actions=(), done=False, error="the reply had neither a tool call nor text")
-            return Decision(comment=text, actions=(), done=True)  # a final message ends the task
+                return ParsedReply(comment="", actions=(), done=False, error="the reply had neither a tool call nor text")
+            return ParsedReply(comment=text, actions=(), done=True)  # a final message ends the task
         problems: list[str] = []
         actions: list[ToolAction] = []
         done_comment: str | None = None
@@ -216,10 +216,10 @@ class ToolCallsProtocol:
             else:
                 actions.append(ToolAction(tool=call.name, args=strip_think_blocks(dict(call.arguments)), call_id=call.id))
         if problems:
-            return Decision(comment="", actions=(), done=False, error="; ".join(problems))
+            return ParsedReply(comment="", actions=(), done=False, error="; ".join(problems))
         if done_comment is not None:
-            return Decision(comment=done_comment or text, actions=tuple(actions), done=True)
-        return Decision(comment=text, actions=tuple(actions), done=False)
+            return ParsedReply(comment=done_comment or text, actions=tuple(actions), done=True)
+        return ParsedReply(comment=text, actions=tuple(actions), done=False)
 
     def correction_message(self, error: str) -> str:
         return text("protocol/tool_correction.j2", error=error)

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 
 from coding_agent.domain.egress_policy import (
     AllowList,
-    Decision,
+    EgressVerdict,
     EgressPolicyError,
     normalize_host,
     split_host_port,
@@ -325,7 +325,7 @@ class EgressProxy:
             raise _Refused(502, host, port, f"{host} does not resolve") from None
         checked: list[str] = []
         for text in addresses:
-            verdict: Decision = allow.check_resolved(decision, ipaddress.ip_address(text.split("%")[0]), host, port)
+            verdict: EgressVerdict = allow.check_resolved(decision, ipaddress.ip_address(text.split("%")[0]), host, port)
             if not verdict.allowed:
                 raise _Refused(403, host, port, verdict.reason)
             checked.append(text)

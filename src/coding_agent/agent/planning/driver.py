@@ -30,7 +30,7 @@ from coding_agent.agent.planning.validation import ActionDone
 from coding_agent.agent.progress import ProgressComment
 from coding_agent.config import PlanningConfig
 from coding_agent.llm.base import LLMClient
-from coding_agent.llm.protocols import Decision, JsonTextProtocol, ReplyProtocol
+from coding_agent.llm.protocols import ParsedReply, JsonTextProtocol, ReplyProtocol
 from coding_agent.llm.types import LLMReply, ToolSpec
 
 __all__ = ["PlanningPolicy"]
@@ -94,7 +94,7 @@ class PlanningPolicy:
         state.action_step += 1
         await self._show()
 
-    def parse(self, reply: LLMReply) -> Decision:
+    def parse(self, reply: LLMReply) -> ParsedReply:
         self._effect = None
         phase = self.state.phase
         found = find_phase_reply(reply, self.native)
@@ -126,7 +126,7 @@ class PlanningPolicy:
             return _error(f"the {phase} phase has used its {self.settings.max_steps_per_action} tool steps: {shape(phase, self.native)}")
         return step
 
-    async def accept(self, llm: LLMClient, decision: Decision) -> Decision:
+    async def accept(self, llm: LLMClient, decision: ParsedReply) -> ParsedReply:
         effect, self._effect = self._effect, None
         if effect is None:
             return decision
@@ -166,7 +166,7 @@ class PlanningPolicy:
 
     # -- reading replies -------------------------------------------------------------
 
-    def _phase_reply(self, found: PhaseReply) -> Decision:
+    def _phase_reply(self, found: PhaseReply) -> ParsedReply:
         state = self.state
         if found.problem is not None:
             return _error(found.problem)
@@ -184,21 +184,21 @@ class PlanningPolicy:
         comment = found.comment
         if not comment and found.kind == "action_done" and isinstance(data.get("action_done"), dict):
             comment = data["action_done"].get("comment") or ""
-        return Decision(comment=comment if isinstance(comment, str) else "", actions=(), done=False)
+        return ParsedReply(comment=comment if isinstance(comment, str) else "", actions=(), done=False)
 
-    def _execution_step(self, reply: LLMReply, step: Decision) -> Decision:
+    def _execution_step(self, reply: LLMReply, step: ParsedReply) -> ParsedReply:
         current = self.state.current()
         if self.native and not reply.tool_calls and step.done:  # plain text ends the action as done
             self._effect = _Effect("action_done", ActionDone(current.id if current else "", "done", step.comment))
-            return Decision(comment=step.comment, actions=(), done=False)
+            return ParsedReply(comment=step.comment, actions=(), done=False)
         if step.done:  # `done` ends execution: the pending actions are skipped
             self._effect = _Effect("finish_execution", step.comment)
-            return Decision(comment=step.comment, actions=step.actions, done=False)
+            return ParsedReply(comment=step.comment, actions=step.actions, done=False)
         return step
 
     # -- applying replies ------------------------------------------------------------
 
-    async def _apply(self, effect: _Effect, decision: Decision) -> Decision:
+    async def _apply(self, effect: _Effect, decision: ParsedReply) -> ParsedReply:
         state = self.state
         if effect.kind == "planning":
             state.plan = effect.payload
@@ -219,7 +219,7 @@ class PlanningPolicy:
         elif effect.kind == "verification":
             await self._verified(effect.payload)
         elif effect.kind == "complete":
-            return Decision(comment=self._final_comment(effect.payload), actions=(), done=True)
+            return ParsedReply(comment=self._final_comment(effect.payload), actions=(), done=True)
         return decision
 
     def _end_action(self, status: str, summary: str, boundary: bool = True) -> None:
@@ -368,5 +368,5 @@ class PlanningPolicy:
             await self._show()
 
 
-def _error(text: str) -> Decision:
-    return Decision(comment="", actions=(), done=False, error=text)
+def _error(text: str) -> ParsedReply:
+    return ParsedReply(comment="", actions=(), done=False, error=text)

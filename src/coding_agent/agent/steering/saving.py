@@ -26,9 +26,8 @@ class RunSaver:
         self._detector = detector
         self._stop = stop
         self._guard = guard
-        # The history lines are the ones messages.jsonl got: each message is redacted and
-        # encoded once per run, not once per file.
-        self._writer = StateWriter(scope.redactor, scope.files.message_line)
+        # The saved history is the run's current.jsonl: no copy of its own.
+        self._writer = StateWriter(scope.redactor, scope.files)
         state = scope.continuation.state if scope.continuation is not None else None
         # The paused work the run stands on: a takeover after a crash restores from it too.
         self._work = PausedWork(state.branch, state.commit) if state is not None and state.branch and state.commit else None

@@ -5,20 +5,25 @@ Two forms, one reader:
 - a pause writes the complete state in one file, LLM history included (SPEC 8.3), so the
   directory in `contexts/paused/<uuid>/` says everything about where the run stands;
 - the crash checkpoint written at the start of every loop iteration only appends: the
-  history to `task_state_messages.jsonl`, message by message, and the small rest (steps,
-  usage, steering, progress, planning, message count) as one line of
-  `task_state_journal.jsonl`; `task_state.json` holds the writer's first checkpoint and
-  says to read the journal's last whole line. Rewriting the whole history at every step would cost O(history), and
-  replacing a file (write, then rename) makes ext4 flush it, which costs a disk write at
-  every step; an append costs neither.
+  history is the run's own `current.jsonl` (SPEC 9.3; synced first), and the small rest
+  (steps, usage, steering, progress, planning, how many lines of `current.jsonl` the
+  history is) is one line of `task_state_journal.jsonl`; `task_state.json` holds the
+  writer's first checkpoint and says to read the journal's last whole line. Rewriting
+  the whole history at every step would cost O(history), and replacing a file (write,
+  then rename) makes ext4 flush it, which costs a disk write at every step; an append
+  costs neither.
 
 Torn writes: `task_state.json` is only ever replaced atomically (write, then rename), by
-a writer's first checkpoint, after a compression rewrote the history, and by the pause;
-a worker killed while appending leaves at most half a last line, which the reader skips
-(the checkpoint before it counts, and its history is a prefix of the file). While the
-history and the journal are started afresh, `task_state.json` holds the complete form,
-so there is no moment at which the directory says something inconsistent.
-Everything passes through the redactor.
+a writer's first checkpoint, before a compression replaces `current.jsonl` (then it
+takes the complete form, the history the journal pointed to copied in, so that nothing
+points into a file that no longer holds it), and by the pause; a worker killed while
+appending leaves at most half a last line, which the reader skips (the checkpoint before
+it counts, and its history is a prefix of `current.jsonl`). Everything passes through
+the redactor.
+
+A run saved before the history lived in `current.jsonl` has its own history file
+(`task_state_messages.jsonl`): its records name no `history` file, and the reader reads
+that one instead.
 
 No path of the machine that wrote it is saved: the workspace is `branch` at `commit`
 (the WIP commit a pause pushed, `workspace/wip.py`), so any worker can resume the run.
@@ -29,23 +34,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from coding_agent.context.storage import append_text
+from coding_agent.context.storage import CURRENT_FILE, RunContextFiles, append_text
 from coding_agent.llm.types import Message
 from coding_agent.redaction import Redactor
 from coding_agent.tools.host_git import git_dir_for
 
-__all__ = ["RunState", "StateWriter", "load_state", "workspace_branch", "STATE_FILE", "HISTORY_FILE", "JOURNAL_FILE", "load_state_document"]
+__all__ = ["RunState", "StateWriter", "load_state", "workspace_branch", "STATE_FILE", "JOURNAL_FILE", "load_state_document"]
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "task_state.json"
-HISTORY_FILE = "task_state_messages.jsonl"
+LEGACY_HISTORY_FILE = "task_state_messages.jsonl"  # read (never written) for runs saved before
 JOURNAL_FILE = "task_state_journal.jsonl"
 _VERSION = 1
 # The journal is started afresh (one record) once it grows past this: a long run's
@@ -91,15 +95,14 @@ def _write_atomically(path: Path, text: str) -> None:
 class StateWriter:
     """Writes one run's checkpoints into its context directory (wherever it has moved)."""
 
-    def __init__(self, redactor: Redactor, message_line: Callable[[Message], str] | None = None) -> None:
-        """`message_line`: a message as its redacted JSON line (with its newline), from
-        whoever already made it (the run's context files); by default made here."""
+    def __init__(self, redactor: Redactor, files: RunContextFiles) -> None:
+        """`files`: the run's context files, whose `current.jsonl` holds the history."""
         self._redactor = redactor
-        self._message_line = message_line or (lambda message: self._encode(message) + "\n")
+        self._files = files
         self._directory: Path | None = None  # None: the next checkpoint starts afresh
-        self._written = 0
-        self._last: Message | None = None
+        self._last = ""  # the last checkpoint's record (encoded: later changes do not reach it)
         self._journal_bytes = 0
+        files.on_rewrite(self._keep_history)
 
     def _document(self, state: RunState, inline: bool) -> dict[str, Any]:
         # Shallow on purpose: `asdict` would deep-copy the whole history at every step.
@@ -109,66 +112,70 @@ class StateWriter:
         data["message_count"] = len(state.messages)
         if not inline:
             data["messages"] = None
+            data["history"] = CURRENT_FILE
         return data
 
     def _encode(self, value: Any, indent: int | None = None) -> str:
         return self._redactor.json(value, indent=indent)
 
-    def _lines(self, messages: list[Message]) -> str:
-        return "".join(self._message_line(message) for message in messages)
-
     def checkpoint(self, directory: Path, state: RunState) -> None:
-        """The per-iteration checkpoint: append new history and a state record.
+        """The per-iteration checkpoint: the history synced to `current.jsonl`, a state
+        record appended to the journal.
 
-        The history and the journal are started afresh by this writer's first checkpoint
-        (a resumed or taken-over run must not append to what the previous worker wrote),
-        when the history was rewritten (a compression), or when the journal is long."""
-        messages = state.messages
-        rewritten = self._written > len(messages) or (self._written and messages[self._written - 1] is not self._last)
-        if directory != self._directory or rewritten or self._journal_bytes > _JOURNAL_LIMIT_BYTES:
-            self._start_afresh(directory, state)
-            return
-        if len(messages) > self._written:
-            append_text(directory / HISTORY_FILE, self._lines(messages[self._written :]))
-            self._note_written(messages)
-        record = self._encode(self._document(state, inline=False)) + "\n"
-        append_text(directory / JOURNAL_FILE, record)
-        self._journal_bytes += len(record)
-
-    def _start_afresh(self, directory: Path, state: RunState) -> None:
-        # The complete form first: whatever happens while the two files are rewritten,
-        # task_state.json alone says where the run stands.
-        self.save_complete(directory, state)
+        The journal is started afresh by this writer's first checkpoint (a resumed or
+        taken-over run must not append to what the previous worker wrote), after the
+        complete form was written, or when the journal is long."""
+        self._files.sync_messages(state.messages)
         document = self._document(state, inline=False)
         record = self._encode(document) + "\n"
-        _write_atomically(directory / HISTORY_FILE, self._lines(state.messages))
-        _write_atomically(directory / JOURNAL_FILE, record)
-        # This checkpoint itself, plus where the later ones are: a reader that does not
-        # know the journal still finds a consistent (older) state.
-        _write_atomically(directory / STATE_FILE, self._encode({**document, "journal": JOURNAL_FILE}))
-        self._directory, self._journal_bytes = directory, len(record)
-        self._note_written(state.messages)
+        if directory != self._directory or self._journal_bytes > _JOURNAL_LIMIT_BYTES:
+            _write_atomically(directory / JOURNAL_FILE, record)
+            # This checkpoint itself, plus where the later ones are: a reader that does not
+            # know the journal still finds a consistent (older) state.
+            _write_atomically(directory / STATE_FILE, self._encode({**document, "journal": JOURNAL_FILE}))
+            self._directory, self._journal_bytes = directory, 0
+        else:
+            append_text(directory / JOURNAL_FILE, record)
+        self._journal_bytes += len(record)
+        self._last = record
 
-    def _note_written(self, messages: list[Message]) -> None:
-        self._written = len(messages)
-        self._last = messages[-1] if messages else None
+    def _keep_history(self) -> None:
+        """`current.jsonl` is about to be replaced: the last checkpoint becomes the complete
+        form, with the history it pointed to copied in."""
+        if self._directory is None or not self._last:
+            return
+        directory, self._directory = self._files.directory, None
+        try:
+            document = json.loads(self._last)
+            document["messages"] = _history(directory, document)
+            document.pop("history", None)
+            _write_atomically(directory / STATE_FILE, self._encode(document, indent=1))
+        except (OSError, ValueError) as error:
+            # The run goes on; only a crash before its next checkpoint restarts it cleanly.
+            log.warning("the checkpoint before the compression could not be kept (%s)", error)
 
     def save_complete(self, directory: Path, state: RunState) -> None:
         """The pause form: one self-contained file, history included."""
         document = self._document(state, inline=True)
         _write_atomically(directory / STATE_FILE, self._encode(document, indent=1))
-        self._directory = None  # a checkpoint after this one must not trust the journal's files
+        self._directory = None  # a checkpoint after this one must not trust the journal
 
 
-def _history(directory: Path, count: int) -> list[Message]:
+def _history(directory: Path, document: dict[str, Any]) -> list[Message]:
+    """The history a checkpoint points to: the first `message_count` lines of its history
+    file (`current.jsonl`; a run saved before that names none and has its own)."""
+    name = str(document.get("history") or LEGACY_HISTORY_FILE)
+    if name not in (CURRENT_FILE, LEGACY_HISTORY_FILE):
+        raise ValueError(f"unknown history file {name!r}")
+    count = int(document["message_count"])
     messages: list[Message] = []
-    with (directory / HISTORY_FILE).open(encoding="utf-8") as handle:
+    with (directory / name).open(encoding="utf-8") as handle:
         for line in handle:
             if len(messages) == count:
                 break
             messages.append(json.loads(line))
     if len(messages) != count:
-        raise ValueError(f"{HISTORY_FILE} holds {len(messages)} of {count} messages")
+        raise ValueError(f"{name} holds {len(messages)} of {count} messages")
     return messages
 
 
@@ -214,7 +221,7 @@ def load_state(directory: Path) -> RunState | None:
         data = _read_document(directory)
         messages = data["messages"]
         if messages is None:
-            messages = _history(directory, int(data["message_count"]))
+            messages = _history(directory, data)
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise ValueError("messages must be a list of objects")
         return RunState(

@@ -1,0 +1,148 @@
+"""The loop of SPEC 4, driven directly: the replay model's real client over HTTP, an
+in-memory tool runner and real context files. Seconds, not a CLI run, per loop change."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coding_agent.agent.loop import LoopLimits, LoopOutcome, LoopStart, Oversight, run_loop
+from coding_agent.agent.loop_guard import LoopGuard
+from coding_agent.agent.loop_policy import ProtocolPolicy
+from coding_agent.context.storage import ContextStorage, RunContextFiles
+from coding_agent.llm.openai_client import OpenAICompatibleClient
+from coding_agent.llm.protocols import create_protocol
+from coding_agent.llm.types import LLMReply, ToolSpec
+from coding_agent.redaction import Redactor
+from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.replay_model import ReplaySandbox, ScriptSource
+from coding_agent.tools.types import ToolResult
+
+VIEW = ToolSpec("workspace/view", "Show a file", {"type": "object", "properties": {"path": {"type": "string"}}})
+
+
+class MemoryTools:
+    """A tool runner over a dict of files: `workspace/view` of a missing file is an error."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
+        self.calls.append((name, args))
+        text = self.files.get(str(args.get("path")))
+        if name != "workspace/view" or text is None:
+            return ToolResult(name, f"no such file: {args.get('path')}", is_error=True)
+        return ToolResult(name, text, output_chars=len(text))
+
+
+class Comments:
+    def __init__(self) -> None:
+        self.posted: list[str] = []
+
+    async def step_comment(self, text: str) -> None:
+        self.posted.append(text)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ReplaySandbox]:
+    with ReplaySandbox({}) as sandbox:
+        yield sandbox
+
+
+class Run:
+    """One conversation with the replay model: its client, context files and collaborators."""
+
+    def __init__(self, server: ReplaySandbox, script: ScriptSource, tmp_path: Path, function_calling: bool) -> None:
+        server.model.load(script)
+        self.server = server
+        self.llm = OpenAICompatibleClient(
+            model="replay", base_url=server.openai_base_url, api_key="k", retry=RetryPolicy(retries=0)
+        )
+        self.protocol = create_protocol(function_calling)
+        self.files: RunContextFiles = ContextStorage(tmp_path, Redactor([])).start_run("run-1")
+        self.tools = MemoryTools({"README.md": "# readme\n"})
+        self.comments = Comments()
+        self.llm.send_system_prompt("You are a coding agent.\n" + self.protocol.instructions())
+        self.protocol.prepare(self.llm, [VIEW])
+        self.llm.send_user_message(f"Task {tmp_path.name}: read the README.")
+
+    async def loop(
+        self, limits: LoopLimits | None = None, oversight: Oversight | None = None, start: LoopStart | None = None
+    ) -> LoopOutcome:
+        try:
+            policy, limits = ProtocolPolicy(self.protocol), limits or LoopLimits(max_steps=10)
+            return await run_loop(self.llm, policy, self.tools, self.files, self.comments, limits, oversight, start)
+        finally:
+            await self.llm.aclose()
+
+    def lines(self, name: str) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in (self.files.directory / name).read_text().splitlines()]
+
+
+@pytest.mark.parametrize("function_calling", [False, True], ids=["json_text", "tool_calls"])
+async def test_a_tool_step_then_done(server: ReplaySandbox, tmp_path: Path, function_calling: bool) -> None:
+    script = {
+        "replies": [
+            {"tool": "workspace/view", "args": {"path": "README.md"}, "comment": "Reading the README"},
+            {"done": "The README is a heading."},
+        ]
+    }
+    run = Run(server, script, tmp_path, function_calling)
+    outcome = await run.loop()
+    assert outcome == LoopOutcome("done", "The README is a heading.", 2)
+    assert run.tools.calls == [("workspace/view", {"path": "README.md"})]
+    assert run.comments.posted == ["Reading the README"], "the step's comment, not the final one"
+    assert "# readme" in json.dumps(run.llm.messages), "the tool's output went back to the model"
+    assert run.lines("messages.jsonl") == run.lines("current.jsonl") == run.llm.messages
+    assert [line["tool"] for line in run.lines("tools.jsonl")] == ["workspace/view"]
+
+
+async def test_a_repeated_failing_call_gets_one_note(server: ReplaySandbox, tmp_path: Path) -> None:
+    """The same failing call a third time: the model is told once, by the loop guard,
+    whether or not the guard's own count of identical results warns too."""
+    missing = {"tool": "workspace/view", "args": {"path": "missing.md"}}
+    run = Run(server, {"replies": [missing, missing, missing, {"done": "Gave up."}]}, tmp_path, True)
+    guard = LoopGuard(enabled=True, warn_after=3, fail_after=5)
+    outcome = await run.loop(oversight=Oversight(guard=guard))
+    assert outcome.status == "done"
+    results = [message["content"] for message in run.llm.messages if message["role"] == "tool"]
+    assert len(results) == 3
+    assert "\n\n" not in results[0] + results[1], "no note before the third failure"
+    assert results[2].count("\n\n") == 1, "one note on the third result"
+    assert "3 times in a row" in results[2]
+
+
+async def test_a_repeated_failing_call_is_reported_with_the_guard_off(server: ReplaySandbox, tmp_path: Path) -> None:
+    missing = {"tool": "workspace/view", "args": {"path": "missing.md"}}
+    run = Run(server, {"replies": [missing, missing, missing, {"done": "Gave up."}]}, tmp_path, True)
+    await run.loop()
+    results = [message["content"] for message in run.llm.messages if message["role"] == "tool"]
+    assert "has now failed 3 times in a row" in results[2]
+    assert all("failed" not in result for result in results[:2])
+
+
+async def test_the_step_limit_ends_the_run(server: ReplaySandbox, tmp_path: Path) -> None:
+    views = [{"tool": "workspace/view", "args": {"path": f"f{n}.md"}} for n in range(5)]
+    run = Run(server, {"replies": views}, tmp_path, True)
+    outcome = await run.loop(LoopLimits(max_steps=2))
+    assert outcome.status == "failed" and outcome.steps == 2
+    assert "2" in outcome.comment
+    assert len(run.tools.calls) == 2
+
+
+async def test_a_continued_run_acts_on_its_pending_reply_first(server: ReplaySandbox, tmp_path: Path) -> None:
+    """A run that stopped between a reply and its action resumes with that action, without
+    asking the model again, and counts on from the steps it had done."""
+    run = Run(server, {"replies": [{"done": "Read it."}]}, tmp_path, False)
+    pending = LLMReply(content=json.dumps({"comment": "Again", "command": {"tool": "workspace/view", "args": {"path": "README.md"}}}))
+    run.llm.messages.append({"role": "assistant", "content": pending.content})
+    steps_seen: list[int] = []
+    outcome = await run.loop(oversight=Oversight(on_step=steps_seen.append), start=LoopStart(steps=4, pending_reply=pending))
+    assert run.tools.calls == [("workspace/view", {"path": "README.md"})]
+    assert len(run.server.requests) == 1, "the pending reply was not asked for again"
+    assert outcome == LoopOutcome("done", "Read it.", 5) and steps_seen == [5]
