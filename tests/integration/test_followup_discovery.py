@@ -241,3 +241,34 @@ def test_a_mention_in_the_same_second_as_the_examined_one_is_not_missed(tmp_path
             store.close()
         assert reader is None, "a reader's @mention starts nothing"
         assert maintainer is not None and maintainer.requester == "alice"  # type: ignore[attr-defined]
+
+def test_github_follow_up_searches_of_polls_a_minute_apart_are_one_cached_search() -> None:
+    """Each poll searches "updated since a week ago". Were that time exact to the second,
+    every poll would send a URL never sent before: no 304, and one more large page of
+    results kept in the ETag cache after each poll (a `serve` grew by them)."""
+    with GitHubSandbox() as sandbox:
+        state = sandbox.state
+        state.add_user("alice")
+        state.add_user("agent-bot", token=TOKEN, bot=True)
+        state.add_repo("acme/widgets")
+        state.set_permission("acme/widgets", "agent-bot", "write")
+        done = state.create_issue("acme/widgets", "Done", "x", author="alice")
+        state.add_label("acme/widgets", done, DONE, actor="alice")
+        state.add_comment("acme/widgets", done, "alice", "@agent-bot one more thing")
+        state.create_pull("acme/widgets", "Greet", author="agent-bot", head="coding-agent/1-greet")
+        week_ago = datetime.now(timezone.utc).replace(minute=10) - timedelta(days=7)
+
+        async def two_polls() -> None:
+            config = GitHubConfig(api_url=sandbox.url, token=TOKEN, owner="acme", bot_name="agent-bot")
+            source = GitHubSource(config, RetryPolicy(retries=0))
+            try:
+                for since in (week_ago, week_ago + timedelta(minutes=1)):
+                    await source.discover_followups(since)
+                    await source.discover_review_followups(since)
+            finally:
+                await source.aclose()
+
+        before = len(state.requests())
+        asyncio.run(two_polls())
+        searches = state.requests()[before:]
+        assert [request.not_modified for request in searches] == [False, False, True, True]

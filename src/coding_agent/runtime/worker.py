@@ -90,11 +90,14 @@ class Workers:
         self, queue: TaskQueue, stop: asyncio.Event | None = None, produced: asyncio.Event | None = None
     ) -> list[Outcome]:
         """Work the queue with `workers` slots until `stop`; with `produced` (`run --once`),
-        until that is set (the producer's cycle has ended) and the queue is empty."""
+        until that is set (the producer's cycle has ended) and the queue is empty. The
+        outcomes are kept for `run --once` only: `serve` and `worker` would hold one per
+        task they ever worked (none is returned)."""
         outcomes: list[Outcome] = []
         if produced is None:  # `serve`, `worker`: ready for the first task before it comes
             self._runner.libraries.load_soon()
-        slots = [self._slot(queue, stop, produced, outcomes) for _ in range(self._config.workers)]
+        kept = outcomes if produced is not None else None
+        slots = [self._slot(queue, stop, produced, kept) for _ in range(self._config.workers)]
         await asyncio.gather(*slots)
         return outcomes
 
@@ -103,7 +106,7 @@ class Workers:
         queue: TaskQueue,
         stop: asyncio.Event | None,
         produced: asyncio.Event | None,
-        outcomes: list[Outcome],
+        outcomes: list[Outcome] | None,
     ) -> None:
         while not self._shutdown.is_set() and not (stop is not None and stop.is_set()):
             try:
@@ -114,7 +117,11 @@ class Workers:
             if delivery is None:
                 return
             try:
-                outcomes.append(await self.handle(delivery.item, delivery.redelivered, queue))
+                handling = self.handle(delivery.item, delivery.redelivered, queue)
+                if outcomes is None:
+                    await handling  # nothing of the task stays with the slot while it waits
+                else:
+                    outcomes.append(await handling)
             finally:
                 await delivery.ack()
 

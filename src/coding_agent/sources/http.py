@@ -12,6 +12,8 @@ One place decides, for GitHub and GitLab alike:
   and comments are never served stale;
 - which answers are worth retrying (`transient_status`) and how long to wait
   (`retry_after`: `Retry-After`, GitHub's `X-RateLimit-Reset`, GitLab's `RateLimit-Reset`);
+- what a poll's "updated since" search asks: `since_the_hour`, the same URL for an
+  hour, so that it is revalidated (304) rather than kept once more per poll;
 - what is never asked twice: `LifetimeAnswers`, for the few answers that hold for the
   process's life (a repository's clone URL, the bot's own user, a label that exists),
   asked once per source;
@@ -33,6 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Generic, TypeVar
 from urllib.request import getproxies_environment, proxy_bypass_environment
 
@@ -54,6 +57,7 @@ __all__ = [
     "count_request",
     "rate_limited",
     "retry_after",
+    "since_the_hour",
     "transient_status",
 ]
 
@@ -74,6 +78,18 @@ def count_request(forge: str, status: int | None) -> None:
     """Count one exchange with `forge`: `status` None means no answer (timeout, refused)."""
     outcome = "error" if status is None else f"{status // 100}xx"
     FORGE_REQUESTS.labels(forge=forge, outcome=outcome).inc()
+
+
+def since_the_hour(since: datetime) -> datetime:
+    """`since` (UTC) rounded down to its hour, for the "updated since" of a search.
+
+    The poll's follow-up searches look back a sliding window (`followup_days`). Exact to
+    the second, each poll's URL would be new: never a 304, and each one more page of
+    results in the `ETagCache`, which keeps up to `CACHE_ENTRIES` answers however large
+    (a busy `serve` grew by one large page a poll). Rounded, the URL stays the same for an
+    hour; the window is wider by less than that, and what it adds is checked like the rest.
+    """
+    return since.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
 
 
 class ETagCache(Generic[V]):

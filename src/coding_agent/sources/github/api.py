@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -38,7 +38,7 @@ from coding_agent.sources.github.mapping import (
     to_task,
     trigger_actor,
 )
-from coding_agent.sources.http import LifetimeAnswers
+from coding_agent.sources.http import LifetimeAnswers, since_the_hour
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
 __all__ = ["GitHubSource"]
@@ -84,7 +84,7 @@ class GitHubSource:
         """One search: done items that @mention the bot, updated since `since`."""
         if not self.bot_name:
             return []
-        stamp = since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = since_the_hour(since).strftime("%Y-%m-%dT%H:%M:%SZ")
         query = f"{self._config.query} mentions:{self.bot_name} updated:>={stamp}".strip()
         scope = self._config.model_copy(update={"bot_label": self._config.done_label, "query": query})
         return await self._search(*build_search_query(scope))
@@ -93,7 +93,7 @@ class GitHubSource:
         """One search: open PRs the bot opened, updated since `since` (review threads, SPEC 3)."""
         if not self.bot_name:
             return []
-        stamp = since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = since_the_hour(since).strftime("%Y-%m-%dT%H:%M:%SZ")
         head = ["is:pr", "is:open", f"author:{self.bot_name}", f"updated:>={stamp}"]
         return await self._search(*build_search_query(self._config, head))
 

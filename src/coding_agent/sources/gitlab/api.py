@@ -27,7 +27,7 @@ from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.gitlab.client import PER_PAGE, GitLabClient
 from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
-from coding_agent.sources.http import LifetimeAnswers
+from coding_agent.sources.http import LifetimeAnswers, since_the_hour
 from coding_agent.sources.gitlab.mapping import (
     JSON,
     MAX_BODY_LENGTH,
@@ -95,7 +95,7 @@ class GitLabSource:
         """Done issues and MRs updated since `since`: two listings; mentions are checked at claim."""
         if not self.bot_name:
             return []
-        return await self._list_labelled(self.config.done_label, updated_after=since.isoformat())
+        return await self._list_labelled(self.config.done_label, updated_after=since_the_hour(since).isoformat())
 
     async def discover_review_followups(self, since: datetime) -> list[Task]:
         """One listing: open MRs the bot opened, updated since `since` (MR discussions, SPEC 3)."""
@@ -103,7 +103,7 @@ class GitLabSource:
             return []
         path, scope = self._scope()
         filters: dict[str, Any] = {"state": "opened", "scope": "all", "author_username": self.bot_name}
-        filters["updated_after"] = since.isoformat()
+        filters["updated_after"] = since_the_hour(since).isoformat()
         changes = await self._http.call(
             f"GET {path}/merge_requests",
             lambda: [item.attributes for item in scope.mergerequests.list(get_all=True, per_page=PER_PAGE, **filters)],

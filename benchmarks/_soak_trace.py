@@ -1,0 +1,90 @@
+"""`coding-agent` under tracemalloc, for `bench_soak.py --trace`: what grows in `serve`.
+
+Run as `python _soak_trace.py TRACE_DIR serve --config FILE`. On SIGUSR1 this process
+collects its garbage and reads the name N in `TRACE_DIR/next`; it writes where its memory
+is (`N.heap`: glibc's heap, SQLite's) and the count of the objects the garbage collector
+tracks, by type (`N.types`, frozen ones left out). Once `TRACE_DIR/start` exists, the
+signal starts tracemalloc, and every later one writes its snapshot (`N.snapshot`): the
+blocks allocated since then and still alive. `N.done` says N is written. Tracing starts
+late because tracemalloc makes the imports of `serve` minutes long on a loaded machine,
+and what grows per task comes after them anyway. A debugging
+aid for the benchmark only: the package knows nothing of it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import pickle
+import signal
+import sys
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+
+FRAMES = 10
+
+
+def _type_counts() -> Counter[str]:
+    return Counter(f"{type(thing).__module__}.{type(thing).__qualname__}" for thing in gc.get_objects())
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+    ]
+
+
+def _heap() -> dict[str, int]:
+    """Where the process's memory is, in kB: glibc's heap (in use, free in it, mmapped
+    blocks) and SQLite's own allocations (its page caches), which tracemalloc never sees."""
+    import _sqlite3
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    info = libc.mallinfo2()
+    sqlite = ctypes.CDLL(_sqlite3.__file__)
+    sqlite.sqlite3_memory_used.restype = ctypes.c_int64
+    return {
+        "malloc_in_use_kb": info.uordblks // 1024,
+        "malloc_free_kb": info.fordblks // 1024,
+        "malloc_mmapped_kb": info.hblkhd // 1024,
+        "sqlite_kb": sqlite.sqlite3_memory_used() // 1024,
+        "gc_tracked_objects": len(gc.get_objects()),
+    }
+
+
+def _dump(directory: Path) -> None:
+    name = (directory / "next").read_text().strip()
+    gc.collect()
+    (directory / f"{name}.heap").write_text(json.dumps(_heap()))
+    with (directory / f"{name}.types").open("wb") as handle:
+        pickle.dump(dict(_type_counts()), handle)
+    if tracemalloc.is_tracing():
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)]
+        )
+        snapshot.dump(str(directory / f"{name}.snapshot"))
+    elif (directory / "start").exists():
+        tracemalloc.start(FRAMES)
+    (directory / f"{name}.done").touch()
+
+
+def main() -> None:
+    directory = Path(sys.argv[1])
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        _dump(directory)
+
+    signal.signal(signal.SIGUSR1, on_signal)
+    from coding_agent.cli import app
+
+    sys.argv = ["coding-agent", *sys.argv[2:]]
+    sys.exit(app())
+
+
+if __name__ == "__main__":
+    main()
