@@ -52,8 +52,8 @@ from _common import TRIGGER_LABEL, emit, seed_github
 
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox
-from tests.support.github_webhooks import GitHubWebhooks
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from tests.support.github_webhooks import GitHubWebhooks
 from tests.support.waiting import wait_for
 
 REPO = "bench/soak"
