@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any
 
 import httpx
@@ -172,7 +173,7 @@ def test_followups_count_toward_the_requester_who_started_the_task(github_forge:
         [comment] = _budget_comments(forge, second)
         assert f"@{MAINTAINER}" in comment and "2 of 2 runs used" in comment
 
-    usage = asyncio.run(_api_usage(load_for_service(setup)))
+    usage, pages = asyncio.run(_api_usage(load_for_service(setup), [quote(_key(first), safe="")]))
     budget = usage["requesters"][MAINTAINER]["budget"]
     assert budget["runs_per_day"]["used"] == 2 and budget["runs_per_day"]["left"] == 0
     assert budget["runs_per_day"]["resets_at"].endswith("T00:00:00+00:00")
@@ -180,22 +181,28 @@ def test_followups_count_toward_the_requester_who_started_the_task(github_forge:
     assert usage["requesters"][WRITER]["budget"]["runs_per_day"]["used"] == 0, "the follow-up's asker is not charged"
     assert usage["repositories"][REPO]["budget"]["tokens_per_day"]["used"] > 0
 
+    # The dashboard shows what is left too: the usage page per requester, and the task page
+    # for the requester who started it (only runs_per_day is set: only runs are left).
+    assert "0 of 2 runs" in pages["/usage"] and "0 of 2 runs (requester)" in pages[f"/tasks/{quote(_key(first), safe='')}"]
+
     status = run_cli(setup, "status")
     assert status.returncode == 0, status.stderr
     assert f"requester {MAINTAINER}: tokens_per_day=" in status.stdout
     assert "runs_per_day=2/2 (0 left)" in status.stdout
 
 
-async def _api_usage(config: AgentConfig) -> dict[str, Any]:
-    """`GET /api/usage` of the dashboard over the test's state store."""
+async def _api_usage(config: AgentConfig, tasks: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """`GET /api/usage` of the dashboard over the test's state store, and the HTML of its
+    usage page and of the task pages of `tasks` (quoted keys), by path."""
     store = StateStore(config.database.url)
     try:
         async with serving_dashboard(config, store) as url:
             assert url is not None
             async with httpx.AsyncClient(base_url=url) as client:
                 response = await client.get("/api/usage")
+                pages = {path: (await client.get(path)).text for path in ["/usage", *(f"/tasks/{key}" for key in tasks)]}
         assert response.status_code == 200
-        return response.json()  # type: ignore[no-any-return]
+        return response.json(), pages
     finally:
         store.close()
 

@@ -25,6 +25,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.web.activity import RunActivity
 from coding_agent.web.feed import EVENT_INTERVAL_SECONDS, ListFeed, list_updates
@@ -44,9 +45,14 @@ def _task_event(detail: dict[str, Any]) -> str:
 
 
 def dashboard_routes(
-    store: StateStore, redactor: Redactor, activity: RunActivity | None = None, feed: ListFeed | None = None
+    store: StateStore,
+    redactor: Redactor,
+    activity: RunActivity | None = None,
+    feed: ListFeed | None = None,
+    budgets: Budgets | None = None,
 ) -> list[Route]:
-    """`feed`: the task list shared with the API (one of its own by default)."""
+    """`feed`: the task list shared with the API (one of its own by default); `budgets`:
+    the daily budgets whose use and what is left the task and usage pages show."""
     feed = feed or ListFeed(lambda: task_list(store, redactor, activity))
 
     async def tasks(request: Request) -> Response:
@@ -73,7 +79,7 @@ def dashboard_routes(
 
     async def task(request: Request) -> Response:
         key = request.path_params["key"]
-        detail = await run_in_threadpool(task_detail, store, key, redactor, activity)
+        detail = await run_in_threadpool(task_detail, store, key, redactor, activity, budgets)
         if detail is None:
             return _html(404, render_problem("Not found", f"No task {key}."))
         return _html(200, await run_in_threadpool(render_task, detail))
@@ -82,7 +88,7 @@ def dashboard_routes(
         key = request.path_params["key"]
 
         def read() -> str | None:
-            detail = task_detail(store, key, redactor, activity)
+            detail = task_detail(store, key, redactor, activity, budgets)
             return None if detail is None else _task_event(detail)
 
         async def stream() -> AsyncIterator[str]:
@@ -99,7 +105,7 @@ def dashboard_routes(
     async def usage_page(request: Request) -> Response:
         def read() -> str:
             titles = {key: fact.title for key, fact in store.task_facts().items() if fact.title}
-            return render_usage(usage(store), {key: redactor.text(title) for key, title in titles.items()})
+            return render_usage(usage(store, budgets), {key: redactor.text(title) for key, title in titles.items()})
 
         return _html(200, await run_in_threadpool(read))
 

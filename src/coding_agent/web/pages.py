@@ -265,12 +265,13 @@ _USAGE = _ENV.from_string("""<h1>Token use</h1>
 <p class="muted">{{ u.total.tokens|num }} tokens ({{ u.total.prompt_tokens|num }} prompt, {{ u.total.completion_tokens|num }} completion) over {{ u.total.runs }} runs</p>
 {% for title, label, rows, kind in [("Per requester", "Requester", u.requesters, "requester"), ("Per repository", "Repository", u.repositories, "repository"), ("Per task", "Task", u.tasks, "task")] %}
 <h2>{{ title }}</h2><table id="usage-{{ kind }}"><thead><tr><th>{{ label }}</th><th class="num">Prompt</th><th class="num">Completion</th>
-<th class="num">Total</th><th class="num">Runs</th></tr></thead><tbody>
+<th class="num">Total</th><th class="num">Runs</th>{% if kind != "task" and u.budgets_set %}<th>Left today</th>{% endif %}</tr></thead><tbody>
 {% for name, e in rows.items() %}<tr><td>{% if kind == "task" %}<a href="/tasks/{{ name|url }}">{{ titles.get(name) or name }}</a>{% if titles.get(name) %} <span class="sub">{{ name }}</span>{% endif %}
 {% else %}<a href="/?{{ query(**{kind: name}) }}">{{ name }}</a>{% endif %}</td>
-<td class="num">{{ e.prompt_tokens|num }}</td><td class="num">{{ e.completion_tokens|num }}</td><td class="num">{{ e.tokens|num }}</td><td class="num">{{ e.runs }}</td></tr>
+<td class="num">{{ e.prompt_tokens|num }}</td><td class="num">{{ e.completion_tokens|num }}</td><td class="num">{{ e.tokens|num }}</td><td class="num">{{ e.runs }}</td>
+{% if kind != "task" and u.budgets_set %}<td class="budget">{{ e.budget_left or "—" }}</td>{% endif %}</tr>
 {% endfor %}</tbody><tfoot><tr><th>Total</th><th class="num">{{ u.total.prompt_tokens|num }}</th><th class="num">{{ u.total.completion_tokens|num }}</th>
-<th class="num">{{ u.total.tokens|num }}</th><th class="num">{{ u.total.runs }}</th></tr></tfoot></table>{% endfor %}""")
+<th class="num">{{ u.total.tokens|num }}</th><th class="num">{{ u.total.runs }}</th>{% if kind != "task" and u.budgets_set %}<td></td>{% endif %}</tr></tfoot></table>{% endfor %}""")
 
 _PROBLEM = _ENV.from_string("<h1>{{ title }}</h1><p>{{ message }} <a href=\"/\">All tasks</a></p>")
 

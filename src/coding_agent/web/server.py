@@ -66,11 +66,12 @@ def _dashboard_routes(config: AgentConfig, store: StateStore) -> list[Sequence[B
     token = _token(config)
     activity = RunActivity(Path(config.context_storage.base_dir), redactor, config.planning.max_steps_per_action)
     feed = ListFeed(lambda: task_list(store, redactor, activity))  # one list for the pages and the API
+    budgets = Budgets(config, store, redactor)
     return [
         health_routes(store),
-        api_routes(store, redactor, activity, feed, Budgets(config, store, redactor)),
+        api_routes(store, redactor, activity, feed, budgets),
         login_routes(token),
-        dashboard_routes(store, redactor, activity, feed),
+        dashboard_routes(store, redactor, activity, feed, budgets),
     ]
 
 

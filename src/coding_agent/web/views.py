@@ -18,7 +18,7 @@ from typing import Any
 from coding_agent.domain.runs import RunRecord
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.budgets import Budgets
+from coding_agent.runtime.budgets import Budgets, repository_of
 from coding_agent.runtime.state_store import StateStore, TaskFact
 from coding_agent.web.activity import RunActivity
 
@@ -122,7 +122,7 @@ def _task(
         "requester": None, "run": None, "steps": 0, "tokens": 0, "prompt_tokens": 0, "completion_tokens": 0,
         "started_at": None, "finished_at": None, "started": None, "finished": None, "error": None,
         "reason": None, "doing": None, "queue_position": None, "queued_at": None, "queued": None,
-        "budget_left": None,  # SPEC 11.5: filled in once budgets are kept
+        "budget_left": None,  # the task page's: what its requester and repository have left today
     }  # fmt: skip
     if record is not None:
         row.update(_run(record, redactor))
@@ -185,7 +185,11 @@ def _actions(state: str, requested: str | None) -> dict[str, bool]:
 
 
 def task_detail(
-    store: StateStore, key: str, redactor: Redactor, activity: RunActivity | None = None
+    store: StateStore,
+    key: str,
+    redactor: Redactor,
+    activity: RunActivity | None = None,
+    budgets: Budgets | None = None,
 ) -> dict[str, Any] | None:
     """The task with every run, newest first; None when the store has never seen it
     (neither run nor queued).
@@ -207,6 +211,9 @@ def task_detail(
     requested = store.control_request(key) if detail["state"] in ("running", "paused") else None
     detail["requested"] = requested
     detail["actions"] = _actions(detail["state"], requested)
+    if budgets is not None and budgets.enabled:
+        starter = runs[-1].requester if runs else None  # who pays for every run of the task
+        detail["budget_left"] = _budget_left(budgets.usage(), starter, key)
     detail.update({"tool_calls": [], "comments": [], "plan": None})
     if activity is not None and latest is not None:
         label = None if latest.status in ("running", "paused") else latest.status
@@ -250,11 +257,38 @@ def usage(store: StateStore, budgets: Budgets | None = None) -> dict[str, Any]:
     return result
 
 
+def budget_text(budget: dict[str, dict[str, Any]] | None) -> str | None:
+    """What is left today of each set budget in one `usage()` entry, as a person reads it
+    (`1,200 of 5,000 tokens · 2 of 3 runs`); None where no budget is set."""
+    parts = [
+        f"{entry['left']:,} of {entry['limit']:,} {name.split('_')[0]}"
+        for name, entry in (budget or {}).items()
+        if entry["limit"] is not None
+    ]
+    return " · ".join(parts) or None
+
+
+def _budget_left(today: dict[str, Any], requester: str | None, key: str) -> str | None:
+    """The task's requester's and repository's budgets left today, in one line."""
+    parts = [
+        (who, budget_text(today[table].get(name)))
+        for who, table, name in (
+            ("requester", "requesters", requester),
+            ("repository", "repositories", repository_of(key) if _what(key)["repository"] else None),
+        )
+        if name is not None
+    ]
+    return "; ".join(f"{text} ({who})" for who, text in parts if text) or None
+
+
 def _add_budgets(result: dict[str, Any], budgets: Budgets) -> None:
+    result["budgets_set"] = budgets.enabled
     today = budgets.usage(requesters=result["requesters"])
     for name, entry in result["requesters"].items():
         entry["budget"] = today["requesters"].get(name)
+        entry["budget_left"] = budget_text(entry["budget"])
     for name, budget in today["repositories"].items():  # named `forge:owner/repo` there
         project = name.split(":", 1)[-1]
         empty = {"prompt_tokens": 0, "completion_tokens": 0, "tokens": 0, "runs": 0}
-        result["repositories"].setdefault(project, empty)["budget"] = budget
+        entry = result["repositories"].setdefault(project, empty)
+        entry.update(budget=budget, budget_left=budget_text(budget))
