@@ -11,8 +11,7 @@ handed over every few milliseconds).
 When: `serve` and `worker` start loading as they start, before any task comes
 (`load_soon`); `run --once` as its first task is picked up, so that a poll from cron
 that finds nothing loads nothing (tests/unit/test_lazy_imports.py). Every run waits for
-the load (`loaded`) before it builds its model client. Once loaded, the heap is settled
-(`heap.py`): what was just imported lives as long as the process.
+the load (`loaded`) before it builds its model client.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import asyncio
 import logging
 
 from coding_agent.config import LLMConfig
-from coding_agent.heap import settle_heap
 from coding_agent.llm.factory import load_client_library
 
 __all__ = ["RunLibraries"]
@@ -43,8 +41,6 @@ class RunLibraries:
         """Blocking: in a worker thread."""
         load_client_library(self._llm)
         import coding_agent.tools.hub  # noqa: F401 - the MCP SDK, for the runs' tool hubs
-
-        settle_heap()
 
     def _task(self) -> asyncio.Task[None]:
         loop = asyncio.get_running_loop()
