@@ -6,11 +6,11 @@ CPU here (0.43 s openai, 0.33 s MCP, on a 2-core VM). Imported on the event loop
 thread, as they were by the first run that used them, they stalled everything else the
 process does for that long: the other runs' steps, the lease heartbeats, the webhooks.
 In a worker thread the event loop goes on between the import's bytecodes (the GIL is
-handed over every few milliseconds).
+handed over every few milliseconds). Measured in docs/performance.md.
 
 When: `serve` and `worker` start loading as they start, before any task comes
 (`load_soon`); `run --once` as its first task is picked up, so that a poll from cron
-that finds nothing loads nothing (tests/unit/test_lazy_imports.py). Every run waits for
+that finds nothing loads nothing (benchmarks/bench_startup.py). Every run waits for
 the load (`loaded`) before it builds its model client.
 """
 

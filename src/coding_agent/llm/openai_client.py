@@ -130,10 +130,10 @@ class OpenAICompatibleClient(LLMClient):
     async def _create(self, request: dict[str, Any]) -> Any:
         """One chat completion. All but `model` goes as `extra_body`, which the SDK sends as
         it is: `create`'s own arguments are run through `async_maybe_transform`, a typed
-        walk of every message of the history that cost ~10 ms a step at 80 messages (more
-        than all the rest of the host's work), and our request is plain JSON already
-        (nothing to alias, no dates or files), so the walk changed nothing. The body sent
-        is the same, key order included (tests/integration/test_llm_providers.py)."""
+        walk of every message of the history that costs more than all the rest of the
+        host's work per step (figures in docs/performance.md), and our request is plain
+        JSON already (nothing to alias, no dates or files), so the walk changes nothing.
+        The body sent is the same, key order included (tests/integration/test_llm_providers.py)."""
         rest = {key: value for key, value in request.items() if key != "model"}
         try:
             return await self._client.chat.completions.create(model=request["model"], messages=[], extra_body=rest)
