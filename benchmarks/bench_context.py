@@ -25,7 +25,7 @@ from typing import Any
 
 from _common import emit, open_labelled_issues, seed_github
 
-from coding_agent.config import builtin_workspace_server, parse_config
+from coding_agent.config import parse_config
 from coding_agent.context.compression import estimate_tokens
 from coding_agent.prompts.context_prompts import SUMMARY_HEADING
 from coding_agent.runtime.service import AgentService
@@ -88,7 +88,6 @@ async def _scenario(steps: int, context_length: int, protocol: str) -> dict[str,
                     "function_calling": protocol == "tool_calls",
                     "openai": {"base_url": model.openai_base_url, "model": "replay", "api_key": "k", "context_length": context_length},
                 },
-                "mcp_servers": [builtin_workspace_server()],
                 "workspace": {"base_dir": str(root / "workspaces")},
                 "context_storage": {"base_dir": str(root / "contexts")},
                 "logging": {"dir": str(root / "logs")},

@@ -28,7 +28,6 @@ from typing import Any
 import yaml
 from _common import emit, seed_github, seed_gitlab
 
-from coding_agent.config import builtin_workspace_server
 from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from tests.support.gitlab import GitLabSandbox
@@ -41,7 +40,7 @@ TARGET_SECONDS = 15.0
 
 
 def _config(directory: Path, github: GitHubSandbox, gitlab: GitLabSandbox, model: ReplaySandbox, distributed: bool) -> Path:
-    servers: list[dict[str, Any]] = [builtin_workspace_server()]
+    servers: list[dict[str, Any]] = []  # beside the built-in workspace server the config adds
     filesystem = shutil.which("mcp-server-filesystem")
     if filesystem:
         servers.append({"mcp_server_name": "files", "command": [filesystem, str(directory)]})

@@ -55,7 +55,7 @@ class Case:
 
 def _cases(workspace: Path) -> tuple[list[Case], list[str]]:
     """The servers to measure, and notes on the ones left out."""
-    cases = [Case("builtin_workspace", MCPServerConfig(**builtin_workspace_server()), "view", {"path": FILE_NAME})]
+    cases = [Case("builtin_workspace", builtin_workspace_server(), "view", {"path": FILE_NAME})]
     notes = []
     if shutil.which(FILESYSTEM_COMMAND):
         config = MCPServerConfig(mcp_server_name="filesystem", command=[FILESYSTEM_COMMAND, "{workspace}"])

@@ -22,7 +22,6 @@ from typing import Any, Literal, Protocol
 import pytest
 import yaml
 
-from coding_agent.config import builtin_workspace_server
 from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.writes import strip_marker
@@ -179,10 +178,6 @@ def replay() -> Iterator[ReplaySandbox]:
         yield sandbox
 
 
-def workspace_server() -> dict[str, Any]:
-    return builtin_workspace_server()
-
-
 def llm_section(replay: ReplaySandbox, provider: str = "openai", function_calling: bool = True) -> dict[str, Any]:
     if provider == "ollama":
         section: dict[str, Any] = {"endpoint": replay.url, "model": "replay", "context_length": 8192}
@@ -223,7 +218,7 @@ def write_config(directory: Path, forges: list[ForgeUnderTest], llm: dict[str, A
     data: dict[str, Any] = {
         "task_source": [forge.name for forge in forges],
         "llm": llm,
-        "mcp_servers": [workspace_server()],
+        "mcp_servers": [],  # the config adds the built-in workspace server
         "workspace": {"base_dir": str(directory / "workspaces")},
         "context_storage": {"base_dir": str(directory / "contexts")},
         "logging": {"dir": str(directory / "logs"), "level": "DEBUG"},

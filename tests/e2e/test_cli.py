@@ -14,7 +14,7 @@ from coding_agent.sandbox.replay_model import ReplaySandbox
 from tests.support.waiting import wait_for
 
 from ._forge_git import branch_file, task_branch
-from .conftest import GitHubForge, llm_section, run_cli, workspace_server, write_config
+from .conftest import GitHubForge, llm_section, run_cli, write_config
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -84,7 +84,7 @@ def test_npm_filesystem_server_as_a_configured_tool_server(github_forge: GitHubF
             {"done": "notes.md written."},
         ]
     }
-    servers = [workspace_server(), {"mcp_server_name": "filesystem", "command": ["mcp-server-filesystem", "{workspace}"]}]
+    servers = [{"mcp_server_name": "filesystem", "command": ["mcp-server-filesystem", "{workspace}"]}]
     with ReplaySandbox(script) as model:
         setup = write_config(tmp_path, [github_forge], llm_section(model), mcp_servers=servers)
         result = run_cli(setup, "run", "--once")

@@ -39,7 +39,6 @@ from .conftest import (
     llm_section,
     load_for_service,
     secret_env,
-    workspace_server,
     write_config,
 )
 
@@ -234,7 +233,7 @@ def test_github_review_thread_request_hears_of_a_failed_start_in_the_thread(
     number = github_forge.open_task("change", "Greeting", "A PR.")
     root = state.add_review_comment(REPO, number, MAINTAINER, "Please add hello.txt next to this.", "README.md", 1)
     with ReplaySandbox({"replies": [{"done": "Never asked."}]}) as model:
-        setup = write_config(tmp_path, [github_forge], llm_section(model), mcp_servers=[workspace_server(), _BROKEN_SERVER])
+        setup = write_config(tmp_path, [github_forge], llm_section(model), mcp_servers=[_BROKEN_SERVER])
         [result] = _run_once(setup).results
 
     assert result.status == "failed"
@@ -255,7 +254,7 @@ def test_a_failed_start_whose_thread_cannot_be_read_is_answered_at_the_top(
     review_comments = rf"^GET /repos/{REPO}/pulls/{number}/comments$"
     github_forge.sandbox.faults.add(Fault(pattern=review_comments, count=100, status=403))
     with ReplaySandbox({"replies": [{"done": "Never asked."}]}) as model:
-        setup = write_config(tmp_path, [github_forge], llm_section(model), mcp_servers=[workspace_server(), _BROKEN_SERVER])
+        setup = write_config(tmp_path, [github_forge], llm_section(model), mcp_servers=[_BROKEN_SERVER])
         [result] = _run_once(setup).results
 
     assert result.status == "failed"
@@ -273,7 +272,7 @@ def test_gitlab_discussion_request_hears_of_a_failed_start_in_the_discussion(
     number = gitlab_forge.open_task("change", "Greeting", "An MR.")
     discussion = state.add_discussion(REPO, number, MAINTAINER, "Please add hello.txt here.")
     with ReplaySandbox({"replies": [{"done": "Never asked."}]}) as model:
-        setup = write_config(tmp_path, [gitlab_forge], llm_section(model), mcp_servers=[workspace_server(), _BROKEN_SERVER])
+        setup = write_config(tmp_path, [gitlab_forge], llm_section(model), mcp_servers=[_BROKEN_SERVER])
         [result] = _run_once(setup).results
 
     assert result.status == "failed"

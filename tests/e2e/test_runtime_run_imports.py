@@ -3,7 +3,7 @@ here), is imported in a worker thread, never on the event loop's thread: there i
 stop every other run's steps, every lease heartbeat and every webhook of the process for
 that long. `serve` loads it as it starts, before any task is found; `run --once` as its
 first run starts (a poll from cron that finds nothing loads nothing, see
-tests/unit/test_lazy_imports.py).
+benchmarks/bench_startup.py).
 
 Observed, not timed: a `sitecustomize` on the child's path records on which thread each
 of these packages is first imported (an audit hook), and the real CLI runs as a user runs

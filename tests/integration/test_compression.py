@@ -99,29 +99,3 @@ def test_a_failing_summary_request_falls_back_to_a_plain_list(tmp_path: Path) ->
     messages = asyncio.run(run())
     assert messages[2]["content"].startswith(SUMMARY_HEADING)
     assert "- assistant: Reading f0.py [called workspace/view]" in messages[2]["content"]
-
-
-def test_the_running_estimate_is_estimate_tokens_as_the_history_and_tools_change() -> None:
-    """The compressor estimates each message and the tool list once (by identity): its
-    figure must stay `estimate_tokens` of what is sent now, as messages are appended,
-    replaced by equal-looking new ones, dropped (a compression), and tools change."""
-    from coding_agent.llm.types import ToolSpec
-
-    async def nothing(_: list) -> str:  # type: ignore[type-arg]
-        return ""
-
-    compressor = Compressor(1000, 0.7, 5, nothing)
-    tools = [ToolSpec("workspace/view", "View", {"type": "object", "properties": {"path": {"type": "string"}}})]
-    messages: list[dict] = [{"role": "system", "content": "rules"}, {"role": "user", "content": "task ✓"}]  # type: ignore[type-arg]
-    for n in range(30):
-        call = {"id": f"c{n}", "type": "function", "function": {"name": "workspace/view", "arguments": {"path": f"f{n}"}}}
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        messages.append({"role": "tool", "tool_call_id": f"c{n}", "content": "x" * n})
-        assert compressor._estimate(messages, tools) == estimate_tokens(messages, tools)
-    messages[5] = {"role": "user", "content": "a much longer replacement " * 20}
-    assert compressor._estimate(messages, tools) == estimate_tokens(messages, tools)
-    del messages[2:40]
-    assert compressor._estimate(messages, tools) == estimate_tokens(messages, tools)
-    tools = [*tools, ToolSpec("workspace/create", "Create " * 50, {"type": "object"})]
-    assert compressor._estimate(messages, tools) == estimate_tokens(messages, tools)
-    assert compressor._estimate(messages, tools[:1]) == estimate_tokens(messages, tools[:1])

@@ -153,10 +153,9 @@ async def test_the_request_body_is_the_one_the_sdks_typed_create_sends(replay: R
 
 
 async def test_history_sent_again_follows_a_changed_tool_list(replay: Replay) -> None:
-    """Each message's wire form is made once and reused (by identity) while the tool list
-    stays; a new tool list can rename earlier calls on the wire (here a name colliding
-    with `workspace/create`'s plain form gives both a hash suffix), and the history sent
-    must then carry the new names."""
+    """A new tool list can rename earlier calls on the wire (here a name colliding with
+    `workspace/create`'s plain form gives both a hash suffix): the history sent must then
+    carry the new names, and the same names while the tool list stays."""
     sandbox = replay({"replies": [{"done": "one"}, {"done": "two"}, {"done": "three"}]})
     llm = create_llm_client(llm_config("openai", sandbox, True), FAST_RETRY)
     call = {"id": "c1", "type": "function", "function": {"name": "workspace/create", "arguments": {"path": "a"}}}

@@ -203,7 +203,7 @@ def test_the_proxy_socket_goes_to_the_builtin_server_in_both_forms() -> None:
     from coding_agent.agent.environment import is_workspace_server
     from coding_agent.config import MCPServerConfig, builtin_workspace_server
 
-    assert is_workspace_server(MCPServerConfig(**builtin_workspace_server()))
+    assert is_workspace_server(builtin_workspace_server())
     cli_form = MCPServerConfig(mcp_server_name="ws", command=["coding-agent", "mcp-workspace", "--root", "{workspace}"])
     assert is_workspace_server(cli_form)
     other = MCPServerConfig(mcp_server_name="fs", command=["npx", "@modelcontextprotocol/server-filesystem", "{workspace}"])

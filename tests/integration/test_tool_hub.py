@@ -13,7 +13,7 @@ from typing import TextIO
 import anyio
 import pytest
 
-from coding_agent.config import MCPServerConfig, ToolsConfig
+from coding_agent.config import MCPServerConfig, ToolsConfig, builtin_workspace_server
 from coding_agent.errors import ToolError
 from coding_agent.tools.hub import ToolHub, cap_output
 from coding_agent.tools.mcp_connection import Connection, Launch
@@ -23,15 +23,9 @@ from coding_agent.tools.workspace_server import WORKSPACE_SYSTEM_PROMPT
 TEST_SERVER_SCRIPT = Path(__file__).with_name("slow_mcp_server.py")
 
 
-def workspace_server(**overrides: object) -> MCPServerConfig:
-    return MCPServerConfig.model_validate(
-        {
-            "mcp_server_name": "workspace",
-            "command": [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"],
-            "system_prompt": WORKSPACE_SYSTEM_PROMPT,
-            **overrides,
-        }
-    )
+def workspace_server() -> MCPServerConfig:
+    """The built-in workspace server as the config adds it (in this process)."""
+    return builtin_workspace_server()
 
 
 def filesystem_server(**overrides: object) -> MCPServerConfig:

@@ -1,18 +1,17 @@
-"""The built-in workspace server inside the agent process (issue 13 item 4; SPEC 6, 15).
+"""The built-in workspace server inside the agent process (SPEC 6, 15).
 
-The hub runs this installation's built-in server on memory streams instead of starting
-an interpreter per run. These tests go through the real `ToolHub` with the documented
-config entries and check that the server really is in this process, and that it gives
-the model no reach the process server did not: `run` and git get no variable of this
-process's environment beyond the allow-list (this process holds the agent's tokens),
-and the file tools still refuse paths outside the root.
+The hub runs the built-in server the config adds (`BuiltinWorkspaceServerConfig`) on
+memory streams instead of starting an interpreter per run; an operator's own entry runs
+as the command it names, even when that command starts the same server. These tests go
+through the real `ToolHub` and check where the server runs, and that in this process it
+gives the model no reach the process server did not: `run` and git get no variable of
+this process's environment beyond the allow-list (this process holds the agent's
+tokens), and the file tools still refuse paths outside the root.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,23 +19,22 @@ from mcp.server.fastmcp import FastMCP
 from mcp.shared.memory import create_connected_server_and_client_session
 from mcp.types import TextContent
 
-from coding_agent.config import MCPServerConfig, ToolsConfig
-from coding_agent.errors import ToolError
+from coding_agent.config import ToolsConfig, builtin_workspace_server, parse_config
 from coding_agent.tools import workspace_server
 from coding_agent.tools.hub import ToolHub
-from coding_agent.tools.workspace_inprocess import _initialization_options
 from coding_agent.tools.workspace_server import create_server
 
 from .test_tool_hub import _processes_mentioning
 
 COMMANDS = {
-    "python -m": [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"],
+    "python -m": ["{python}", "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"],
     "coding-agent mcp-workspace": ["coding-agent", "mcp-workspace", "--root", "{workspace}"],
 }
-
-
-def builtin(command: list[str], **overrides: object) -> MCPServerConfig:
-    return MCPServerConfig.model_validate({"mcp_server_name": "workspace", "command": command, **overrides})
+MINIMAL = {
+    "task_source": "github",
+    "github": {"token": "t", "owner": "acme"},
+    "llm": {"provider": "openai", "openai": {"model": "m", "api_key": "k"}},
+}
 
 
 @pytest.fixture
@@ -47,9 +45,9 @@ def workspace(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("form", sorted(COMMANDS))
-async def test_both_documented_commands_run_the_server_in_this_process(workspace: Path, form: str) -> None:
-    async with ToolHub([builtin(COMMANDS[form])], ToolsConfig(), workspace) as hub:
+async def test_the_built_in_server_the_config_adds_runs_in_this_process(workspace: Path) -> None:
+    config = parse_config(MINIMAL, env={})
+    async with ToolHub(config.mcp_servers, config.tools, workspace) as hub:
         assert hub.server_pids() == {}
         assert _processes_mentioning(str(workspace)) == []  # no interpreter was started for it
         view = await hub.call("workspace/view", {"path": "readme.md"})
@@ -60,6 +58,17 @@ async def test_both_documented_commands_run_the_server_in_this_process(workspace
     assert status.is_error and "not a git repository" in status.text
 
 
+@pytest.mark.parametrize("form", sorted(COMMANDS))
+async def test_an_operators_own_workspace_entry_runs_as_the_command_it_names(workspace: Path, form: str) -> None:
+    data = {**MINIMAL, "mcp_servers": [{"mcp_server_name": "workspace", "command": COMMANDS[form]}]}
+    config = parse_config(data, env={})
+    async with ToolHub(config.mcp_servers, config.tools, workspace) as hub:
+        pids = hub.server_pids()
+        assert list(pids) == ["workspace"] and pids["workspace"] is not None
+        view = await hub.call("workspace/view", {"path": "readme.md"})
+    assert (view.text, view.is_error) == ("     1\t# demo", False)
+
+
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])
 async def test_run_gets_nothing_of_the_agent_processs_environment(
     workspace: Path, monkeypatch: pytest.MonkeyPatch, sandbox: str
@@ -68,8 +77,7 @@ async def test_run_gets_nothing_of_the_agent_processs_environment(
     monkeypatch.setenv("GITHUB_TOKEN", token)
     monkeypatch.setenv("UNLISTED_SETTING", "unlisted-" + secrets.token_hex(6))
     monkeypatch.setenv("TZ", f"UTC-{token}")  # an allow-listed name holding a secret is dropped too
-    command = [*COMMANDS["python -m"], "--sandbox", sandbox]
-    server = builtin(command, env={"LEAKY_HEADER": f"Bearer {token}"})
+    server = builtin_workspace_server(sandbox).model_copy(update={"env": {"LEAKY_HEADER": f"Bearer {token}"}})
     async with ToolHub([server], ToolsConfig(), workspace, secrets=[token]) as hub:
         result = await hub.call("workspace/run", {"command": "env > env.txt"})
     assert not result.is_error, result.text
@@ -87,7 +95,7 @@ async def test_the_file_tools_refuse_paths_outside_the_root(workspace: Path, tmp
     hidden = "OUTSIDE-" + secrets.token_hex(8)
     (outside / "secret.txt").write_text(hidden + "\n")
     (workspace / "link").symlink_to(outside)
-    async with ToolHub([builtin(COMMANDS["python -m"])], ToolsConfig(), workspace) as hub:
+    async with ToolHub([builtin_workspace_server()], ToolsConfig(), workspace) as hub:
         results = [
             await hub.call("workspace/view", {"path": "../outside/secret.txt"}),
             await hub.call("workspace/view", {"path": str(outside / "secret.txt")}),
@@ -100,24 +108,6 @@ async def test_the_file_tools_refuse_paths_outside_the_root(workspace: Path, tmp
     assert all(hidden not in r.text for r in results)
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
     assert not (tmp_path / "planted.txt").exists()
-
-
-async def test_a_bad_command_line_is_a_startup_error_naming_it(workspace: Path) -> None:
-    missing = str(workspace / "missing")
-    command = [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", missing]
-    with pytest.raises(ToolError, match=r"'workspace'.*could not be started.*is not a directory"):
-        async with ToolHub([builtin(command)], ToolsConfig(), workspace):
-            pass
-
-
-async def test_a_relative_root_is_the_workspace_as_for_a_process(workspace: Path) -> None:
-    command = [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", "."]
-    async with ToolHub([builtin(command)], ToolsConfig(), workspace) as hub:
-        view = await hub.call("workspace/view", {"path": "readme.md"})
-        ran = await hub.call("workspace/run", {"command": "pwd"})
-    assert (view.text, view.is_error) == ("     1\t# demo", False)
-    assert str(workspace) in ran.text.splitlines()
-    assert os.getcwd() != str(workspace)
 
 
 # -- the tools built once per process (create_server's templates) ---------------------
@@ -172,10 +162,3 @@ async def test_servers_built_from_the_templates_work_in_their_own_root(
         assert texts[0] == f"     1\t{root.name}"
         assert str(root) in texts[1].splitlines()
     assert [(root / "notes.txt").read_text() for root in roots] == ["first\n", "second\n"]
-
-
-def test_the_in_process_handshake_announces_what_the_sdk_would(workspace: Path) -> None:
-    sdk = create_server(workspace)._mcp_server.create_initialization_options()  # noqa: SLF001
-    ours = _initialization_options(create_server(workspace))
-    assert ours == sdk
-    assert ours.server_version not in ("", "unknown")

@@ -6,13 +6,12 @@ CPU here (0.43 s openai, 0.33 s MCP, on a 2-core VM). Imported on the event loop
 thread, as they were by the first run that used them, they stalled everything else the
 process does for that long: the other runs' steps, the lease heartbeats, the webhooks.
 In a worker thread the event loop goes on between the import's bytecodes (the GIL is
-handed over every few milliseconds).
+handed over every few milliseconds). Measured in docs/performance.md.
 
 When: `serve` and `worker` start loading as they start, before any task comes
 (`load_soon`); `run --once` as its first task is picked up, so that a poll from cron
-that finds nothing loads nothing (tests/unit/test_lazy_imports.py). Every run waits for
-the load (`loaded`) before it builds its model client. Once loaded, the heap is settled
-(`heap.py`): what was just imported lives as long as the process.
+that finds nothing loads nothing (benchmarks/bench_startup.py). Every run waits for
+the load (`loaded`) before it builds its model client.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import asyncio
 import logging
 
 from coding_agent.config import LLMConfig
-from coding_agent.heap import settle_heap
 from coding_agent.llm.factory import load_client_library
 
 __all__ = ["RunLibraries"]
@@ -43,8 +41,6 @@ class RunLibraries:
         """Blocking: in a worker thread."""
         load_client_library(self._llm)
         import coding_agent.tools.hub  # noqa: F401 - the MCP SDK, for the runs' tool hubs
-
-        settle_heap()
 
     def _task(self) -> asyncio.Task[None]:
         loop = asyncio.get_running_loop()

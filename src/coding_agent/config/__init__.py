@@ -24,6 +24,7 @@ from coding_agent.config.llm import (
     ProviderName,
 )
 from coding_agent.config.tools import (
+    BuiltinWorkspaceServerConfig,
     MCPServerConfig,
     WORKSPACE_SYSTEM_PROMPT,
     builtin_workspace_server,
@@ -80,6 +81,7 @@ __all__ = [
     "LLMConfig",
     "OpenAICompatibleConfig",
     "OllamaConfig",
+    "BuiltinWorkspaceServerConfig",
     "MCPServerConfig",
     "WORKSPACE_SYSTEM_PROMPT",
     "builtin_workspace_server",

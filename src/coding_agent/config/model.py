@@ -38,6 +38,7 @@ from coding_agent.config.service_sections import (
 )
 from coding_agent.config.tools import (
     BUILTIN_SERVER_NAME,
+    BuiltinWorkspaceServerConfig,
     MCPServerConfig,
     ToolsConfig,
     builtin_workspace_server,
@@ -109,13 +110,16 @@ class AgentConfig(_Strict):
         # SPEC 6: configuring a server never removes the built-in one; an entry of the
         # operator's own named `workspace` takes its place (their command, their allow-list).
         if self.tools.builtin_workspace and BUILTIN_SERVER_NAME not in names:
-            self.mcp_servers.insert(0, MCPServerConfig(**builtin_workspace_server()))
+            self.mcp_servers.insert(0, builtin_workspace_server(self.security.sandbox))
             names.insert(0, BUILTIN_SERVER_NAME)
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"mcp_servers: duplicate mcp_server_name {', '.join(duplicates)}")
-        # The built-in workspace server sandboxes `run` as security.sandbox says.
+        # An operator's own entry that starts the workspace server sandboxes `run` as
+        # security.sandbox says, like the built-in one.
         for server in self.mcp_servers:
+            if isinstance(server, BuiltinWorkspaceServerConfig):
+                continue
             command = with_sandbox_mode(server.command, self.security.sandbox)
             if command != server.command:
                 server.command = command

@@ -5,7 +5,7 @@ unless `tools.builtin_workspace` is false) and `tools`.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -14,6 +14,7 @@ from coding_agent.prompts.prompting import text
 
 __all__ = [
     "BUILTIN_SERVER_NAME",
+    "BuiltinWorkspaceServerConfig",
     "MCPServerConfig",
     "WORKSPACE_SYSTEM_PROMPT",
     "builtin_workspace_server",
@@ -45,28 +46,46 @@ class MCPServerConfig(_Strict):
 
 WORKSPACE_SYSTEM_PROMPT = text("workspace_server.j2")
 BUILTIN_SERVER_NAME = "workspace"
+WORKSPACE_SERVER_MODULE = "coding_agent.tools.workspace_server"
+SandboxMode = Literal["bwrap", "none"]
 
 
-def builtin_workspace_server() -> dict[str, Any]:
-    """The `mcp_servers` entry that starts the built-in workspace server for a run.
+class BuiltinWorkspaceServerConfig(MCPServerConfig):
+    """The built-in workspace server as the config itself adds it (`tools.builtin_workspace`).
 
-    It runs with this interpreter, so it works whether or not `coding-agent` is on PATH.
+    This type is the hub's one reason to run a server inside the agent process (one
+    server per run on memory streams, no interpreter start per run): it is made only in
+    code, never read from a config file, so an operator's own entry always runs as the
+    command it names. `command` is the same server as a process (what `doctor` and the
+    logs name), with the same `sandbox`.
     """
-    return {
-        "mcp_server_name": BUILTIN_SERVER_NAME,
-        "command": [sys.executable, "-m", "coding_agent.tools.workspace_server", "--root", "{workspace}"],
-        "system_prompt": WORKSPACE_SYSTEM_PROMPT,
-    }
+
+    sandbox: SandboxMode = "bwrap"
 
 
-_WORKSPACE_SERVER_MARKERS = ("coding_agent.tools.workspace_server", "mcp-workspace")
+def builtin_workspace_server(sandbox: SandboxMode = "bwrap") -> BuiltinWorkspaceServerConfig:
+    """The built-in workspace server of a run, its `run` sandboxed as `sandbox` says.
+
+    Its process form runs with this interpreter, so it works whether or not `coding-agent`
+    is on PATH.
+    """
+    return BuiltinWorkspaceServerConfig(
+        mcp_server_name=BUILTIN_SERVER_NAME,
+        command=[sys.executable, "-m", WORKSPACE_SERVER_MODULE, "--root", "{workspace}", "--sandbox", sandbox],
+        system_prompt=WORKSPACE_SYSTEM_PROMPT,
+        sandbox=sandbox,
+    )
+
+
+_WORKSPACE_SERVER_MARKERS = (WORKSPACE_SERVER_MODULE, "mcp-workspace")
 
 
 def with_sandbox_mode(command: list[str], mode: str) -> list[str]:
     """`command` with `--sandbox MODE` when it starts the built-in workspace server, else as is.
 
-    The operator chooses the mode once (`security.sandbox`); every entry that runs the
-    built-in server gets it, whatever the entry itself says.
+    The operator chooses the mode once (`security.sandbox`); an entry of their own that
+    starts the workspace server as a process gets it too, whatever the entry itself says,
+    so that no entry can run the model's commands less sandboxed than `security.sandbox`.
     """
     if not any(marker in part for part in command for marker in _WORKSPACE_SERVER_MARKERS):
         return command

@@ -102,34 +102,11 @@ class Compressor:
         self._summarize = summarize
         self._clock = clock
         self.compressions = 0
-        # `estimate_tokens` of the history before every request, each message estimated
-        # once (by identity: a message is never changed once in the history) and the tool
-        # list once: the whole history (its tool calls JSON-encoded) and every tool's
-        # schema were encoded again at every step.
-        self._message_estimates: dict[int, tuple[Message, int]] = {}
-        self._tools_estimate: tuple[tuple[ToolSpec, ...], int] = ((), 0)
-
-    def _estimate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
-        """`estimate_tokens(messages, tools)`, from what the last call estimated."""
-        known, kept = self._message_estimates, {}
-        total = 0
-        for message in messages:
-            entry = known.get(id(message))
-            if entry is None or entry[0] is not message:
-                entry = (message, _message_tokens(message))
-            kept[id(message)] = entry
-            total += entry[1]
-        self._message_estimates = kept
-        listed, estimate = self._tools_estimate
-        if len(listed) != len(tools) or any(a is not b for a, b in zip(listed, tools)):
-            listed, estimate = tuple(tools), _tools_tokens(tools)
-            self._tools_estimate = (listed, estimate)
-        return total + estimate
 
     async def maybe_compress(self, llm: LLMClient, files: RunContextFiles) -> bool:
         """Compress `llm.messages` in place when over the limit; True when it did."""
         messages = llm.messages
-        before = self._estimate(messages, llm.tools)
+        before = estimate_tokens(messages, llm.tools)
         if before <= self.limit:
             return False
         head = _head_length(messages)
@@ -147,7 +124,7 @@ class Compressor:
         kept = len(messages) - cut
         compressed = [*messages[:head], {"role": "user", "content": f"{SUMMARY_HEADING}\n{summary}"}, *messages[cut:]]
         llm.messages[:] = compressed
-        after = self._estimate(compressed, llm.tools)
+        after = estimate_tokens(compressed, llm.tools)
         self.compressions += 1
         files.record_summary(
             {

@@ -93,18 +93,13 @@ class OpenAICompatibleClient(LLMClient):
         self._base_url = base_url.rstrip("/")
         self._api_key = api_key or (LMSTUDIO_DEFAULT_API_KEY if provider == "lmstudio" else _NO_API_KEY)
         self._client = _sdk_client(self._base_url, self._api_key, timeout_seconds)
-        # The codec of the last tool list, and each history message's wire form under it
-        # (by identity; a message is never changed once in the history): converting the
-        # whole history at every request cost O(history) a step, a JSON encoding of every
-        # past tool call's arguments included.
-        self._codec: tuple[tuple[str, ...], ToolNameCodec] | None = None
-        self._wire: dict[int, tuple[Message, dict[str, Any]]] = {}
+        self._codec: tuple[tuple[str, ...], ToolNameCodec] | None = None  # of the last tool list
 
     async def _complete(self, messages: list[Message], tools: list[ToolSpec]) -> LLMReply:
         codec = self._codec_of(tools)
         request: dict[str, Any] = {
             "model": self.model,
-            "messages": self._wire_messages(messages, codec),
+            "messages": [self._wire_message(message, codec) for message in answer_unanswered_tool_calls(messages)],
             "max_tokens": self._max_tokens,
             "temperature": self._temperature,
         }
@@ -130,30 +125,15 @@ class OpenAICompatibleClient(LLMClient):
         names = tuple(tool.name for tool in tools)
         if self._codec is None or self._codec[0] != names:
             self._codec = (names, ToolNameCodec(names))
-            self._wire = {}  # wire forms hold encoded names: made again under the new codec
         return self._codec[1]
-
-    def _wire_messages(self, messages: list[Message], codec: ToolNameCodec) -> list[dict[str, Any]]:
-        """The history in OpenAI form, each message converted once (see `__init__`); only
-        the messages of this request are kept for the next one."""
-        known, kept = self._wire, {}
-        wire_messages = []
-        for message in answer_unanswered_tool_calls(messages):
-            entry = known.get(id(message))
-            if entry is None or entry[0] is not message:
-                entry = (message, self._wire_message(message, codec))
-            kept[id(message)] = entry
-            wire_messages.append(entry[1])
-        self._wire = kept
-        return wire_messages
 
     async def _create(self, request: dict[str, Any]) -> Any:
         """One chat completion. All but `model` goes as `extra_body`, which the SDK sends as
         it is: `create`'s own arguments are run through `async_maybe_transform`, a typed
-        walk of every message of the history that cost ~10 ms a step at 80 messages (more
-        than all the rest of the host's work), and our request is plain JSON already
-        (nothing to alias, no dates or files), so the walk changed nothing. The body sent
-        is the same, key order included (tests/integration/test_llm_providers.py)."""
+        walk of every message of the history that costs more than all the rest of the
+        host's work per step (figures in docs/performance.md), and our request is plain
+        JSON already (nothing to alias, no dates or files), so the walk changes nothing.
+        The body sent is the same, key order included (tests/integration/test_llm_providers.py)."""
         rest = {key: value for key, value in request.items() if key != "model"}
         try:
             return await self._client.chat.completions.create(model=request["model"], messages=[], extra_body=rest)

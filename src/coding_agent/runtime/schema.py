@@ -34,7 +34,7 @@ __all__ = ["HEAD", "migrate", "schema_version", "head_version"]
 def _newest_revision() -> str:
     """The newest revision in migrations/versions/, from the file names alone.
 
-    Each migration is `NNNN_<what>.py` with revision "NNNN" (tests/unit/test_lazy_imports.py
+    Each migration is `NNNN_<what>.py` with revision "NNNN" (tests/unit/test_schema_head.py
     checks that the newest is Alembic's head). Read from the directory, not written down
     here: a constant forgotten at a new migration would leave every database one step
     behind, since a store "at HEAD" is not migrated.

@@ -8,9 +8,9 @@ straight to the session (requests are multiplexed by id), so a call costs what a
 client's call costs plus a cancel scope.
 
 The transport is the official SDK's stdio client, wrapped per server by
-`tools/mcp_connection.py` (process group, stderr, pid); this installation's built-in
-workspace server instead runs in this process on memory streams
-(`tools/workspace_inprocess.py`: no interpreter start per run). `tools/mcp_server.py`
+`tools/mcp_connection.py` (process group, stderr, pid); the built-in workspace server
+the config adds (`BuiltinWorkspaceServerConfig`) instead runs in this process on memory
+streams (`tools/workspace_inprocess.py`: no interpreter start per run). `tools/mcp_server.py`
 keeps each server across its one restart; this module holds the servers, the tool
 index and the call results.
 

@@ -3,7 +3,7 @@ ever one that finished its handshake), starting it within the startup timeout, a
 one restart when a call finds it broken, after which it is down for the run.
 
 The hub (`tools/hub.py`) holds one per server; the transport is `mcp_connection.py` (a
-process on stdio), or `workspace_inprocess.py` for this installation's built-in server.
+process on stdio), or `workspace_inprocess.py` for the built-in server the config adds.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 
 from mcp import types as mcp_types
 
-from coding_agent.config import MCPServerConfig
+from coding_agent.config import BuiltinWorkspaceServerConfig, MCPServerConfig
 from coding_agent.errors import ToolError
 from coding_agent.tools.mcp_connection import Broken, Connection, Launch
 from coding_agent.tools.mcp_session import SessionHolder
-from coding_agent.tools.workspace_inprocess import InProcessConnection, in_process_arguments
+from coding_agent.tools.workspace_inprocess import InProcessConnection
 
 __all__ = ["ManagedServer", "ServerDown", "connect"]
 
@@ -31,11 +31,11 @@ class ServerDown(Exception):
     """The server died again after its one restart."""
 
 
-def connect(launch: Launch, secrets: Sequence[str]) -> SessionHolder:
-    """The built-in workspace server of this installation in this process; any other in a process."""
-    arguments = in_process_arguments(launch.argv)
-    if arguments is not None:
-        return InProcessConnection(launch, arguments, secrets)
+def connect(config: MCPServerConfig, launch: Launch, secrets: Sequence[str]) -> SessionHolder:
+    """The built-in workspace server the config adds in this process; every other entry,
+    an operator's own workspace server command included, as the process it names."""
+    if isinstance(config, BuiltinWorkspaceServerConfig):
+        return InProcessConnection(launch, config, secrets)
     return Connection(launch, secrets)
 
 
@@ -53,7 +53,7 @@ class ManagedServer:
         self.down = False
 
     async def start(self, timeout: float) -> SessionHolder:
-        connection = connect(self.launch, self._secrets)
+        connection = connect(self.config, self.launch, self._secrets)
         self._starting = connection
         connection.start()
         try:

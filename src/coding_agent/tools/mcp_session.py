@@ -96,10 +96,12 @@ class SessionHolder:
         self.ready.set()
         self._finished.set()
 
-    async def _hold(self, session: ClientSession) -> None:
-        """Handshake, list the tools, then keep the session until a stop is asked or it ends."""
+    async def _hold(self, session: ClientSession, *, handshake_done: bool = False) -> None:
+        """Handshake (unless the transport did it), list the tools, then keep the session
+        until a stop is asked or it ends."""
         try:
-            await session.initialize()
+            if not handshake_done:
+                await session.initialize()
             self.tools = await self._list_tools(session)
         except Exception as error:  # reported through startup_error
             await self._startup_failed(error)

@@ -28,7 +28,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, ParamSpec
+from typing import Any, ParamSpec
 
 import anyio.to_thread
 from mcp.server.fastmcp import FastMCP
@@ -43,7 +43,6 @@ from coding_agent.tools.workspace_files import Workspace, WorkspaceError
 
 __all__ = [
     "WORKSPACE_SYSTEM_PROMPT",
-    "ArgumentsRefused",
     "Workspace",
     "WorkspaceError",
     "create_server",
@@ -316,33 +315,9 @@ def create_server(
     return FastMCP("workspace", instructions=WORKSPACE_SYSTEM_PROMPT, log_level="WARNING", tools=tools)
 
 
-class ArgumentsRefused(ValueError):
-    """The server's command line is wrong (raised by `parse_arguments` instead of exiting)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *, raise_errors: bool, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._raise_errors = raise_errors
-
-    def error(self, message: str) -> NoReturn:
-        if self._raise_errors:
-            raise ArgumentsRefused(message)
-        super().error(message)
-
-
-def parse_arguments(
-    argv: Sequence[str] | None = None, *, raise_errors: bool = False, cwd: Path | None = None
-) -> argparse.Namespace:
-    """The server's options: `root`, `sandbox`, `git_dir`. One parser for both transports.
-
-    `raise_errors`: raise `ArgumentsRefused` instead of printing usage and exiting (the
-    in-process server reports it as a startup error, as a failed process would be).
-    `cwd`: what relative paths are relative to (the process's own directory by default;
-    the in-process server passes the directory a process would have been started in).
-    """
-    parser = _Parser(
-        raise_errors=raise_errors,
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The server's options as a process: `root`, `sandbox`, `git_dir`."""
+    parser = argparse.ArgumentParser(
         prog="coding-agent mcp-workspace",
         description="The built-in workspace MCP server (stdio).",
     )
@@ -355,11 +330,10 @@ def parse_arguments(
     )
     parser.add_argument("--git-dir", help="the repository's git directory (default: <parent>.git-dirs/<name>)")
     options = parser.parse_args(argv)
-    base = cwd or Path()
-    if not (base / options.root).is_dir():
+    if not Path(options.root).is_dir():
         parser.error(f"--root {options.root!r} is not a directory")
-    options.root = base / options.root
-    options.git_dir = base / options.git_dir if options.git_dir else None
+    options.root = Path(options.root)
+    options.git_dir = Path(options.git_dir) if options.git_dir else None
     return options
 
 
