@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from coding_agent.agent.steering.pause import REQUEST_READ_SECONDS
+from coding_agent.agent.steering.interrupts import REQUEST_READ_SECONDS
 from coding_agent.testing.faults import Fault
 from coding_agent.testing.replay_model import ReplaySandbox
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.agent.steering.control import pending_reply
+from coding_agent.agent.steering.state import pending_reply
 from coding_agent.agent.steering.state import HISTORY_FILE, STATE_FILE, RunState, StateWriter, load_state
 from coding_agent.context.storage import ContextStorage, append_text
 from coding_agent.redaction import Redactor

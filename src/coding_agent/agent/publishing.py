@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from coding_agent.agent.loop import LoopOutcome
-from coding_agent.agent.reporter import IssueReporter
+from coding_agent.agent.steering.endings import IssueWriter
 from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError, ForgeError
 from coding_agent.prompts.notices import Language, notice
@@ -21,12 +21,11 @@ from coding_agent.sources.lifecycle import transition
 
 __all__ = ["publish_outcome", "give_up"]
 
-# The runner's logger: these lines read as the run's, as before they moved here.
-log = logging.getLogger("coding_agent.agent.runner")
+log = logging.getLogger(__name__)
 
 
 async def publish_outcome(
-    source: Source, task: Task, reporter: IssueReporter, outcome: LoopOutcome, language: Language, redactor: Redactor
+    source: Source, task: Task, reporter: IssueWriter, outcome: LoopOutcome, language: Language, redactor: Redactor
 ) -> tuple[str | None, str]:
     """Final comment and label: the run status, or None and why when the forge failed us.
 
