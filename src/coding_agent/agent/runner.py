@@ -8,10 +8,10 @@ happened (never a stack trace or a secret), and its context moved to `completed/
 Its parts live beside it: `reporter.py` (the run's comments, and where it answers),
 `trust.py` (the conversation, and whose words are trusted), `ledger.py` (the run's
 progress writes and its lease), `steering/` (checkpoints, pause, stop, the final
-comment once), `run_setup.py` (planning's policy, the first turn), `publishing.py` (the
-final comment and label). The stages of a run follow each other here, in order: `run`
-starts it (`_start`), works it (`_attempt`, `_work`, `_prompt`) and ends it
-(`_publish`, or steering's endings).
+comment once), and `run_setup.py` (planning's policy, the first turn). The stages of a run
+follow each other here, in order: `run` starts it (`_start`), works it (`_attempt`,
+`_work`, `_prompt`) and has steering end it (`steering/endings.py`: the final comment
+and label, or a pause or a stop).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from coding_agent.agent.ledger import RunLedger
 from coding_agent.agent.loop import LoopLimits, LoopOutcome, run_loop
 from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
 from coding_agent.agent.planning import PlanningPolicy, render_instructions
-from coding_agent.agent.publishing import give_up, publish_outcome
 from coding_agent.agent.reporter import IssueReporter
 from coding_agent.agent.run_libraries import RunLibraries
 from coding_agent.agent.run_setup import first_turn_for, planner_for
@@ -56,10 +55,6 @@ from coding_agent.sources.factory import retry_policy
 __all__ = ["TaskRunner", "RunResult", "IssueReporter"]
 
 log = logging.getLogger(__name__)
-
-# Publications of an outcome (final comment, label) before the run gives up and ends failed.
-MAX_PUBLISH_ATTEMPTS = 3
-
 
 @dataclass(frozen=True)
 class RunResult:
@@ -153,11 +148,14 @@ class TaskRunner:
         outcome, llm, interruption = await self._attempt(run, ready)
         try:
             if interruption is None:
-                return await self._publish(run, outcome)
-            status, context_dir = await run.steering.interrupted(interruption, llm)
-            if status == "stopped":
+                status, context_dir = await run.steering.publish(outcome)
+                steps = outcome.steps
+            else:
+                status, context_dir = await run.steering.interrupted(interruption, llm)
+                steps = run.steering.steps
+            if status in ("done", "failed", "stopped"):  # a paused or finishing run's clone is kept
                 await self._discard_clone(run.workspace)
-            return run.result(status, run.steering.steps, context_dir)
+            return run.result(status, steps, context_dir)
         except LeaseLost as lost:  # the store came back after an outage longer than the lease
             status, context_dir = await run.steering.interrupted(lost, llm)
             return run.result(status, run.steering.steps, context_dir)
@@ -354,43 +352,6 @@ class TaskRunner:
         await run.steering.begin(conversation.comments, conversation.threads, conversation.trust)
         if (setup_note := environment.progress_note()) is not None:
             await run.steering.reporter().step_comment(setup_note)
-
-    async def _publish(self, run: _Run, outcome: LoopOutcome) -> RunResult:
-        """Record the outcome, then publish it (final comment, label) and end the run."""
-        config, files, steering = self._config, run.files, run.steering
-        # Redacted before anything stores it: the state store keeps the outcome to publish
-        # (run_marks.final_body) and a failed run's reason (runs.error).
-        outcome = replace(outcome, comment=self._redactor.text(outcome.comment))
-        await steering.record_outcome(outcome)
-        status, failure = await publish_outcome(
-            run.source, run.task, steering.reporter(), outcome, config.language, self._redactor
-        )
-        if status is None:
-            attempts = int(files.metadata.get("publish_attempts", 0)) + 1
-            if attempts < MAX_PUBLISH_ATTEMPTS:
-                return await self._leave_finishing(run, outcome.steps, attempts)
-            status = await give_up(run.source, run.task, attempts, failure, config.language, self._redactor)
-        await steering.finished(status)
-        files.write_metadata(status=status, steps=outcome.steps)
-        context_dir = files.move_to("completed")
-        error = None if status == "done" else outcome.comment
-        await run.ledger.stored(self._store.finish_run, files.run_uuid, status, outcome.steps, error)
-        await run.ledger.stored(self._store.release_lease, run.key, self._owner)
-        log.info("%s: run %s ended %s after %d steps", run.key, files.run_uuid, status, outcome.steps)
-        await self._discard_clone(run.workspace)
-        return run.result(status, outcome.steps, context_dir)
-
-    async def _leave_finishing(self, run: _Run, steps: int, attempts: int) -> RunResult:
-        """The outcome is recorded (run_marks) but not out: let the next cycle publish it.
-
-        The run stays `running` without a lease, which is what `Recovery` takes over: any
-        worker's next cycle continues it from its recorded outcome (the final comment is
-        not posted twice: its posting is marked in the store).
-        """
-        run.files.write_metadata(publish_attempts=attempts)
-        await run.ledger.stored(self._store.release_lease, run.key, self._owner)
-        log.warning("%s: run %s is finishing; its outcome is published at the next cycle", run.key, run.files.run_uuid)
-        return run.result("finishing", steps, run.files.directory)
 
     async def _discard_clone(self, workspace: Path) -> None:
         """Delete an ended run's clone (the port honours `workspace.keep_finished`). A

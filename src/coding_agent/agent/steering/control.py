@@ -322,16 +322,13 @@ class RunSteering:
 
     # -- publishing ----------------------------------------------------------------
 
-    async def record_outcome(self, outcome: LoopOutcome) -> None:
-        """Remember the outcome before publishing it: a worker taking over publishes it too."""
-        await self._endings.record(outcome)
-
-    async def finished(self, status: str) -> None:
-        """After the final comment and label: the progress comment's last state (a run
-        continued only to publish its recorded outcome never ran `begin`)."""
-        if self.progress is not None:
-            self._adopt_progress_comment()
-            await self.progress.finish(status)
+    async def publish(self, outcome: LoopOutcome) -> tuple[str, Path]:
+        """Publish a done or failed outcome and end the run; returns (run status, context
+        directory), "finishing" when the next cycle is to publish it again. A run
+        continued only to publish its recorded outcome never ran `begin`: its progress
+        comment is adopted here."""
+        self._adopt_progress_comment()
+        return await self._endings.publish(outcome, self.progress)
 
     async def interrupted(self, error: RunInterrupted, llm: LLMClient | None) -> tuple[str, Path]:
         """Publish a pause or a stop; returns (run status, context directory)."""

@@ -1,11 +1,17 @@
-"""How a run's words reach its task at the end (SPEC 8.2, 8.3): the final comment, posted
-at most once per run, ever; the reporter around it; and the publication of a pause or a
-stop, the two endings that are not done/failed.
+"""How a run ends on its task: the final comment, posted at most once per run, ever; the
+reporter around it; the publication of a done or failed outcome, of a pause and of a
+stop (SPEC 7, 8.2, 8.3).
 
 The outcome is recorded in the state store before it is published, so a worker taking a
 run over publishes the same words; the store's mark says whether the comment is out; a
 takeover whose predecessor died between posting and marking looks on the forge first.
 Step comments fold into the progress comment when it is enabled.
+
+A final comment the forge refuses for good (a 4xx: it will refuse it again) is replaced
+by a failure notice that says why. Anything else that fails (5xx streaks, timeouts, a
+forbidden label write) leaves the outcome to publish again: the run stays `finishing`,
+without a lease, which is what `Recovery` takes over at any worker's next cycle; after
+the last attempt the run gives up and ends the task failed as far as the forge lets it.
 
 A pause saves everything, says so on the task with the resume hint, labels it paused and
 leaves the context in `paused/`; a stop posts the stop notice as the final comment,
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,16 +36,19 @@ from coding_agent.agent.steering.state import Continuation, RunSaver
 from coding_agent.context.storage import RunContextFiles
 from coding_agent.domain.ports import RunCheckout, RunStore
 from coding_agent.domain.tasks import Task
-from coding_agent.errors import AgentError
+from coding_agent.errors import AgentError, ForgeError
 from coding_agent.llm.base import LLMClient
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import transition
 
-__all__ = ["IssueWriter", "StoreCall", "RunEndings", "RunReporter"]
+__all__ = ["IssueWriter", "StoreCall", "RunEndings", "RunReporter", "MAX_PUBLISH_ATTEMPTS"]
 
 log = logging.getLogger(__name__)
+
+# Publications of an outcome (final comment, label) before the run gives up and ends failed.
+MAX_PUBLISH_ATTEMPTS = 3
 
 # How a run calls its store: `await stored(store.method, *args)`, the blocking call in a
 # worker thread (the runner's is `RunLedger.stored`, which waits through an outage).
@@ -111,6 +121,81 @@ class RunEndings:
             log.warning("%s: could not look for an earlier final comment: %s", self._key, error)
             return False
         return any(self._detector.is_bot_comment(c) and c.body.strip() == expected for c in comments)
+
+    # -- done or failed --------------------------------------------------------------
+
+    async def publish(self, outcome: LoopOutcome, progress: ProgressComment | None) -> tuple[str, Path]:
+        """Record the outcome, then publish it (final comment, label) and end the run:
+        (run status, context directory); "finishing" when the forge failed us and the
+        next cycle publishes it again."""
+        # Redacted before anything stores it: the state store keeps the outcome to publish
+        # (run_marks.final_body) and a failed run's reason (runs.error).
+        outcome = replace(outcome, comment=self._redactor.text(outcome.comment))
+        await self.record(outcome)
+        status, failure = await self._publish_outcome(outcome)
+        if status is None:
+            attempts = int(self._files.metadata.get("publish_attempts", 0)) + 1
+            if attempts < MAX_PUBLISH_ATTEMPTS:
+                return "finishing", await self._leave_finishing(attempts)
+            status = await self._give_up(attempts, failure)
+        if progress is not None:
+            await progress.finish(status)
+        key, run_uuid = self._key, self._files.run_uuid
+        self._files.write_metadata(status=status, steps=outcome.steps)
+        directory = self._files.move_to("completed")
+        error = None if status == "done" else outcome.comment
+        await self._stored(self._store.finish_run, run_uuid, status, outcome.steps, error)
+        await self._stored(self._store.release_lease, key, self._owner)
+        log.info("%s: run %s ended %s after %d steps", key, run_uuid, status, outcome.steps)
+        return status, directory
+
+    async def _publish_outcome(self, outcome: LoopOutcome) -> tuple[str | None, str]:
+        """Final comment and label: the run status, or None and why when the forge failed us."""
+        labels, language = self._source.labels, self._language
+        if outcome.status == "done":
+            comment, label = outcome.comment.strip() or "Done.", labels.done_label
+        else:
+            comment = notice("failed", language, reason=outcome.comment, label=labels.failed_label)
+            label = labels.failed_label
+        status = outcome.status
+        try:
+            try:
+                await self.post_final(comment)
+            except ForgeError as refused:  # a 4xx (TransientError is not a ForgeError)
+                reason = self._redactor.text(f"the forge refused the final comment: {refused}")
+                log.error("%s: %s", self._key, reason)
+                await self.post_final(notice("failed", language, reason=reason, label=labels.failed_label))
+                status, label = "failed", labels.failed_label
+            await transition(self._source, self._task.key, label, [labels.processing_label])
+        except AgentError as error:
+            failure = self._redactor.text(str(error))
+            log.error("%s: could not publish the outcome (%s): %s", self._key, status, failure)
+            return None, failure
+        return status, ""
+
+    async def _leave_finishing(self, attempts: int) -> Path:
+        """The outcome is recorded (run_marks) but not out: let the next cycle publish it
+        (the final comment is not posted twice: its posting is marked in the store)."""
+        self._files.write_metadata(publish_attempts=attempts)
+        await self._stored(self._store.release_lease, self._key, self._owner)
+        log.warning("%s: run %s is finishing; its outcome is published at the next cycle", self._key, self._files.run_uuid)
+        return self._files.directory
+
+    async def _give_up(self, attempts: int, failure: str) -> str:
+        """After `attempts` failed publications: a failure comment and label, as far as the forge lets us."""
+        labels, source, key = self._source.labels, self._source, self._task.key
+        reason = f"the forge refused the run's outcome {attempts} times (last: {failure})"
+        log.error("%s: %s; the run ends failed", key, reason)
+        text = notice("failed", self._language, reason=reason, label=labels.failed_label)
+        for write in (
+            lambda: source.post_comment(key, self._redactor.text(text)),
+            lambda: transition(source, key, labels.failed_label, [labels.processing_label]),
+        ):
+            try:
+                await write()
+            except AgentError as error:
+                log.error("%s: %s", key, self._redactor.text(str(error)))
+        return "failed"
 
     # -- pause and stop --------------------------------------------------------------
 
