@@ -162,8 +162,17 @@ class RunSteering:
         self.progress = self._progress_comment(source, task) if config.progress_comment.enabled else None
         self._saver = RunSaver(files, controls.redactor, workspace, task, requester, state, self._standing)
         self._endings = RunEndings(
-            controls.store, self._stored, controls.owner, source, task, files, controls.redactor,
-            config.language, continuation, self._detector, inner,
+            controls.store,
+            self._stored,
+            controls.owner,
+            source,
+            task,
+            files,
+            controls.redactor,
+            config.language,
+            continuation,
+            self._detector,
+            inner,
         )
         self._reporter = RunReporter(self._endings, self.progress, inner)
         # Seeded so that the first checkpoint, whichever it is, asks the forge (None: the

@@ -200,7 +200,12 @@ class RunEndings:
     # -- pause and stop --------------------------------------------------------------
 
     async def pause(
-        self, error: RunPaused, llm: LLMClient, steps: int, saver: RunSaver, work: RunCheckout | None,
+        self,
+        error: RunPaused,
+        llm: LLMClient,
+        steps: int,
+        saver: RunSaver,
+        work: RunCheckout | None,
         progress: ProgressComment | None,
     ) -> Path:
         """Save everything, say so on the task, label it paused; the context's new directory."""
