@@ -217,8 +217,14 @@ class RunEndings:
         if error.reason == "operator":
             await self._stored(self._store.clear_control_request, key)
         resume = notice("resume_manual", language, key=key) if error.hold else notice("resume_auto", language)
-        reason = notice(f"pause_reason_{error.reason}", language)
-        text = notice("paused", language, reason=reason, time=at, turns=steps, resume=resume)
+        text = notice(
+            "paused",
+            language,
+            reason=notice(f"pause_reason_{error.reason}", language),
+            time=at,
+            turns=steps,
+            resume=resume,
+        )
         if saved_work is not None and saved_work.pushed and saved_work.commit:
             text += "\n\n" + notice("paused_work", language, branch=saved_work.branch, commit=saved_work.commit[:12])
         labels = self._source.labels
