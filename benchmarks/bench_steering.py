@@ -3,7 +3,7 @@
 Targets: a steering checkpoint costs at most one request that is not a 304; a 20-step
 run stays under 40 requests counted against the rate limit.
 
-1. Per checkpoint: a run's real `RunControl` (pause, stop and comment checks, with the
+1. Per checkpoint: a run's real `RunSteering` (pause, stop and comment checks, with the
    assignee read forced at every checkpoint: `min_check_interval_seconds: 0`) on a
    GitHub issue and PR and a GitLab issue and MR of the sandbox forges. After a warm-up
    checkpoint, 20 checkpoints with nothing changed; the sandbox's request log counts
@@ -30,7 +30,7 @@ from _common import emit
 
 from coding_agent.agent.loop import Checkpoint
 from coding_agent.agent.runner import IssueReporter
-from coding_agent.agent.steering import RunControl, RunControls
+from coding_agent.agent.steering import RunControls, RunSteering
 from coding_agent.config import AgentConfig, parse_config
 from coding_agent.context.storage import ContextStorage
 from coding_agent.domain.tasks import TaskKey
@@ -110,7 +110,10 @@ async def _checkpoint_costs(directory: Path) -> dict[str, Any]:
         for name, kind in (("gitlab_issue", "issue"), ("gitlab_mr", "mr")):
             gitlab.state.add_note(REPO, numbers[name], "maintainer", "An earlier comment.", kind=kind)
             gitlab.state.assign(REPO, numbers[name], BOT, actor="maintainer", kind=kind)
-        config = _config(directory, github, gitlab, task_stop={"min_check_interval_seconds": 0})
+        # Measuring the checks, not the progress comment.
+        config = _config(
+            directory, github, gitlab, task_stop={"min_check_interval_seconds": 0}, progress_comment={"enabled": False}
+        )
         sources = {source.forge: source for source in create_sources(config)}
         store = StateStore(config.database.url)
         redactor = Redactor(config.secrets())
@@ -129,9 +132,8 @@ async def _checkpoint_costs(directory: Path) -> dict[str, Any]:
                 comments = await source.list_comments(key)
                 threads = await source.list_threads(key)
                 files = storage.start_run(f"bench-{name}")
-                reporter = IssueReporter(source, key, redactor)
-                control = RunControl(controls, source, task, files, directory / "workspaces" / name, None, reporter, None)
-                control.progress = None  # measuring the checks, not the comment
+                reporter = IssueReporter(source, task, redactor, None, frozenset())
+                control = RunSteering(controls, source, task, files, directory / "workspaces" / name, None, reporter, None)
                 await control.begin(comments, threads, None)
                 await control.checkpoint(Checkpoint.ITERATION_START, llm)  # warm the conditional caches
                 control.on_step(1)  # inside iteration 1, where the assignee check is due at every point

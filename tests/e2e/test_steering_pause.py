@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from coding_agent.agent.steering.pause import REQUEST_READ_SECONDS
+from coding_agent.agent.steering.interrupts import REQUEST_READ_SECONDS
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import RecordedRequest, ReplaySandbox
 

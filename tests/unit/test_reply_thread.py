@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from coding_agent.agent.reply_thread import request_thread
+from coding_agent.agent.reporter import request_thread
 from coding_agent.domain.tasks import Comment, Task, TaskKey, Thread
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coding_agent.agent.steering.pause import REQUEST_READ_SECONDS, PauseWatch, ShutdownSignal
+from coding_agent.agent.steering.interrupts import REQUEST_READ_SECONDS, PauseWatch, ShutdownSignal
 
 
 class Requests:

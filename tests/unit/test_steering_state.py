@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.agent.steering.control import pending_reply
 from coding_agent.agent.steering.state import (
     JOURNAL_FILE,
     LEGACY_HISTORY_FILE,
@@ -15,6 +14,7 @@ from coding_agent.agent.steering.state import (
     RunState,
     StateWriter,
     load_state,
+    pending_reply,
 )
 from coding_agent.context.storage import CURRENT_FILE, ContextStorage, RunContextFiles, append_text
 from coding_agent.redaction import Redactor

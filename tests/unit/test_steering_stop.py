@@ -6,7 +6,7 @@ The clock is injected: `min_check_interval_seconds` is tested without waiting.
 from __future__ import annotations
 
 from coding_agent.config import TaskStopConfig
-from coding_agent.agent.steering.stop import StopChecker
+from coding_agent.agent.steering.interrupts import StopChecker
 
 from ._steering_forge import BOT, REPO, forge
 

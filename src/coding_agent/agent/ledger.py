@@ -4,7 +4,8 @@ A `RunLedger` is made for a run as it starts and bound to it then (task key, run
 the worker's lease), so the loop and its steering are handed the ledger's parts and
 never the task: `step` (the per-step heartbeat: steps, token usage, the lease extended),
 `record_usage` (a model call's usage, written with the next step), and the lease check
-at each checkpoint (`LeaseGuard`). Leaving the ledger (`async with`) waits for the last
+at each checkpoint (`check_lease`, `await_step_write`, `confirm_after_outage`, which
+the run's steering calls first). Leaving the ledger (`async with`) waits for the last
 progress write and writes the usage no heartbeat took, so nothing lands after the run.
 
 A state store that cannot be reached is a pause, not a failure: every store call of the
@@ -23,20 +24,17 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from coding_agent.agent.loop import Checkpoint, Decision, Steering
 from coding_agent.agent.steering import LeaseLost
 from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.ports import RunStore
-from coding_agent.llm.base import LLMClient
 from coding_agent.llm.types import TokenUsage
 from coding_agent.retry import store_unavailable, through_store_outage
 
-__all__ = ["RunLedger", "LeaseGuard"]
+__all__ = ["RunLedger"]
 
 T = TypeVar("T")
 
-# The runner's logger: these lines read as the run's, as before they moved here.
-log = logging.getLogger("coding_agent.agent.runner")
+log = logging.getLogger(__name__)
 
 
 class RunLedger:
@@ -157,18 +155,3 @@ class RunLedger:
         if pending is not None:
             await asyncio.wait({pending})
         await through_store_outage(self._flush_usage, self._who())
-
-
-class LeaseGuard:
-    """The run's steering, behind a lease check at every checkpoint: the step's progress
-    write (started when the reply came, in a thread) is awaited there, so a lease found
-    taken stops the run before the reply is acted on."""
-
-    def __init__(self, inner: Steering, ledger: RunLedger) -> None:
-        self._inner, self._ledger = inner, ledger
-
-    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> Decision:
-        self._ledger.check_lease()
-        await self._ledger.await_step_write()
-        await self._ledger.confirm_after_outage()
-        return await self._inner.checkpoint(point, llm)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from coding_agent.agent.markdown import inert_markdown
 from coding_agent.agent.planning import PlanningPolicy, load_planning_state
-from coding_agent.agent.steering import RunControl
-from coding_agent.agent.trust import TrustCache
+from coding_agent.agent.steering import RunSteering
+from coding_agent.agent.trust import Conversation
 from coding_agent.config import AgentConfig
 from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
 from coding_agent.context.memory import MemoryKeeper
 from coding_agent.domain.runs import RunRecord
-from coding_agent.domain.tasks import Comment, Task, Thread
+from coding_agent.domain.tasks import Task
 from coding_agent.llm.protocols import ReplyProtocol
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
@@ -23,37 +23,36 @@ __all__ = ["planner_for", "first_turn_for"]
 
 
 def planner_for(
-    config: AgentConfig, protocol: ReplyProtocol, workspace: Path, control: RunControl, redactor: Redactor
+    config: AgentConfig, protocol: ReplyProtocol, workspace: Path, steering: RunSteering, redactor: Redactor
 ) -> PlanningPolicy | None:
     """Planning mode's policy (SPEC 10), its state restored for a continued run. Its
-    checklist shows the model's words redacted, then inert (escaping could hide a secret)."""
+    checklist shows the model's words redacted, then inert (escaping could hide a secret).
+    `steering` saves its state and names its position in a stop comment."""
     if not config.planning.enabled:
         return None
-    saved = control.saved_planning()
-    state = load_planning_state(saved) if control.continued else None
+    saved = steering.saved_planning()
+    state = load_planning_state(saved) if steering.continued else None
     planner = PlanningPolicy(
         config.planning,
         protocol,
         workspace,
-        control.progress,
-        control.reporter().step_comment,
-        lambda: control.steps,
+        steering.progress,
+        steering.reporter().step_comment,
+        lambda: steering.steps,
         state,
         git_timeout=config.workspace.git_timeout_seconds,
         shown=lambda text: inert_markdown(redactor.text(text)),
     )
-    control.describe_position = planner.describe
-    control.planning_state = planner.get_state
+    steering.plan_with(planner)
     return planner
+
 
 def first_turn_for(
     config: AgentConfig,
     memories: MemoryKeeper | None,
     source: Source,
     task: Task,
-    comments: list[Comment],
-    threads: list[Thread],
-    trust: TrustCache,
+    conversation: Conversation,
     run_uuid: str,
     branch_rules: dict[str, str],
     runs: list[RunRecord],
@@ -66,10 +65,12 @@ def first_turn_for(
         completion_keywords=tuple(handling.completion_keywords),
         channel_messages_limit=config.memory.channel_messages_limit,
         persona=config.persona,
-        wrapper=trust.wrapper,
+        wrapper=conversation.trust.wrapper,
     )
     # A task whose previous run ended done is worked again: a follow-up (SPEC 3).
     previous = [run for run in runs if run.uuid != run_uuid]
     followup = bool(previous) and previous[-1].status == "done"
     recalled = memories.recall(task.key) if memories is not None else None
-    return build_first_turn(task, comments, threads, trust, settings, recalled, followup, branch_rules)
+    return build_first_turn(
+        task, conversation.comments, conversation.threads, conversation.trust, settings, recalled, followup, branch_rules
+    )

@@ -2,23 +2,24 @@
 
 Looked up once per author per run (the claim of the run has looked up its requester
 already: see `TrustCache`); the text of everyone else reaches the model inside the run's
-untrusted-content wrapper (one nonce per run).
+untrusted-content wrapper (one nonce per run). `read_conversation` reads a task's
+comments and review threads with whose words among them are trusted.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from coding_agent.domain.tasks import Permission, Task, TaskKey
+from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, Thread, ThreadRef
 from coding_agent.errors import AgentError
 from coding_agent.prompts.untrusted import UntrustedWrapper
 from coding_agent.sources.base import Source
 
-__all__ = ["TrustCache", "head_is_trusted"]
+__all__ = ["TrustCache", "Conversation", "read_conversation", "head_is_trusted"]
 
-# The runner's logger: these lines read as the run's, as before they moved here.
-log = logging.getLogger("coding_agent.agent.runner")
+log = logging.getLogger(__name__)
 
 
 class TrustCache:
@@ -46,6 +47,31 @@ class TrustCache:
 
     def __call__(self, author: str) -> bool:
         return self.trusted.get(author, False)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A task's comments and review threads, and whose words among them are trusted."""
+
+    comments: list[Comment]
+    threads: list[Thread]
+    trust: TrustCache
+
+
+async def read_conversation(
+    source: Source, task: Task, reply_to: ThreadRef | None, writers: Iterable[str]
+) -> Conversation:
+    """The task's comments and review threads (`reply_to`: a thread of the agent's PR/MR
+    that asked for the run, read as context too), and whose words are trusted (`writers`:
+    whom the claim found to have write access)."""
+    comments = await source.list_comments(task.key)
+    threads = await source.list_threads(task.key) if task.key.is_change else []
+    if reply_to is not None:
+        threads += [t for t in await source.list_threads(reply_to.change) if t.id == reply_to.thread_id]
+    trust = TrustCache(writers)
+    authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}
+    await trust.load(source, task.key, authors)
+    return Conversation(comments, threads, trust)
 
 
 async def head_is_trusted(source: Source, task: Task, writers: Iterable[str] = ()) -> bool:

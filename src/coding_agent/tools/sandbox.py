@@ -334,6 +334,29 @@ async def run_command(
         env.update(extra_env or {})
     buffer = _CappedBuffer(head=max_output_bytes // 4, tail=max_output_bytes - max_output_bytes // 4)
     started = time.monotonic()
+    returncode, ending = await _execute(argv, root, env, timeout_seconds, stop, buffer)
+    output, cut = buffer.text()
+    return CommandResult(
+        exit_code=returncode if ending == "exited" else None,
+        output=output,
+        timed_out=ending == "timed_out",
+        cut_bytes=cut,
+        sandboxed=sandboxed,
+        duration_seconds=time.monotonic() - started,
+        stopped=ending == "stopped",
+    )
+
+
+async def _execute(
+    argv: list[str],
+    root: Path,
+    env: dict[str, str],
+    timeout_seconds: float,
+    stop: asyncio.Event | None,
+    buffer: _CappedBuffer,
+) -> tuple[int | None, str]:
+    """Run `argv` in its own session, its output into `buffer`, until it exits, times out
+    or is stopped; then its whole group is killed. (Return code, how it ended.)"""
     process = await asyncio.create_subprocess_exec(
         *argv,
         stdin=subprocess.DEVNULL,
@@ -361,13 +384,4 @@ async def run_command(
             _kill_group(process.pid)
         if not reader.done():
             reader.cancel()
-    output, cut = buffer.text()
-    return CommandResult(
-        exit_code=process.returncode if ending == "exited" else None,
-        output=output,
-        timed_out=ending == "timed_out",
-        cut_bytes=cut,
-        sandboxed=sandboxed,
-        duration_seconds=time.monotonic() - started,
-        stopped=ending == "stopped",
-    )
+    return process.returncode, ending

@@ -214,15 +214,15 @@ def create_server(
     """
     workspace = Workspace(root)
     git = _Git(workspace.root, git_dir, source_env)
-    tools: list[Tool] = []
+    # In this order: the order tools/list shows. Each is a closure of this run.
+    functions = [*_file_tools(workspace), _run_tool(workspace, sandbox, egress, source_env), *_git_tools(git)]
+    tools = [_tool_for_run(_escaped(fn), structured_output=False) for fn in functions]
+    return FastMCP("workspace", instructions=WORKSPACE_SYSTEM_PROMPT, log_level="WARNING", tools=tools)
 
-    def tool(fn: _ToolFunction) -> _ToolFunction:
-        """Register `fn`, a closure of this run, in definition order (the order tools/list shows)."""
-        tools.append(_tool_for_run(fn, structured_output=False))
-        return fn
 
-    @tool
-    @_escaped
+def _file_tools(workspace: Workspace) -> list[_ToolFunction]:
+    """The tools that read and edit the workspace's files."""
+
     async def view(path: str, view_range: list[int] | None = None) -> str:
         """Show a file with line numbers, or list a directory two levels deep.
 
@@ -232,8 +232,6 @@ def create_server(
         """
         return await anyio.to_thread.run_sync(workspace.view, path, view_range)
 
-    @tool
-    @_escaped
     async def create(path: str, content: str) -> str:
         """Write a file with the given content, creating parent directories.
 
@@ -241,8 +239,6 @@ def create_server(
         """
         return await anyio.to_thread.run_sync(workspace.create, path, content)
 
-    @tool
-    @_escaped
     async def str_replace(path: str, old_str: str, new_str: str) -> str:
         """Replace the text old_str with new_str in a file.
 
@@ -251,20 +247,14 @@ def create_server(
         """
         return await anyio.to_thread.run_sync(workspace.str_replace, path, old_str, new_str)
 
-    @tool
-    @_escaped
     async def insert(path: str, insert_line: int, text: str) -> str:
         """Insert text after line insert_line of a file (0 inserts at the top)."""
         return await anyio.to_thread.run_sync(workspace.insert, path, insert_line, text)
 
-    @tool
-    @_escaped
     async def list_files(path: str = ".") -> str:
         """List the files under a directory recursively (skips .git; at most 1000 shown)."""
         return await anyio.to_thread.run_sync(workspace.list_files, path)
 
-    @tool
-    @_escaped
     async def search(pattern: str, path: str = ".", regex: bool = False, ignore_case: bool = False) -> str:
         """Search file contents for a plain string (or a Python regex with regex=true).
 
@@ -273,8 +263,14 @@ def create_server(
         """
         return await anyio.to_thread.run_sync(workspace.search, pattern, path, regex, ignore_case)
 
-    @tool
-    @_escaped
+    return [view, create, str_replace, insert, list_files, search]
+
+
+def _run_tool(
+    workspace: Workspace, sandbox: SandboxMode, egress: EgressSandbox | None, source_env: Mapping[str, str] | None
+) -> _ToolFunction:
+    """The tool that runs a shell command in the workspace, sandboxed."""
+
     async def run(command: str, timeout_seconds: float = 60) -> str:
         """Run a shell command in the workspace root and return its output and exit code.
 
@@ -300,19 +296,21 @@ def create_server(
             text = text.replace("; sandbox without network;", "; sandbox, network only through the egress proxy;")
         return text
 
-    @tool
-    @_escaped
+    return run
+
+
+def _git_tools(git: _Git) -> list[_ToolFunction]:
+    """The tools that show the workspace's git state."""
+
     async def git_status() -> str:
         """Show the branch and the changed and untracked files (git status --short --branch)."""
         return await git.status()
 
-    @tool
-    @_escaped
     async def git_diff() -> str:
         """Show every change against HEAD (staged and unstaged) and list untracked files."""
         return await git.diff()
 
-    return FastMCP("workspace", instructions=WORKSPACE_SYSTEM_PROMPT, log_level="WARNING", tools=tools)
+    return [git_status, git_diff]
 
 
 def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -1,4 +1,17 @@
-"""The two endings that are not done/failed (SPEC 8.2, 8.3): publishing a pause or a stop.
+"""How a run ends on its task: the final comment, posted at most once per run, ever; the
+reporter around it; the publication of a done or failed outcome, of a pause and of a
+stop (SPEC 7, 8.2, 8.3).
+
+The outcome is recorded in the state store before it is published, so a worker taking a
+run over publishes the same words; the store's mark says whether the comment is out; a
+takeover whose predecessor died between posting and marking looks on the forge first.
+Step comments fold into the progress comment when it is enabled.
+
+A final comment the forge refuses for good (a 4xx: it will refuse it again) is replaced
+by a failure notice that says why. Anything else that fails (5xx streaks, timeouts, a
+forbidden label write) leaves the outcome to publish again: the run stays `finishing`,
+without a lease, which is what `Recovery` takes over at any worker's next cycle; after
+the last attempt the run gives up and ends the task failed as far as the forge lets it.
 
 A pause saves everything, says so on the task with the resume hint, labels it paused and
 leaves the context in `paused/`; a stop posts the stop notice as the final comment,
@@ -9,112 +22,279 @@ lease publishes nothing: another worker has the task now.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Protocol
 
-from coding_agent.agent.steering.final import FinalComment, IssueWriter
-from coding_agent.agent.steering.saving import RunSaver
-from coding_agent.agent.steering.scope import RunScope
-from coding_agent.agent.steering.signals import RunInterrupted, RunPaused, RunStopped
-from coding_agent.errors import AgentError
+from coding_agent.agent.loop import LoopOutcome
+from coding_agent.agent.progress import ProgressComment
+from coding_agent.agent.steering.comments import CommentDetector
+from coding_agent.agent.steering.interrupts import RunInterrupted, RunPaused, RunStopped
+from coding_agent.agent.steering.state import Continuation, RunSaver
+from coding_agent.context.storage import RunContextFiles
+from coding_agent.domain.ports import RunCheckout, RunStore
+from coding_agent.domain.tasks import Task
+from coding_agent.errors import AgentError, ForgeError
 from coding_agent.llm.base import LLMClient
-from coding_agent.prompts.notices import notice
+from coding_agent.prompts.notices import Language, notice
+from coding_agent.redaction import Redactor
+from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import transition
 
-__all__ = ["Endings"]
+__all__ = ["IssueWriter", "StoreCall", "RunEndings", "RunReporter", "MAX_PUBLISH_ATTEMPTS"]
 
 log = logging.getLogger(__name__)
+
+# Publications of an outcome (final comment, label) before the run gives up and ends failed.
+MAX_PUBLISH_ATTEMPTS = 3
+
+# How a run calls its store: `await stored(store.method, *args)`, the blocking call in a
+# worker thread (the runner's is `RunLedger.stored`, which waits through an outage).
+StoreCall = Callable[..., Awaitable[Any]]
+
+
+class IssueWriter(Protocol):
+    """The runner's reporter: posts comments on the task, redacted."""
+
+    async def step_comment(self, text: str) -> None: ...
+
+    async def final_comment(self, text: str) -> None: ...
 
 
 def _now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
-class Endings:
-    def __init__(self, scope: RunScope, saver: RunSaver, final: FinalComment, inner: IssueWriter) -> None:
-        self._scope = scope
-        self._saver = saver
-        self._final = final
+class RunEndings:
+    """The final comment of one run, and the publication of its pause or its stop."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        stored: StoreCall,
+        owner: str,
+        source: Source,
+        task: Task,
+        files: RunContextFiles,
+        redactor: Redactor,
+        language: Language,
+        continuation: Continuation | None,
+        detector: CommentDetector,
+        inner: IssueWriter,
+    ) -> None:
+        self._store, self._stored, self._owner = store, stored, owner
+        self._source, self._task, self._files = source, task, files
+        self._redactor, self._language = redactor, language
+        self._continuation = continuation
+        self._detector = detector
         self._inner = inner
+        self._key = str(task.key)
 
-    async def publish(self, error: RunInterrupted, llm: LLMClient | None) -> tuple[str, Path]:
-        """Publish a pause or a stop; returns (run status, context directory)."""
-        scope = self._scope
-        if isinstance(error, RunPaused) and llm is not None:
-            return await self._pause(error, llm)
-        if isinstance(error, RunStopped):
-            return await self._stop(error)
-        # LeaseLost: another worker has this task (and maybe this very run) now.
-        log.warning("%s: run %s gave the task up (%s)", scope.key, scope.run_uuid, error)
-        if scope.progress is not None:
-            await scope.progress.discard()
-        return "abandoned", scope.files.directory
+    # -- the final comment ---------------------------------------------------------
 
-    async def _pause(self, error: RunPaused, llm: LLMClient) -> tuple[str, Path]:
-        scope = self._scope
-        language = scope.config.language
+    async def record(self, outcome: LoopOutcome) -> None:
+        """Remember the outcome before publishing it: a worker taking over publishes it too."""
+        await self._stored(self._store.record_final, self._files.run_uuid, outcome.status, outcome.comment)
+
+    async def post_final(self, text: str) -> None:
+        """The run's final comment, at most once: the state store says whether it is out."""
+        run_uuid = self._files.run_uuid
+        marks = await self._stored(self._store.run_marks, run_uuid)
+        if marks.final_posted:
+            log.info("%s: run %s already has its final comment", self._key, run_uuid)
+            return
+        inherited = self._continuation is not None and self._continuation.marks.final_status is not None
+        if inherited and await self._already_posted(text):
+            log.info("%s: the final comment of run %s was posted before the takeover", self._key, run_uuid)
+        else:
+            await self._inner.final_comment(text)
+        await self._stored(self._store.mark_final_posted, run_uuid)
+
+    async def _already_posted(self, text: str) -> bool:
+        """Did the worker that died post this final comment before it could say so?"""
+        expected = self._redactor.text(text).strip()
+        try:
+            comments = await self._source.list_comments(self._task.key)
+        except AgentError as error:
+            log.warning("%s: could not look for an earlier final comment: %s", self._key, error)
+            return False
+        return any(self._detector.is_bot_comment(c) and c.body.strip() == expected for c in comments)
+
+    # -- done or failed --------------------------------------------------------------
+
+    async def publish(self, outcome: LoopOutcome, progress: ProgressComment | None) -> tuple[str, Path]:
+        """Record the outcome, then publish it (final comment, label) and end the run:
+        (run status, context directory); "finishing" when the forge failed us and the
+        next cycle publishes it again."""
+        # Redacted before anything stores it: the state store keeps the outcome to publish
+        # (run_marks.final_body) and a failed run's reason (runs.error).
+        outcome = replace(outcome, comment=self._redactor.text(outcome.comment))
+        await self.record(outcome)
+        status, failure = await self._publish_outcome(outcome)
+        if status is None:
+            attempts = int(self._files.metadata.get("publish_attempts", 0)) + 1
+            if attempts < MAX_PUBLISH_ATTEMPTS:
+                return "finishing", await self._leave_finishing(attempts)
+            status = await self._give_up(attempts, failure)
+        if progress is not None:
+            await progress.finish(status)
+        key, run_uuid = self._key, self._files.run_uuid
+        self._files.write_metadata(status=status, steps=outcome.steps)
+        directory = self._files.move_to("completed")
+        error = None if status == "done" else outcome.comment
+        await self._stored(self._store.finish_run, run_uuid, status, outcome.steps, error)
+        await self._stored(self._store.release_lease, key, self._owner)
+        log.info("%s: run %s ended %s after %d steps", key, run_uuid, status, outcome.steps)
+        return status, directory
+
+    async def _publish_outcome(self, outcome: LoopOutcome) -> tuple[str | None, str]:
+        """Final comment and label: the run status, or None and why when the forge failed us."""
+        labels, language = self._source.labels, self._language
+        if outcome.status == "done":
+            comment, label = outcome.comment.strip() or "Done.", labels.done_label
+        else:
+            comment = notice("failed", language, reason=outcome.comment, label=labels.failed_label)
+            label = labels.failed_label
+        status = outcome.status
+        try:
+            try:
+                await self.post_final(comment)
+            except ForgeError as refused:  # a 4xx (TransientError is not a ForgeError)
+                reason = self._redactor.text(f"the forge refused the final comment: {refused}")
+                log.error("%s: %s", self._key, reason)
+                await self.post_final(notice("failed", language, reason=reason, label=labels.failed_label))
+                status, label = "failed", labels.failed_label
+            await transition(self._source, self._task.key, label, [labels.processing_label])
+        except AgentError as error:
+            failure = self._redactor.text(str(error))
+            log.error("%s: could not publish the outcome (%s): %s", self._key, status, failure)
+            return None, failure
+        return status, ""
+
+    async def _leave_finishing(self, attempts: int) -> Path:
+        """The outcome is recorded (run_marks) but not out: let the next cycle publish it
+        (the final comment is not posted twice: its posting is marked in the store)."""
+        self._files.write_metadata(publish_attempts=attempts)
+        await self._stored(self._store.release_lease, self._key, self._owner)
+        log.warning("%s: run %s is finishing; its outcome is published at the next cycle", self._key, self._files.run_uuid)
+        return self._files.directory
+
+    async def _give_up(self, attempts: int, failure: str) -> str:
+        """After `attempts` failed publications: a failure comment and label, as far as the forge lets us."""
+        labels, source, key = self._source.labels, self._source, self._task.key
+        reason = f"the forge refused the run's outcome {attempts} times (last: {failure})"
+        log.error("%s: %s; the run ends failed", key, reason)
+        text = notice("failed", self._language, reason=reason, label=labels.failed_label)
+        for write in (
+            lambda: source.post_comment(key, self._redactor.text(text)),
+            lambda: transition(source, key, labels.failed_label, [labels.processing_label]),
+        ):
+            try:
+                await write()
+            except AgentError as error:
+                log.error("%s: %s", key, self._redactor.text(str(error)))
+        return "failed"
+
+    # -- pause and stop --------------------------------------------------------------
+
+    async def pause(
+        self,
+        error: RunPaused,
+        llm: LLMClient,
+        steps: int,
+        saver: RunSaver,
+        work: RunCheckout | None,
+        progress: ProgressComment | None,
+    ) -> Path:
+        """Save everything, say so on the task, label it paused; the context's new directory."""
+        language, key, run_uuid = self._language, self._key, self._files.run_uuid
         at = _now_iso()
-        work = await scope.save_work()  # the WIP commit on the task's branch, for any machine
-        self._saver.save_paused(llm, {"reason": error.reason, "hold": error.hold, "at": at}, work)
-        await scope.stored(scope.store.pause_run, scope.run_uuid, scope.steps, error.hold)
+        saved_work = await work.pause(run_uuid, steps) if work is not None else None
+        saver.save_paused(llm, {"reason": error.reason, "hold": error.hold, "at": at}, saved_work)
+        await self._stored(self._store.pause_run, run_uuid, steps, error.hold)
         if error.reason == "operator":
-            await scope.stored(scope.store.clear_control_request, scope.key)
-        resume = notice("resume_manual", language, key=scope.key) if error.hold else notice("resume_auto", language)
+            await self._stored(self._store.clear_control_request, key)
+        resume = notice("resume_manual", language, key=key) if error.hold else notice("resume_auto", language)
         text = error.comment or notice(
             "paused",
             language,
             reason=notice(f"pause_reason_{error.reason}", language),
             time=at,
-            turns=scope.steps,
+            turns=steps,
             resume=resume,
         )
-        if work is not None and work.pushed and work.commit:
-            text += "\n\n" + notice("paused_work", language, branch=work.branch, commit=work.commit[:12])
-        labels = scope.source.labels
+        if saved_work is not None and saved_work.pushed and saved_work.commit:
+            text += "\n\n" + notice("paused_work", language, branch=saved_work.branch, commit=saved_work.commit[:12])
+        labels = self._source.labels
         try:
-            if scope.progress is not None:
-                await scope.progress.finish("paused")
-            await scope.source.post_comment(scope.task.key, scope.redactor.text(text))
-            await transition(scope.source, scope.task.key, labels.paused_label, [labels.processing_label])
+            if progress is not None:
+                await progress.finish("paused")
+            await self._source.post_comment(self._task.key, self._redactor.text(text))
+            await transition(self._source, self._task.key, labels.paused_label, [labels.processing_label])
         except AgentError as failure:
-            log.error("%s: could not publish the pause: %s", scope.key, scope.redactor.text(str(failure)))
-        scope.files.write_metadata(status="paused", steps=scope.steps)
-        directory = scope.files.move_to("paused")
-        await scope.stored(scope.store.release_lease, scope.key, scope.controls.owner)
-        log.info("%s: run %s paused (%s) after %d steps", scope.key, scope.run_uuid, error.reason, scope.steps)
-        return "paused", directory
+            log.error("%s: could not publish the pause: %s", key, self._redactor.text(str(failure)))
+        self._files.write_metadata(status="paused", steps=steps)
+        directory = self._files.move_to("paused")
+        await self._stored(self._store.release_lease, key, self._owner)
+        log.info("%s: run %s paused (%s) after %d steps", key, run_uuid, error.reason, steps)
+        return directory
 
-    async def _stop(self, error: RunStopped) -> tuple[str, Path]:
-        scope = self._scope
-        language = scope.config.language
-        marks = await scope.stored(scope.store.run_marks, scope.run_uuid)
-        labels = scope.source.labels
+    async def stop(self, error: RunStopped, steps: int, position: str, progress: ProgressComment | None) -> Path:
+        """The stop notice as the final comment, the stopped label; the context's new directory.
+        `position`: where the run stands (planning mode's words), added to the notice."""
+        key, run_uuid = self._key, self._files.run_uuid
+        marks = await self._stored(self._store.run_marks, run_uuid)
+        labels = self._source.labels
         if marks.final_status == "stopped" and marks.final_body:
             text = marks.final_body
         else:
+            reason = notice(f"stop_reason_{error.reason}", self._language)
             text = notice(
-                "stopped",
-                language,
-                reason=notice(f"stop_reason_{error.reason}", language),
-                time=_now_iso(),
-                turns=scope.steps,
-                label=labels.bot_label,
+                "stopped", self._language, reason=reason, time=_now_iso(), turns=steps, label=labels.bot_label
             )
-            position = scope.describe_position()
             text = f"{text}\n\n{position}" if position else text
-            await scope.stored(scope.store.record_final, scope.run_uuid, "stopped", text)
+            await self._stored(self._store.record_final, run_uuid, "stopped", text)
         try:
-            await self._final.post(text, self._inner)
-            if scope.progress is not None:
-                await scope.progress.finish("stopped")
-            await transition(scope.source, scope.task.key, labels.stopped_label, [labels.processing_label])
+            await self.post_final(text)
+            if progress is not None:
+                await progress.finish("stopped")
+            await transition(self._source, self._task.key, labels.stopped_label, [labels.processing_label])
         except AgentError as failure:
-            log.error("%s: could not publish the stop: %s", scope.key, scope.redactor.text(str(failure)))
+            log.error("%s: could not publish the stop: %s", key, self._redactor.text(str(failure)))
         if error.reason == "operator":
-            await scope.stored(scope.store.clear_control_request, scope.key)
-        scope.files.write_metadata(status="stopped", steps=scope.steps)
-        directory = scope.files.move_to("completed")
-        await scope.stored(scope.store.finish_run, scope.run_uuid, "stopped", scope.steps, None)
-        await scope.stored(scope.store.release_lease, scope.key, scope.controls.owner)
-        log.info("%s: run %s stopped (%s) after %d steps", scope.key, scope.run_uuid, error.reason, scope.steps)
-        return "stopped", directory
+            await self._stored(self._store.clear_control_request, key)
+        self._files.write_metadata(status="stopped", steps=steps)
+        directory = self._files.move_to("completed")
+        await self._stored(self._store.finish_run, run_uuid, "stopped", steps, None)
+        await self._stored(self._store.release_lease, key, self._owner)
+        log.info("%s: run %s stopped (%s) after %d steps", key, run_uuid, error.reason, steps)
+        return directory
+
+    async def abandon(self, error: RunInterrupted, progress: ProgressComment | None) -> Path:
+        """A lost lease: another worker has this task (and maybe this very run) now."""
+        log.warning("%s: run %s gave the task up (%s)", self._key, self._files.run_uuid, error)
+        if progress is not None:
+            await progress.discard()
+        return self._files.directory
+
+
+class RunReporter:
+    """The reporter the loop and the runner use: step comments folded into the progress
+    comment (when enabled), and a final comment that is posted once per run, ever."""
+
+    def __init__(self, endings: RunEndings, progress: ProgressComment | None, inner: IssueWriter) -> None:
+        self._endings = endings
+        self._progress = progress
+        self._inner = inner
+
+    async def step_comment(self, text: str) -> None:
+        if self._progress is None:
+            await self._inner.step_comment(text)
+            return
+        self._progress.note_step(text)
+        await self._progress.refresh()
+
+    async def final_comment(self, text: str) -> None:
+        await self._endings.post_final(text)

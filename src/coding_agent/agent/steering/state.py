@@ -1,4 +1,10 @@
-"""A run's saved state, `task_state.json`: what a pause keeps and a takeover continues from.
+"""A run's saved state, `task_state.json`: what a pause keeps and a takeover continues from,
+how a run writes it (`RunSaver`), and how a run is carried on from it (`Continuation`,
+SPEC 8.3: resumed after a pause, or taken over after its worker died).
+
+A continued run starts from its saved state: the history goes back into the model
+client, the reply it had received but not acted on is acted on without asking again, and
+an outcome a dead worker had already recorded is published instead of working again.
 
 Two forms, one reader:
 
@@ -34,17 +40,35 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from coding_agent.context.storage import CURRENT_FILE, RunContextFiles, append_text
-from coding_agent.llm.types import Message
+from coding_agent.agent.loop import LoopOutcome
+from coding_agent.agent.steering.interrupts import RunStopped
+from coding_agent.context.storage import CURRENT_FILE, ContextStorage, RunContextFiles, append_text
+from coding_agent.domain.runs import PausedWork, RunMarks, RunRecord
+from coding_agent.domain.tasks import Task
+from coding_agent.llm.base import LLMClient
+from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolCallRequest
 from coding_agent.redaction import Redactor
 from coding_agent.tools.host_git import git_dir_for
 
-__all__ = ["RunState", "StateWriter", "load_state", "workspace_branch", "STATE_FILE", "JOURNAL_FILE", "load_state_document"]
+__all__ = [
+    "RunState",
+    "StateWriter",
+    "RunSaver",
+    "Standing",
+    "Continuation",
+    "pending_reply",
+    "load_state",
+    "load_state_document",
+    "workspace_branch",
+    "STATE_FILE",
+    "JOURNAL_FILE",
+]
 
 log = logging.getLogger(__name__)
 
@@ -243,3 +267,147 @@ def load_state(directory: Path) -> RunState | None:
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.warning("%s is unreadable (%s): the run restarts cleanly", path, error)
         return None
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where the run's parts stand, as a checkpoint saves it: its steps, steering's own
+    state (comment detection, stop check, loop guard), the progress comment's and
+    planning mode's."""
+
+    steps: int
+    steering: dict[str, Any]
+    progress: dict[str, Any]
+    planning: dict[str, Any] | None
+
+
+class RunSaver:
+    """Turns the run as it stands (history, usage, `Standing`) into a `RunState` and
+    writes it: the crash checkpoint of every iteration, and the pause's full save. What
+    a takeover or a resume continues from is exactly what this writes."""
+
+    def __init__(
+        self,
+        files: RunContextFiles,
+        redactor: Redactor,
+        workspace: Path,
+        task: Task,
+        requester: str | None,
+        saved: RunState | None,
+        standing: Callable[[], Standing],
+    ) -> None:
+        """`saved`: the state the run continues from (None: a new run); `standing`: the
+        run's parts as they are now, asked at every save."""
+        self._files = files
+        self._workspace = workspace
+        self._task = task
+        self._requester = requester
+        self._standing = standing
+        # The saved history is the run's current.jsonl: no copy of its own.
+        self._writer = StateWriter(redactor, files)
+        # The paused work the run stands on: a takeover after a crash restores from it too.
+        self._work = PausedWork(saved.branch, saved.commit) if saved is not None and saved.branch and saved.commit else None
+        # The clone's branch, once read: only the host's git moves HEAD (checkout before the
+        # loop, delivery after it; the sandbox has no git dir), so one read serves every
+        # crash checkpoint instead of a file read a step.
+        self._branch: str | None = None
+
+    def checkpoint(self, llm: LLMClient) -> None:
+        """The crash checkpoint, at the start of an iteration (history appended, not rewritten)."""
+        self._writer.checkpoint(self._files.directory, self.snapshot(llm))
+
+    def save_paused(self, llm: LLMClient, paused: dict[str, Any], work: PausedWork | None) -> None:
+        """The pause's save: one self-contained file, history included (SPEC 8.3); `work`:
+        the WIP commit the pause pushed (None: no clone, or it could not be committed)."""
+        if work is not None:
+            self._work = work
+        self._writer.save_complete(self._files.directory, self.snapshot(llm, paused))
+
+    def _clone_branch(self) -> str | None:
+        if self._branch is None:
+            self._branch = workspace_branch(self._workspace)
+        return self._branch
+
+    def snapshot(self, llm: LLMClient, paused: dict[str, Any] | None = None) -> RunState:
+        standing = self._standing()
+        work = self._work
+        return RunState(
+            run_uuid=self._files.run_uuid,
+            task_key=str(self._task.key),
+            requester=self._requester,
+            branch=work.branch if work is not None else self._clone_branch() or self._task.head_branch,
+            commit=work.commit if work is not None else None,
+            steps=standing.steps,
+            messages=llm.messages,
+            prompt_tokens=llm.usage.prompt_tokens,
+            completion_tokens=llm.usage.completion_tokens,
+            steering=standing.steering,
+            progress=standing.progress,
+            paused=paused,
+            planning=standing.planning,
+        )
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """An existing run to carry on: resumed after a pause, or taken over after a crash.
+
+    `state` is None when nothing is left to do but publish an outcome the run had
+    already recorded (`marks.final_status`).
+    """
+
+    run: RunRecord
+    state: RunState | None
+    marks: RunMarks
+    workspace: Path
+
+    def reopen(self, storage: ContextStorage) -> tuple[RunContextFiles, Path] | None:
+        """The run's context files, back in `running/`, and its workspace; None if gone."""
+        files = storage.reopen(self.run.uuid, self.state.messages if self.state is not None else None)
+        return (files, self.workspace) if files is not None else None
+
+    def paused_work(self) -> PausedWork | None:
+        """The commit on the task's branch the run's files are at (a pause's WIP commit)."""
+        state = self.state
+        if state is None or not state.branch or not state.commit:
+            return None
+        return PausedWork(state.branch, state.commit)
+
+    def restore(self, llm: LLMClient) -> bool:
+        """Load the saved history into `llm`; False when there is none to load."""
+        if self.state is None:
+            return False
+        llm.messages[:] = [dict(message) for message in self.state.messages]
+        llm.usage = TokenUsage(self.state.prompt_tokens, self.state.completion_tokens)
+        return True
+
+    def recorded_outcome(self, steps: int) -> LoopOutcome | None:
+        """The outcome a previous worker of this run recorded before dying, if any.
+
+        A recorded stop is re-raised, so the runner finishes it as a stop.
+        """
+        if self.marks.final_status is None:
+            return None
+        if self.marks.final_status == "stopped":
+            raise RunStopped("operator")
+        status = "done" if self.marks.final_status == "done" else "failed"
+        return LoopOutcome(status, self.marks.final_body or "", steps)
+
+
+def pending_reply(messages: list[dict[str, Any]]) -> LLMReply | None:
+    """The last reply, when the history ends with it: received, but not acted on yet."""
+    if not messages or messages[-1].get("role") != "assistant":
+        return None
+    last = messages[-1]
+    calls = []
+    for call in last.get("tool_calls") or []:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        calls.append(
+            ToolCallRequest(
+                id=str(call.get("id", "")),
+                name=str(function.get("name", "")),
+                arguments=arguments if isinstance(arguments, dict) else {},
+            )
+        )
+    return LLMReply(content=str(last.get("content") or ""), tool_calls=tuple(calls))

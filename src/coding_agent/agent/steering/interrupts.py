@@ -1,0 +1,258 @@
+"""What ends a run early (SPEC 8.2, 8.3), and the triggers a checkpoint reads for it.
+
+The endings are exceptions raised at a checkpoint and handled by the runner. They are
+not `AgentError`s on purpose: a pause or a stop is not a failure, and must never be
+published as one (no failed label, no error comment).
+
+Three ways to ask a run to pause:
+
+- the signal file (`pause_resume.signal_file`, default `<contexts>/pause_signal`): every
+  run of every worker sharing the directory pauses, and resumes by itself once the
+  file is gone;
+- `coding-agent pause TASK`: a request row in the state store that the run's worker
+  sees wherever it runs; the run then waits for `coding-agent resume`;
+- a graceful shutdown (SIGTERM/SIGINT on a worker): the process's runs pause, and the
+  next worker resumes them.
+
+An operator's `stop` request travels the same way but is a stop, decided after pause.
+A run also stops when its bot is unassigned (seed 002): the assignees are re-read from
+the forge at a check (a conditional request: a 304 when nothing changed), never taken
+from the snapshot of the run's start, which could not see an unassign. Only a run whose
+bot was assigned at some point can be stopped this way: on a task triggered by its label
+alone there is nothing to unassign, and an empty assignee list must not stop it. When to
+check (`task_stop`): `check_interval` 0 never; N on iterations 1, 1+N, 1+2N, ... and
+never sooner than `min_check_interval_seconds` after the previous check, except the
+first one, which always runs. A failing read is logged and never stops the run.
+
+Webhook nudges from other processes (SPEC 11.2): a webhook lands on the producer (or
+`serve`), which may not be the process whose run holds the task: that process records a
+nudge in the state store, and the run sees it on the store read the pause check makes
+anyway (`REQUEST_READ_SECONDS` apart), so it costs no extra read per checkpoint and no
+forge request; a new one makes the run re-read its assignees at this checkpoint,
+whatever `task_stop.min_check_interval_seconds` says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from coding_agent.config import AgentConfig, TaskStopConfig
+from coding_agent.domain.ports import RunStore
+from coding_agent.domain.tasks import TaskKey
+from coding_agent.sources.base import Source
+
+__all__ = [
+    "RunInterrupted",
+    "RunPaused",
+    "RunStopped",
+    "LeaseLost",
+    "PauseReason",
+    "StopReason",
+    "ShutdownSignal",
+    "PauseWatch",
+    "pause_signal_path",
+    "REQUEST_READ_SECONDS",
+    "StoreRequests",
+    "StopChecker",
+]
+
+log = logging.getLogger(__name__)
+
+PauseReason = Literal["signal", "operator", "shutdown", "budget"]
+StopReason = Literal["unassigned", "operator"]
+
+
+class RunInterrupted(Exception):
+    """The loop ends here, on steering's word; the runner publishes the matching ending."""
+
+
+class RunPaused(RunInterrupted):
+    """Pause: save everything, label paused. `hold`: wait for `coding-agent resume`.
+    `comment`: the pause comment, when the cause words its own (a daily budget's)."""
+
+    def __init__(self, reason: PauseReason, hold: bool, comment: str | None = None) -> None:
+        super().__init__(f"paused ({reason})")
+        self.reason: PauseReason = reason
+        self.hold = hold
+        self.comment = comment
+
+
+class RunStopped(RunInterrupted):
+    """Stop for good: stop comment, stopped label, context to completed/."""
+
+    def __init__(self, reason: StopReason) -> None:
+        super().__init__(f"stopped ({reason})")
+        self.reason: StopReason = reason
+
+
+class LeaseLost(RunInterrupted):
+    """Another worker holds the task's lease now: leave the task to it, touch nothing."""
+
+
+def pause_signal_path(config: AgentConfig) -> Path:
+    """Where the pause signal file lives for this configuration."""
+    configured = config.pause_resume.signal_file
+    return Path(configured) if configured else Path(config.context_storage.base_dir) / "pause_signal"
+
+
+class ShutdownSignal:
+    """Set once the process is asked to shut down; its running runs then pause."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+# How long an answer of the state store about operator requests is reused: a checkpoint
+# comes every few milliseconds in a fast loop, and an operator does not need it sooner.
+REQUEST_READ_SECONDS = 0.25
+
+
+class PauseWatch:
+    """Answers "should this run pause now?" from the three triggers."""
+
+    def __init__(
+        self,
+        enabled: bool,
+        signal_file: Path,
+        shutdown: ShutdownSignal,
+        operator_request: Callable[[], str | None],
+        clock: Callable[[], float] = time.monotonic,
+        stored: Callable[[Callable[[], str | None]], Awaitable[Any]] | None = None,
+    ) -> None:
+        """`stored`: how the store read is made (the run's `StoreCall`, which waits through
+        an outage); by default in a worker thread."""
+        self.enabled = enabled
+        self.signal_file = signal_file
+        self._shutdown = shutdown
+        self._operator_request = operator_request
+        self._clock = clock
+        self._stored = stored or asyncio.to_thread
+        self._read_at: float | None = None
+        self._request: str | None = None
+
+    async def operator_request(self) -> str | None:
+        """The operator's pending `pause` or `stop` for this task (a state store read,
+        at most one per REQUEST_READ_SECONDS, in a thread: a PostgreSQL round trip or a
+        SQLite lock wait must not stall the other runs on the event loop). While the store
+        cannot be reached the run holds here, at its checkpoint, until it answers."""
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= REQUEST_READ_SECONDS:
+            self._request, self._read_at = await self._stored(self._operator_request), now
+        return self._request
+
+    def pause_for(self, request: str | None) -> RunPaused | None:
+        """The pause to raise now, given the operator's pending `request`, or None."""
+        if not self.enabled:
+            return None
+        if request == "pause":
+            return RunPaused("operator", hold=True)
+        if self.signal_file.exists():
+            return RunPaused("signal", hold=False)
+        if self._shutdown.is_set():
+            return RunPaused("shutdown", hold=False)
+        return None
+
+
+class StoreRequests:
+    """The operator request of one task, for `PauseWatch`; calls `on_nudge` when the
+    same read shows a nudge the run has not acted on. `PauseWatch` calls it in a worker
+    thread and waits for it, so `on_nudge` (which only sets a flag) has happened before
+    the checkpoint goes on to its stop check."""
+
+    def __init__(self, store: RunStore, task_key: str, on_nudge: Callable[[], None]) -> None:
+        self._store = store
+        self._key = task_key
+        self._on_nudge = on_nudge
+        self._seen: str | None = None
+
+    def __call__(self) -> str | None:
+        request, nudge = self._store.steering_requests(self._key)
+        if nudge is not None and nudge != self._seen:
+            # The first one may predate the run (the webhook that assigned it); acting on
+            # it costs one assignee read, which the run's first check makes anyway.
+            self._seen = nudge
+            log.info("%s: a webhook reported a change; asking the forge at this checkpoint", self._key)
+            self._on_nudge()
+        return request
+
+
+class StopChecker:
+    """Decides when to re-read the assignees, and whether the bot was unassigned."""
+
+    def __init__(
+        self,
+        source: Source,
+        key: TaskKey,
+        bot_name: str | None,
+        config: TaskStopConfig,
+        initially_assigned: bool,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._source = source
+        self._key = key
+        self._bot = (bot_name or "").casefold()
+        self._interval = config.check_interval
+        self._min_seconds = config.min_check_interval_seconds
+        self._clock = clock
+        self.enabled = config.enabled and config.check_interval > 0 and bool(bot_name)
+        if config.enabled and config.check_interval > 0 and not bot_name:
+            log.warning("%s: no bot_name is configured for %s; stop by unassign is off", key, key.forge)
+        self.armed = initially_assigned
+        self.last_check: float | None = None
+        self.reads = 0
+        self._nudged = False
+
+    def nudge(self) -> None:
+        """The forge told us (a webhook) that the assignees changed: check at the next
+        checkpoint, whatever `check_interval` and `min_check_interval_seconds` say."""
+        self._nudged = True
+
+    def should_check_now(self, iteration: int) -> bool:
+        """Whether the check runs at this point of `iteration` (1-based); records the time if so."""
+        if self.enabled and self._nudged:
+            self._nudged = False
+            self.last_check = self._clock()
+            return True
+        if not self.enabled or iteration < 1 or (iteration - 1) % self._interval != 0:
+            return False
+        now = self._clock()
+        if self.last_check is not None and now - self.last_check < self._min_seconds:
+            return False
+        self.last_check = now
+        return True
+
+    async def bot_unassigned(self, iteration: int) -> bool:
+        """True when the bot was assigned and is not any more (read from the forge now)."""
+        if not self.should_check_now(iteration):
+            return False
+        self.reads += 1
+        try:
+            assignees = await self._source.get_assignees(self._key)
+        except Exception as error:  # seed 002 S7: never stop on an error; check again next time
+            log.error("%s: could not read the assignees (the run goes on): %s", self._key, error)
+            return False
+        if any(name.casefold() == self._bot for name in assignees):
+            self.armed = True
+            return False
+        if self.armed:
+            log.info("%s: the bot was unassigned; stopping the run", self._key)
+        return self.armed
+
+    def get_state(self) -> dict[str, Any]:
+        return {"armed": self.armed}
+
+    def restore_state(self, state: Any) -> None:
+        if isinstance(state, dict) and isinstance(state.get("armed"), bool):
+            self.armed = state["armed"]
