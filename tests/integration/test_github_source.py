@@ -617,3 +617,18 @@ async def test_a_cookie_an_answer_sets_rides_on_no_later_request(sandbox: GitHub
             await github.aclose()
     assert len(proxy.targets) == 2
     assert proxy.cookies == ["", ""]
+
+
+async def test_the_answer_cache_keeps_at_most_its_bytes(sandbox: GitHubSandbox, source: GitHubSource) -> None:
+    # Bounded by entries alone, the cache kept up to 1,024 answers however large: a bot
+    # with many open PRs kept every page of their searches. Twelve 1 MB issues are more
+    # than its 8 MiB: the first read is forgotten (its re-read is a plain 200), the last kept (304).
+    size = 1024 * 1024
+    numbers = [sandbox.state.create_issue(REPO, f"big {index}", "x" * size) for index in range(12)]
+    for number in numbers:
+        await source.get_task(_issue_key(number))
+    sandbox.state.clear_requests()
+    last = await source.get_task(_issue_key(numbers[-1]))
+    first = await source.get_task(_issue_key(numbers[0]))
+    assert len(last.body) == len(first.body) == size
+    assert [r.status for r in sandbox.state.requests()] == [304, 200]

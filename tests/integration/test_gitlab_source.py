@@ -470,3 +470,17 @@ async def test_connection_refused_is_transient(make_source: SourceFactory) -> No
     source = make_source(api_url="http://127.0.0.1:9", retry=RetryPolicy(retries=1, base_delay=0.01))
     with pytest.raises(TransientError, match="connection failed"):
         await source.discover()
+
+
+async def test_the_answer_cache_keeps_at_most_its_bytes(sandbox: GitLabSandbox, make_source: SourceFactory) -> None:
+    # Twelve 1 MB issues are more than the cache's 8 MiB: the first read is forgotten
+    # (its re-read is a plain 200), the last kept (304).
+    state = sandbox.state
+    iids = [state.create_issue(PROJECT, f"big {index}", "x" * 1024 * 1024, "alice") for index in range(12)]
+    source = make_source()
+    for iid in iids:
+        await source.get_assignees(issue_key(iid))
+    state.clear_requests()
+    await source.get_assignees(issue_key(iids[-1]))
+    await source.get_assignees(issue_key(iids[0]))
+    assert [record.status for record in state.requests()] == [304, 200]

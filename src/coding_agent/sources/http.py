@@ -8,7 +8,7 @@ One place decides, for GitHub and GitLab alike:
   hung forge parked a worker for minutes);
 - how a repeated GET stays cheap: the last `ETag` of each URL goes out as
   `If-None-Match`, and a 304 (free of GitHub's rate limit) is answered from memory
-  (`ETagCache`, bounded; SPEC 8.1, 13). Every GET is revalidated, so labels, assignees
+  (`ETagCache`, bounded in entries and in bytes; SPEC 8.1, 13). Every GET is revalidated, so labels, assignees
   and comments are never served stale;
 - which answers are worth retrying (`transient_status`) and how long to wait
   (`retry_after`: `Retry-After`, GitHub's `X-RateLimit-Reset`, GitLab's `RateLimit-Reset`);
@@ -48,6 +48,7 @@ from coding_agent.llm.tls import shared_tls_context
 from coding_agent.retry import parse_retry_after
 
 __all__ = [
+    "CACHE_BYTES",
     "CACHE_ENTRIES",
     "CachedAnswer",
     "CachingTransport",
@@ -65,6 +66,10 @@ V = TypeVar("V")
 
 # Responses remembered per source for revalidation; the least recently used go first.
 CACHE_ENTRIES = 1024
+# ... and the most their bodies and headers may hold together, per source. A search page
+# of 100 items is about 150 kB: by entries alone, a bot with many open PRs kept up to
+# 1,024 such answers, whatever their size.
+CACHE_BYTES = 8 * 1024 * 1024
 
 FORGE_REQUESTS = Counter(
     "coding_agent_forge_requests",
@@ -93,30 +98,60 @@ def since_the_hour(since: datetime) -> datetime:
 
 
 class ETagCache(Generic[V]):
-    """A bounded, thread-safe map of request keys to the last answer that carried an ETag."""
+    """A bounded, thread-safe map of request keys to the last answer that carried an ETag.
 
-    def __init__(self, entries: int = CACHE_ENTRIES) -> None:
+    Bounded twice, the least recently used going first: at most `entries` answers, and,
+    when the cache is told what an answer weighs (`weigh`, in bytes), at most `max_bytes`
+    of them together. An answer heavier than `max_bytes` alone is not kept: its next
+    request is a plain GET, as it would be after its eviction.
+    """
+
+    def __init__(
+        self, entries: int = CACHE_ENTRIES, max_bytes: int = CACHE_BYTES, weigh: Callable[[V], int] | None = None
+    ) -> None:
         self._entries = entries
-        self._items: OrderedDict[str, V] = OrderedDict()
+        self._max_bytes = max_bytes
+        self._weigh = weigh
+        self._items: OrderedDict[str, tuple[V, int]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
+
+    @property
+    def retained_bytes(self) -> int:
+        """What the kept answers weigh together (0 without `weigh`)."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def get(self, key: str) -> V | None:
         with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
 
     def put(self, key: str, value: V) -> None:
+        weight = self._weigh(value) if self._weigh is not None else 0
         with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._entries:
-                self._items.popitem(last=False)
+            self._drop(key)
+            if weight > self._max_bytes:
+                return
+            self._items[key] = (value, weight)
+            self._bytes += weight
+            while len(self._items) > self._entries or self._bytes > self._max_bytes:
+                self._drop(next(iter(self._items)))
+
+    def _drop(self, key: str) -> None:
+        item = self._items.pop(key, None)
+        if item is not None:
+            self._bytes -= item[1]
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._bytes = 0
 
 
 class LifetimeAnswers(Generic[V]):
@@ -227,6 +262,10 @@ class CachedAnswer:
     headers: httpx.Headers
     raw: bytes
 
+    def weight(self) -> int:
+        """Bytes it holds, near enough: the body and the headers' text."""
+        return len(self.raw) + sum(len(name) + len(value) for name, value in self.headers.raw)
+
 
 class CachingTransport(httpx.AsyncBaseTransport):
     """httpx transport with a per-request deadline, conditional GETs and one connection pool.
@@ -246,7 +285,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
     def __init__(self, timeout: float, cache: ETagCache[CachedAnswer] | None = None, forge: str = "github") -> None:
         self._timeout = timeout
         self._forge = forge
-        self.cache: ETagCache[CachedAnswer] = cache if cache is not None else ETagCache()
+        self.cache: ETagCache[CachedAnswer] = cache if cache is not None else ETagCache(weigh=CachedAnswer.weight)
         self._pool: AiohttpTransport | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
 

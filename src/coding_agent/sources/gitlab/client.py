@@ -58,6 +58,7 @@ class _Page:
     data: Any
     headers: Mapping[str, str]
     fresh: bool
+    size: int = 0  # bytes of the answer as received, what keeping it costs (near enough)
 
 
 class GitLabClient:
@@ -78,7 +79,7 @@ class GitLabClient:
         session.hooks["response"].append(self._remember_response)
         self.gl = _Client(url, private_token=token, timeout=timeout, retry_transient_errors=False, session=session)
         self._local = threading.local()
-        self._pages: ETagCache[_Page] = ETagCache()
+        self._pages: ETagCache[_Page] = ETagCache(weigh=lambda page: page.size)
         self._notes: ETagCache[dict[int, JSON]] = ETagCache()
 
     def _remember_response(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
@@ -141,7 +142,7 @@ class GitLabClient:
             if error.response_code == 304 and cached is not None:
                 return _Page(cached.data, cached.headers, fresh=False)
             raise
-        page = _Page(response.json(), CaseInsensitiveDict(response.headers), fresh=True)
+        page = _Page(response.json(), CaseInsensitiveDict(response.headers), fresh=True, size=len(response.content))
         if conditional and "ETag" in page.headers:
             self._pages.put(key, page)
         return page

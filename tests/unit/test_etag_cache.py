@@ -1,0 +1,39 @@
+"""`ETagCache`: bounded in bytes as well as in entries, the least recently used going first."""
+
+from __future__ import annotations
+
+import httpx
+
+from coding_agent.sources.http import CachedAnswer, ETagCache
+
+
+def _answer(size: int) -> CachedAnswer:
+    return CachedAnswer('"etag"', httpx.Headers({"content-type": "application/json"}), b"x" * size)
+
+
+def test_retained_bytes_stay_under_the_cap_after_many_large_answers() -> None:
+    cache: ETagCache[CachedAnswer] = ETagCache(entries=1024, max_bytes=1_000_000, weigh=CachedAnswer.weight)
+    for index in range(500):
+        cache.put(f"/search?page={index}", _answer(150_000))
+    assert cache.retained_bytes <= 1_000_000
+    assert len(cache) == 6  # the newest six of 150 kB (and their headers) fit
+    assert cache.get("/search?page=499") is not None and cache.get("/search?page=0") is None
+
+
+def test_replacing_an_answer_counts_it_once_and_a_too_large_one_is_not_kept() -> None:
+    cache: ETagCache[CachedAnswer] = ETagCache(max_bytes=1_000_000, weigh=CachedAnswer.weight)
+    for _ in range(50):
+        cache.put("/issues/1", _answer(100_000))
+    assert len(cache) == 1 and 100_000 <= cache.retained_bytes < 101_000
+    cache.put("/issues/1", _answer(2_000_000))
+    assert cache.get("/issues/1") is None and cache.retained_bytes == 0
+
+
+def test_the_least_recently_read_goes_first() -> None:
+    cache: ETagCache[CachedAnswer] = ETagCache(max_bytes=350_000, weigh=CachedAnswer.weight)
+    cache.put("a", _answer(100_000))
+    cache.put("b", _answer(100_000))
+    cache.put("c", _answer(100_000))
+    assert cache.get("a") is not None  # read: now the most recent
+    cache.put("d", _answer(100_000))
+    assert cache.get("b") is None and all(cache.get(key) is not None for key in ("a", "c", "d"))
