@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -36,6 +37,18 @@ def fresh_postgres_or_skip() -> Iterator[str]:
         yield url
 
 
+def _directory_postgres_reaches() -> Path:
+    """A fresh directory for the server's files that the `postgres` user can reach, with
+    room for its socket's path: in the temp directory when every directory above it lets
+    others pass and its path is short, else in /tmp. A private or deep TMPDIR is common (a
+    CI runner's, systemd's PrivateTmp, `mktemp -d`), and initdb run as `postgres` fails there."""
+    base = Path(tempfile.gettempdir())
+    others_pass = all(os.stat(directory).st_mode & stat.S_IXOTH for directory in (base, *base.parents))
+    if not others_pass or len(str(base)) > 40:
+        base = Path("/tmp")
+    return Path(tempfile.mkdtemp(prefix="coding-agent-pg-", dir=base))
+
+
 class OwnPostgres:
     """A PostgreSQL server of the test's own (a temporary data directory and port, run as
     the `postgres` user), for tests that kill the database: the machine's server is
@@ -49,7 +62,7 @@ class OwnPostgres:
     BINARIES = Path("/usr/lib/postgresql/15/bin")
 
     def __init__(self) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix="coding-agent-pg-"))
+        self.directory = _directory_postgres_reaches()
         self.port = _free_port()
         self._server: subprocess.Popen[bytes] | None = None
         shutil.chown(self.directory, "postgres")
