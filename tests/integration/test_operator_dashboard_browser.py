@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import async_playwright, expect
 
-from coding_agent.config import parse_config
+from coding_agent.config import AgentConfig, parse_config
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.web.server import serving_dashboard
 from tests.support.waiting import wait_for
@@ -33,7 +33,8 @@ def chromium() -> str:
     return CHROMIUM
 
 
-async def test_task_appears_updates_live_and_pauses(tmp_path: Path, chromium: str) -> None:
+def _one_running_task(tmp_path: Path) -> tuple[AgentConfig, StateStore]:
+    """A local dashboard's config (no token) and a store holding KEY's one running run."""
     config = parse_config(
         {
             "task_source": "github",
@@ -47,6 +48,11 @@ async def test_task_appears_updates_live_and_pauses(tmp_path: Path, chromium: st
     store = StateStore(config.database.url)
     store.start_run("run-1", KEY, "worker-a", "alice")
     store.heartbeat(KEY, "worker-a", 60, "run-1", steps=1)
+    return config, store
+
+
+async def test_task_appears_updates_live_and_pauses(tmp_path: Path, chromium: str) -> None:
+    config, store = _one_running_task(tmp_path)
     async with serving_dashboard(config, store) as url, async_playwright() as playwright:
         assert url is not None
         browser = await playwright.chromium.launch(executable_path=chromium, args=ARGS)
@@ -184,19 +190,7 @@ async def test_another_site_can_neither_steer_nor_read_the_dashboard(tmp_path: P
     /api/tasks; neither works, and the dashboard's own Pause and Stop buttons still do."""
     from urllib.parse import quote, urlsplit
 
-    config = parse_config(
-        {
-            "task_source": "github",
-            "github": {"owner": "acme", "token": "t"},
-            "llm": {"provider": "openai", "openai": {"model": "m"}},
-            "database": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-            "dashboard": {"bind": "127.0.0.1:0"},
-        },
-        env={},
-    )
-    store = StateStore(config.database.url)
-    store.start_run("run-1", KEY, "worker-a", "alice")
-    store.heartbeat(KEY, "worker-a", 60, "run-1", steps=1)
+    config, store = _one_running_task(tmp_path)
     async with serving_dashboard(config, store) as url, async_playwright() as playwright:
         assert url is not None
         port = urlsplit(url).port
