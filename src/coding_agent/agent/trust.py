@@ -66,7 +66,7 @@ async def read_conversation(
     whom the claim found to have write access)."""
     comments = await source.list_comments(task.key)
     threads = await source.list_threads(task.key) if task.key.is_change else []
-    if reply_to is not None:
+    if reply_to is not None and reply_to.change != task.key:  # a PR/MR task's own threads are read above
         threads += [t for t in await source.list_threads(reply_to.change) if t.id == reply_to.thread_id]
     trust = TrustCache(writers)
     authors = {task.author} | {c.author for c in comments} | {c.author for t in threads for c in t.comments}

@@ -15,11 +15,13 @@ That comment is recorded before anything happens, so it never acts twice:
   its worker died after the swap, the takeover (`Recovery`) reads the decision (who
   asked, which thread) and starts the run as that follow-up (`claim_cut_short`).
 
-The same holds in the review threads of the PR/MR the agent opened for a task
-(`review_followups.py`): the candidates are the bot's open PRs/MRs (one search / one
-listing per scope), the `updated_at` trick applies to the PR/MR, each thread's newest
-@mention after the bot's last word there is the trigger, and the run of the issue answers
-in that thread.
+The same holds in review threads: each thread's newest @mention after the bot's last
+word there is a trigger too, and the run answers in that thread (`ReviewClaim.reply_to`).
+On a PR/MR that was itself the task, its threads are read with its comments (one more
+request for a changed item) and the run is a run of that PR/MR, on its head branch. On
+the PR/MR the agent opened for an issue (`review_followups.py`), the candidates are the
+bot's open PRs/MRs (one search / one listing per scope), the `updated_at` trick applies
+to the PR/MR, and the run is a run of the issue.
 """
 
 from __future__ import annotations
@@ -226,24 +228,48 @@ class FollowUpIntake:
         if not fresh.has_label(source.labels.done_label):
             return None
         seen_at = fresh.updated_at
-        trigger = find_followup_comment(await source.list_comments(task.key), bot_name)
-        if trigger is None or await self._handled(key, trigger.id, key):
-            held = await self._held_before(source, fresh, key)
-            if held is None:
-                await asyncio.to_thread(self._records.mark_seen, key, seen_at)
-            return held or None
-
-        async def acknowledge(text: str) -> None:
-            await source.post_comment(task.key, text)
-
-        if await self._decide(source, task.key, key, trigger, acknowledge) != "run":
-            await asyncio.to_thread(self._records.mark_seen, key, seen_at)
-            return None
-        if self._budgets is not None and await self._budgets.held(source, fresh, trigger.author):
+        hits: list[tuple[Comment, ThreadRef | None]] = []
+        top_level = find_followup_comment(await source.list_comments(task.key), bot_name)
+        if top_level is not None:
+            hits.append((top_level, None))
+        if fresh.key.is_change:  # a PR/MR that was itself the task: its review threads ask too
+            threads = await source.list_threads(fresh.key)
+            hits += [(c, ThreadRef(fresh.key, t.id)) for t, c in thread_triggers(threads, bot_name)]
+        claim = await self._claim_first(source, fresh, key, sorted(hits, key=lambda hit: hit[0].created_at))
+        if claim is False:
             return None  # not marked seen: `_held_before` claims it once the budget lets it go
-        await self._swap_labels(source, fresh)
-        log.info("%s: follow-up claimed (comment %s by %s)", key, trigger.id, trigger.author)
-        return Claim(task=fresh, requester=trigger.author, writers=self._writers(trigger))
+        if claim is None:
+            claim = await self._held_before(source, fresh, key)
+            if claim is None:
+                await asyncio.to_thread(self._records.mark_seen, key, seen_at)
+        return claim or None
+
+    async def _claim_first(
+        self, source: Source, task: Task, record_key: str, hits: Sequence[tuple[Comment, ThreadRef | None]]
+    ) -> Claim | Literal[False] | None:
+        """Decide each @mention in `hits` (oldest first; with the thread it was asked in,
+        None: top-level) not decided yet, recorded under `record_key` (where the comments
+        are), and claim `task` for the first that asks for a run: None when none does,
+        False when a daily budget holds that run."""
+        for trigger, reply_to in hits:
+            if await self._handled(record_key, trigger.id, str(task.key)):
+                continue
+
+            async def acknowledge(text: str, thread: ThreadRef | None = reply_to) -> None:
+                if thread is None:
+                    await source.post_comment(task.key, text)
+                else:
+                    await source.reply_in_thread(thread.change, thread.thread_id, text)
+
+            if await self._decide(source, task.key, record_key, trigger, acknowledge, reply_to) != "run":
+                continue
+            if self._budgets is not None and await self._budgets.held(source, task, trigger.author):
+                return False
+            await self._swap_labels(source, task)
+            where = f"thread {reply_to.thread_id} of {reply_to.change}" if reply_to is not None else "a comment"
+            log.info("%s: follow-up claimed from %s (comment %s by %s)", task.key, where, trigger.id, trigger.author)
+            return ReviewClaim(task=task, requester=trigger.author, writers=self._writers(trigger), reply_to=reply_to)
+        return None
 
     async def _held_before(self, source: Source, task: Task, key: str) -> Claim | Literal[False] | None:
         """A follow-up on the task itself that a daily budget held (its "run" recorded, no
@@ -364,27 +390,10 @@ class FollowUpIntake:
         record_key, seen_at = str(change.key), change.updated_at
         issue = await source.get_task(issue_key)
         if issue.has_label(source.labels.done_label):
-            for thread, trigger in thread_triggers(await source.list_threads(change.key), bot_name):
-                if await self._handled(record_key, trigger.id, str(issue_key)):
-                    continue
-
-                async def acknowledge(text: str, thread_id: str = thread.id) -> None:
-                    await source.reply_in_thread(change.key, thread_id, text)
-
-                reply_to = ThreadRef(change.key, thread.id)
-                if await self._decide(source, issue_key, record_key, trigger, acknowledge, reply_to) == "run":
-                    if self._budgets is not None and await self._budgets.held(source, issue, trigger.author):
-                        return None  # not marked seen: decided again at the next look
-                    await self._swap_labels(source, issue)
-                    log.info(
-                        "%s: follow-up claimed from thread %s of %s (comment %s by %s)",
-                        issue_key, thread.id, change.key, trigger.id, trigger.author,
-                    )
-                    return ReviewClaim(
-                        task=issue,
-                        requester=trigger.author,
-                        writers=self._writers(trigger),
-                        reply_to=reply_to,
-                    )
+            threads = await source.list_threads(change.key)
+            hits = [(c, ThreadRef(change.key, t.id)) for t, c in thread_triggers(threads, bot_name)]
+            claim = await self._claim_first(source, issue, record_key, hits)
+            if claim is not None:
+                return claim or None  # held by a budget: not marked seen, decided again at the next look
         await asyncio.to_thread(self._records.mark_seen, record_key, seen_at)
         return None

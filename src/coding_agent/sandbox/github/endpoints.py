@@ -139,6 +139,14 @@ class Endpoints:
              "content": base64.b64encode(data).decode(), "sha": hashlib.sha1(data).hexdigest()},
         )  # fmt: skip
 
+    def _comment_bodies(self, issue: IssueRecord) -> list[str]:
+        """What `mentions:` reads besides the body: comments, and a PR's review comments
+        (a mention in a review thread is a mention of the PR, as GitHub counts it)."""
+        bodies = [c.body for c in self.state.comments(issue.repo, issue.number)]
+        if issue.is_pull:
+            bodies += [c.body for c in self.state.review_comments(issue.repo, issue.number)]
+        return bodies
+
     async def search_issues(self, request: Request) -> Response:
         q = request.query_params.get("q", "")
         if not q.strip():
@@ -150,7 +158,7 @@ class Endpoints:
         hits: list[IssueRecord] = []
         for issue in self.state.issues():
             repo = self.state.repo(issue.repo)
-            bodies = lambda issue=issue: [c.body for c in self.state.comments(issue.repo, issue.number)]  # noqa: E731
+            bodies = lambda issue=issue: self._comment_bodies(issue)  # noqa: E731
             if self.state.permission(repo.full_name, login) is not None and query.matches(issue, repo.owner, bodies):
                 hits.append(issue)
         sort = request.query_params.get("sort", "created")

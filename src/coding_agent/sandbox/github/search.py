@@ -3,9 +3,9 @@
 Supported: `is:open|closed|issue|pr`, `state:`, `type:`, `label:x` / `label:"a b"` (several
 are AND-ed; `label:a,b` is OR), `-label:x`, `no:label`, `no:assignee`, `assignee:x`,
 `author:x`, `repo:o/r`, `user:x`, `org:x` (scope qualifiers are OR-ed with each other, like
-GitHub), `mentions:x` (an @x in the body or a comment), `updated:>=T` / `updated:>T`, and free
-words matched in title and body. Other qualifiers (`archived:false`,
-`sort:`...) are accepted and ignored, as GitHub ignores what does not apply.
+GitHub), `mentions:x` (an @x in the body, a comment or a PR's review comment),
+`updated:>=T` / `updated:>T`, and free words matched in title and body. Other qualifiers
+(`archived:false`, `sort:`...) are accepted and ignored, as GitHub ignores what does not apply.
 """
 
 from __future__ import annotations
