@@ -211,7 +211,10 @@ async def test_another_apps_check_run_gives_its_output_and_annotations(
     sandbox: GitHubSandbox, source: GitHubSource
 ) -> None:
     _, sha = _pull(sandbox)
-    notes = [AnnotationRecord("src/api.py", 12, "line too long", "warning", title="E501"), AnnotationRecord("src/db.py", 3, "undefined name 'x'")]
+    notes = [
+        AnnotationRecord("src/api.py", 12, "line too long", "warning", title="E501"),
+        AnnotationRecord("src/db.py", 3, "undefined name 'x'"),
+    ]
     sandbox.state.app_check(
         REPO, sha, "lint", app="circleci-checks", conclusion="failure", title="2 problems",
         summary="flake8 found 2 problems", text="see the annotations", annotations=notes,

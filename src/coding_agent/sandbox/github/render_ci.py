@@ -272,7 +272,8 @@ class CiShapes(AccountShapes):
         ]
         shape = self.status(record)
         return {
-            **{key: shape[key] for key in ("id", "target_url", "context", "description", "state", "created_at", "updated_at")},
+            **{key: shape[key] for key in ("id", "target_url", "context", "description", "state")},
+            **{key: shape[key] for key in ("created_at", "updated_at")},
             "sha": record.sha,
             "name": record.repo,
             "commit": {"sha": record.sha, "url": commit, "html_url": f"{self.web}/{record.repo}/commit/{record.sha}"},
