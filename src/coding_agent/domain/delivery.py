@@ -47,3 +47,6 @@ class ChangeRequest:
     base_branch: str
     body: str
     draft: bool
+    # The commit the head branch points at, as the forge last saw it: the CI watch
+    # (SPEC 16) compares it with what the agent pushed to tell a human push.
+    head_sha: str | None = None

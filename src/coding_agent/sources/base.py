@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from coding_agent.config import LabelConfig
+from coding_agent.domain.ci import Check, CiReport
 from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, Thread
 
@@ -129,6 +130,36 @@ class Source(Protocol):
     async def repository_id(self, project: str) -> str:
         """The repository as no other on any forge is named: the forge's address and the
         repository's own id (a repository deleted and made again under the name is another)."""
+        ...
+
+    # -- CI feedback (SPEC 16) ------------------------------------------------------
+
+    async def ci_report(self, project: str, sha: str) -> CiReport:
+        """Every check of commit `sha` of `project`: GitHub check runs and commit statuses
+        (two requests, conditional: an unchanged answer is a 304), GitLab the jobs of the
+        sha's newest pipeline per source (two requests). O(1) whatever the number of checks
+        up to 100; an unknown sha is an empty report, not an error.
+        """
+        ...
+
+    async def ci_log_tail(self, project: str, check: Check, lines: int) -> str | None:
+        """The last `lines` lines of `check`'s log, decoded (invalid UTF-8 replaced), or
+        None when the forge has none for it (404, expired, a status without a log).
+
+        Reads only the tail where the forge allows a range (never a whole 50 MB log into
+        memory): GitHub Actions job logs, GitLab job traces. Another app's GitHub check
+        run gives its output (title, summary, text) and annotations instead.
+        """
+        ...
+
+    async def ci_rerun(self, project: str, check: Check) -> bool:
+        """Ask the forge to run a failed check again (GitHub: re-run the failed jobs of its
+        workflow run; GitLab: retry the job); False when it cannot be re-run (`rerun_id`
+        None, or the forge refuses)."""
+        ...
+
+    async def mark_change_ready(self, project: str, number: int) -> None:
+        """Mark draft PR/MR `number` ready for review (SPEC 16 `ci.ready_when_green`)."""
         ...
 
     async def aclose(self) -> None:
