@@ -31,8 +31,9 @@ def test_escapes_and_overwritten_lines_are_shown_as_a_terminal_shows_them() -> N
         b"\x1b[0Ksection_start:1:build\r\x1b[0K\x1b[32;1mok\x1b[0;m\r\n"
         b"\x1b]8;;http://evil.example\x07link\x1b]8;;\x07 text\n"
         b"bad \xc3\x28 byte\n"
+        b"nul\x00 bell\x07 tab\there\n"
     )
-    assert last_lines(data, 5, starts_mid_line=False) == "ok\nlink text\nbad \ufffd( byte"
+    assert last_lines(data, 5, starts_mid_line=False) == "ok\nlink text\nbad \ufffd( byte\nnul bell tab\there"
 
 
 def test_the_budget_grows_with_lines_and_is_capped() -> None:

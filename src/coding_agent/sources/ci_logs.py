@@ -6,7 +6,8 @@ keeps the last bytes of it, so memory stays bounded either way. `last_lines` the
 those bytes into what the model reads: decoded with invalid UTF-8 replaced (a log is
 whatever the job printed), terminal escapes removed and a carriage-return overwritten
 line shown as a terminal shows it (GitLab traces colour every line and mark sections
-with `section_start:...\\r`), a first line cut in half dropped, the last `lines` kept.
+with `section_start:...\\r`), other control characters (NUL...) dropped, a first line
+cut in half dropped, the last `lines` kept.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ _BYTES_PER_LINE = 1024
 _MAX_BUDGET = 4 * 1024 * 1024
 # CSI (colours, erase line), OSC (titles, hyperlinks) and any other two-byte escape.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+# Control characters a terminal does not print (NUL would not even fit a database text).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def tail_budget(lines: int) -> int:
@@ -51,7 +54,7 @@ class TailBuffer:
 def _as_shown(line: str) -> str:
     """A line as a terminal leaves it: escapes gone, only what the last `\\r` left visible."""
     line = _ESCAPES.sub("", line).rstrip("\r")
-    return line.rsplit("\r", 1)[-1]
+    return _CONTROLS.sub("", line.rsplit("\r", 1)[-1])
 
 
 def last_lines(data: bytes, lines: int, *, starts_mid_line: bool) -> str:
