@@ -31,6 +31,9 @@ class GitLabCi:
     _http: GitLabClient
 
     async def ci_report(self, project: str, sha: str) -> CiReport:
+        """The jobs of the sha's newest pipeline of each source (a branch pipeline and a
+        merge request pipeline of one commit both count; an older one of a source was
+        superseded), one page of each: up to 100 pipelines and 100 jobs."""
         base = f"/projects/{project_ref(project)}"
         query = {"sha": sha, "order_by": "id", "sort": "desc", "per_page": PER_PAGE}
         listing = await self._http.call(f"GET {base}/pipelines", lambda: self._http.get(f"{base}/pipelines", query))
@@ -93,7 +96,7 @@ class GitLabCi:
         data: JSON = (await self._http.call(f"GET {path}", lambda: self._http.get(path))).data
         title = str(data.get("title") or "")
         ready = ready_title(title)
-        if ready == title or not ready.strip():
+        if ready == title or not ready.strip():  # not a draft, or nothing but the mark
             return
         fields: dict[str, Any] = {"title": neutralise_quick_actions(ready)}
 
