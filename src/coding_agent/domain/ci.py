@@ -17,7 +17,7 @@ __all__ = ["CheckState", "CheckKind", "Check", "CiReport"]
 class CheckState(StrEnum):
     """How one check stands: still running, or finished one way or the other."""
 
-    PENDING = "pending"  # queued, in progress, waiting for a runner, manual not yet played
+    PENDING = "pending"  # queued, in progress, waiting for a runner (a manual job waiting for a person is no check)
     PASSED = "passed"  # success, neutral, skipped
     FAILED = "failed"  # failure, timed out, cancelled, action required, error
 

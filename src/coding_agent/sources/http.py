@@ -7,8 +7,8 @@ One place decides, for GitHub and GitLab alike:
   (githubkit's hishel cache did: it rebuilt each request without httpx's timeout, and a
   hung forge parked a worker for minutes);
 - how much of a log is read: a GET for its last N bytes (`Range: bytes=-N`, how a CI
-  log's tail is asked for) keeps at most N bytes, whatever the server sends, and
-  `tail_lines` makes lines of them;
+  log's tail is asked for) keeps at most N bytes, whatever the server sends
+  (`ci_logs.last_lines` makes lines of them);
 - how a repeated GET stays cheap: the last `ETag` of each URL goes out as
   `If-None-Match`, and a 304 (free of GitHub's rate limit) is answered from memory
   (`ETagCache`, bounded in entries and in bytes; SPEC 8.1, 13). Every GET is revalidated, so labels, assignees
@@ -62,7 +62,6 @@ __all__ = [
     "rate_limited",
     "retry_after",
     "since_the_hour",
-    "tail_lines",
     "transient_status",
 ]
 
@@ -221,18 +220,6 @@ def retry_after(headers: Mapping[str, str] | None) -> float | None:
         except ValueError:
             return None
     return None
-
-
-def tail_lines(data: bytes, lines: int, *, partial: bool) -> str:
-    """The last `lines` lines of a log's tail `data`, decoded with invalid UTF-8 replaced
-    (a log holds whatever the CI's programs printed). `partial`: `data` starts somewhere
-    inside the log, so its first line is likely cut and is dropped (unless it is all)."""
-    rows = data.decode("utf-8", errors="replace").replace("\r\n", "\n").split("\n")
-    if rows and rows[-1] == "":
-        rows.pop()
-    if partial and len(rows) > 1:
-        rows = rows[1:]
-    return "\n".join(rows[-lines:]) if lines > 0 else ""
 
 
 def _suffix_range(header: str | None) -> int | None:

@@ -41,16 +41,14 @@ from coding_agent.sources.github.mapping import (
     to_task,
     trigger_actor,
 )
-from coding_agent.sources.http import LifetimeAnswers, since_the_hour, tail_lines
+from coding_agent.sources.ci_logs import last_lines, tail_budget
+from coding_agent.sources.http import LifetimeAnswers, since_the_hour
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
 __all__ = ["GitHubSource"]
 
 # GitHub serves at most 1000 search results (10 pages of 100).
 _MAX_SEARCH_PAGES = 10
-# A log's tail is asked for by bytes: this many per line wanted, and never more than the cap.
-_LOG_BYTES_PER_LINE = 512
-_MAX_LOG_TAIL_BYTES = 1024 * 1024
 _READY_FOR_REVIEW = """
 mutation($id: ID!) {
   markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { isDraft } }
@@ -393,13 +391,13 @@ class GitHubSource:
                 )
         except GitHubNotFoundError:
             return None
-        return tail_lines(check_output_text(run, notes).encode(), lines, partial=False)
+        return last_lines(check_output_text(run, notes).encode(), lines, starts_mid_line=False)
 
     async def _job_log_tail(self, project: str, check: Check, lines: int) -> str | None:
         """The job log's last `lines` lines: GitHub redirects to the log's blob, which is
-        asked for its last bytes only (a line of CI output is rarely over 512 bytes)."""
+        asked for its last bytes only (`tail_budget`)."""
         owner, repo = split_project(project)
-        budget = min(max(lines, 1) * _LOG_BYTES_PER_LINE, _MAX_LOG_TAIL_BYTES)
+        budget = tail_budget(lines)
         download = self._rest.actions.async_download_job_logs_for_workflow_run
         try:
             response = await self._http.call(
@@ -415,7 +413,7 @@ class GitHubSource:
             raise
         raw = response.raw_response
         whole = raw.status_code == 206 and raw.headers.get("content-range", "").startswith("bytes 0-")
-        return tail_lines(raw.content, lines, partial=not whole and len(raw.content) >= budget)
+        return last_lines(raw.content, lines, starts_mid_line=not whole and len(raw.content) >= budget)
 
     async def ci_rerun(self, project: str, check: Check) -> bool:
         """Re-run the failed jobs of the check's workflow run (read from its job when the
