@@ -33,8 +33,8 @@ from _common import emit, summary_ms
 
 from coding_agent.config import parse_config
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.queue_entries import QueueEntries
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore
 from coding_agent.web.feed import ListFeed, list_updates
 from coding_agent.web.server import serving_dashboard
 from coding_agent.web.views import TaskFilter, task_list

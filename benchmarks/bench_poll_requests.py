@@ -31,8 +31,8 @@ from _common import emit, open_labelled_issues, seed_github, seed_gitlab
 from coding_agent.config import parse_config
 from coding_agent.domain.tasks import Forge, TaskKey
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox, GitHubState
+from coding_agent.store.state import StateStore
 from tests.support.gitlab import GitLabSandbox, GitLabState
 
 OWNER = "acme"

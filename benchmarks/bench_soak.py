@@ -50,9 +50,9 @@ import httpx
 import yaml
 from _common import TRIGGER_LABEL, emit, seed_github
 
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 from tests.support.github_webhooks import GitHubWebhooks
 from tests.support.waiting import wait_for
 

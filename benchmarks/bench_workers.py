@@ -46,9 +46,9 @@ from _common import emit, open_labelled_issues, seed_github
 
 from coding_agent.config import load_config
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 from tests.support.services import amqp_url, delete_queues, fresh_postgres_database, postgres_admin_url, reachable
 
 REPO = "bench/workers"

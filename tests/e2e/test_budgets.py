@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 
 from coding_agent.config import AgentConfig
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 
 from ._steering import THREE_FILES, post_comment, run_cycle, steering_config

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 
 from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, secret_env, write_config
 

@@ -25,8 +25,8 @@ import yaml
 from sqlalchemy import text
 
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 
 from ._steering import spawn_cli, steering_config, wait_for
 from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments

@@ -13,8 +13,8 @@ import pytest
 
 from coding_agent.context.storage import ContextStorage
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 
 from ._steering import run_cycle, steering_config
 from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, READER, REPO, GitHubForge, load_for_service, progress_comments

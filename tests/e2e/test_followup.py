@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from coding_agent.runtime.followups import FollowUpRecords
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox, GitHubState
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.followups import FollowUpRecords
+from coding_agent.store.state import StateStore
 
 from ._steering import post_comment, run_cycle
 from .conftest import BOT, MAINTAINER, READER, REPO, ForgeUnderTest, GitHubForge, llm_section, load_for_service, write_config

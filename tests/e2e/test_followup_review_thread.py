@@ -22,10 +22,10 @@ import pytest
 from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.faults import Fault
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.writes import strip_marker
+from coding_agent.store.state import StateStore
 
 from ._steering import run_cycle
 from .conftest import BOT, MAINTAINER, READER, REPO, ForgeUnderTest, GitHubForge, llm_section, load_for_service, write_config

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.faults import Fault
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 
 from ._steering import run_cycle
 from .conftest import (

@@ -16,8 +16,8 @@ from sqlalchemy import create_engine, text
 
 from coding_agent.config import AgentConfig
 from coding_agent.runtime.service import AgentService, CycleReport
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 from tests.support.waiting import wait_until
 
 from ._steering import steering_config

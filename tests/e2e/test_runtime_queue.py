@@ -23,11 +23,11 @@ from sqlalchemy.exc import OperationalError
 from coding_agent.runtime.queue import QueuedTask
 from coding_agent.runtime.queue.memory import MemoryQueue
 from coding_agent.runtime.queue.rabbitmq import RabbitQueue
-from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.faults import Fault
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore
 from tests.support.services import amqp_url
 from tests.support.tcp_relay import TcpRelay
 from tests.support.waiting import wait_for, wait_until

@@ -13,11 +13,11 @@ from pathlib import Path
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
-from coding_agent.runtime.followups import FollowUpRecords
-from coding_agent.runtime.schema import _config, head_version, schema_version
 from coding_agent.runtime.service import AgentService, CycleReport
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.followups import FollowUpRecords
+from coding_agent.store.schema import _config, head_version, schema_version
+from coding_agent.store.state import StateStore
 
 from ..postgres import fresh_postgres_or_skip
 from .conftest import HELLO_SCRIPT, GitHubForge, load_for_service, write_config, llm_section
@@ -181,7 +181,7 @@ def test_processes_starting_together_migrate_a_fresh_database_once(tmp_path: Pat
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     program = (
         "import sys; from sqlalchemy import create_engine; "
-        "from coding_agent.runtime.schema import migrate; migrate(create_engine(sys.argv[1]))"
+        "from coding_agent.store.schema import migrate; migrate(create_engine(sys.argv[1]))"
     )
     processes = [
         subprocess.Popen([sys.executable, "-c", program, url], stderr=subprocess.PIPE, text=True) for _ in range(4)

@@ -16,8 +16,8 @@ import pytest
 
 from coding_agent.agent.steering.interrupts import REQUEST_READ_SECONDS
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import bind_socket, serving_http
 from tests.support.github_webhooks import GitHubWebhooks
 from tests.support.waiting import wait_for, wait_until

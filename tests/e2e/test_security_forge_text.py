@@ -20,9 +20,9 @@ from markdown_it import MarkdownIt
 
 from coding_agent.context.storage import ContextStorage
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
+from coding_agent.store.state import StateStore
 
 from ._planning import action, plan, planning_config
 from ._steering import assign, run_cycle

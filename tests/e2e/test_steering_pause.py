@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from coding_agent.agent.steering.interrupts import REQUEST_READ_SECONDS
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import RecordedRequest, ReplaySandbox
+from coding_agent.store.state import StateStore
 
 from ._forge_git import branch_file, task_branch
 from ._steering import (

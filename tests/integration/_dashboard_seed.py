@@ -16,8 +16,8 @@ from pathlib import Path
 from coding_agent.agent.planning.models import Action, Goal, Plan, PlanningState
 from coding_agent.agent.planning.state import dump_state
 from coding_agent.agent.steering.state import STATE_FILE
-from coding_agent.runtime.queue_entries import QueueEntries
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore
 
 __all__ = ["SeededTasks", "seed_every_state", "write_plan", "HOSTILE_TITLE"]
 

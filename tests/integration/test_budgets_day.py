@@ -12,7 +12,7 @@ import pytest
 from coding_agent.config import AgentConfig, parse_config
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 
 from ..postgres import fresh_postgres_or_skip
 

@@ -14,8 +14,8 @@ import yaml
 from coding_agent.config import parse_config
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.runtime.cleanup import Cleanup
-from coding_agent.runtime.memory_store import MemoryStore
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.memories import MemoryStore
+from coding_agent.store.state import StateStore
 
 DAY = 86400.0
 

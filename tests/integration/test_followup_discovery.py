@@ -11,10 +11,10 @@ from coding_agent.domain.tasks import Comment
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
 from coding_agent.runtime.followups import FollowUpIntake, find_followup_comment, mentions
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox, GitHubState
 from coding_agent.sources.github import GitHubSource
 from coding_agent.sources.gitlab import GitLabSource
+from coding_agent.store.state import StateStore
 from tests.support.gitlab import GitLabSandbox
 
 TOKEN = "ghp_" + "FollowupDiscoveryToken0123456789"

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from coding_agent.config import AgentConfig, parse_config
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 
 KEY = "github:acme/widgets#7"

@@ -16,7 +16,7 @@ import pytest
 from playwright.async_api import async_playwright, expect
 
 from coding_agent.config import AgentConfig, parse_config
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 from tests.support.waiting import wait_for
 

@@ -20,7 +20,7 @@ import yaml
 from playwright.async_api import Page, async_playwright, expect
 
 from coding_agent.config import AgentConfig, parse_config
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 from tests.integration._dashboard_seed import FORGE, HOSTILE_TITLE, SeededTasks, seed_every_state, write_plan
 from tests.integration.test_operator_dashboard_browser import ARGS, chromium  # noqa: F401 - the fixture

@@ -16,7 +16,7 @@ import pytest
 
 from coding_agent.config import parse_config
 from coding_agent.errors import ConfigError
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 from tests.integration.test_operator_dashboard import KEY, make_config, seed
 

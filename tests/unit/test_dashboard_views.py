@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.pages import duration
 from coding_agent.web.views import TaskFilter, UnknownFilter, one_line
 

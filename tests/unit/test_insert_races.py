@@ -23,9 +23,9 @@ from sqlalchemy.engine import Engine
 
 from coding_agent.domain.memories import channel_of
 from coding_agent.domain.tasks import TaskKey
-from coding_agent.runtime.memory_store import MemoryStore
-from coding_agent.runtime.queue_entries import QueueEntries
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.memories import MemoryStore
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore
 
 from ..postgres import fresh_postgres_or_skip
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.runtime.state_store import StateStore
-from coding_agent.runtime.tables.run_steering import KEEP_NUDGES_SECONDS
+from coding_agent.store.run_steering import KEEP_NUDGES_SECONDS
+from coding_agent.store.state import StateStore
 
 from ..postgres import fresh_postgres_or_skip
 

@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from coding_agent.agent.ledger import RunLedger
 from coding_agent.agent.steering import LeaseLost
 from coding_agent.retry import store_unavailable, through_store_outage
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from tests.support.waiting import wait_until
 
 from .test_state_store import FakeClock

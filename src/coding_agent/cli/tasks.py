@@ -18,7 +18,7 @@ def status(config: ConfigOption = None) -> None:
     budgets configured, today's use and what is left per requester and repository."""
     from coding_agent.redaction import Redactor
     from coding_agent.runtime.budgets import Budgets
-    from coding_agent.runtime.state_store import StateStore
+    from coding_agent.store.state import StateStore
     from coding_agent.web.views import task_list, usage
 
     settings = load(config, local=True)
@@ -109,7 +109,7 @@ def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:
 def _act(settings: AgentConfig, key: str, action: str) -> None:
     """pause/stop TASK through the same code as the dashboard; continue a stopped paused run."""
     from coding_agent.runtime.operator_actions import UnknownTask, apply_action
-    from coding_agent.runtime.state_store import StateStore
+    from coding_agent.store.state import StateStore
 
     store = StateStore(settings.database.url)
     try:
@@ -136,7 +136,7 @@ def resume(
     a running `serve` or the next `run --once`.
     """
     from coding_agent.agent.steering import pause_signal_path
-    from coding_agent.runtime.state_store import StateStore
+    from coding_agent.store.state import StateStore
 
     settings = load(config, local=queue)
     path = pause_signal_path(settings)

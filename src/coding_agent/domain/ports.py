@@ -1,7 +1,7 @@
 """Narrow ports: what a lower floor needs from a higher one, as Protocols.
 
 The agent and the context builders run against these; the runtime owns the real
-implementations (`runtime.state_store.StateStore`, `runtime.memory_store.MemoryStore`,
+implementations (`store.state.StateStore`, `store.memories.MemoryStore`,
 `workspace.session.RunWorkspaces`) and hands them down. So imports point down, and each port says exactly which part of
 the store its user relies on.
 """

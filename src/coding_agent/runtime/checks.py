@@ -32,7 +32,7 @@ from coding_agent.agent.environment import describe_egress
 from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServerConfig
 from coding_agent.llm.factory import load_client_library
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.tools.sandbox import bwrap_usable
 
 __all__ = ["Check", "forge_checks", "llm_check", "preflight", "run_doctor"]

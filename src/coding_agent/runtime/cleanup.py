@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coding_agent.config import AgentConfig
-from coding_agent.runtime.memory_store import MemoryStore
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.memories import MemoryStore
+from coding_agent.store.state import StateStore
 from coding_agent.tools.host_git import git_dirs_beside
 from coding_agent.workspace.checkout import discard_clone
 

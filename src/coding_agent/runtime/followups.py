@@ -27,14 +27,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from typing import Literal
-
-from sqlalchemy import Float, String, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import is_bot
@@ -44,112 +38,14 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.intake import Claim
 from coding_agent.runtime.review_followups import ReviewClaim, agents_issue
-from coding_agent.runtime.state_store import StateStore, TableStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
+from coding_agent.store.followups import FollowUpRecords
+from coding_agent.store.state import StateStore
 
-__all__ = ["FollowUpRecords", "FollowUpIntake", "find_followup_comment", "mentions", "thread_triggers"]
+__all__ = ["FollowUpIntake", "find_followup_comment", "mentions", "thread_triggers"]
 
 log = logging.getLogger(__name__)
-
-# How old an `updated_at` must be before "examined at it" is recorded (see `mark_seen`).
-SETTLE_SECONDS = 2.0
-
-
-class _Base(DeclarativeBase):
-    pass
-
-
-class _Handled(_Base):
-    """A comment that already led to a follow-up decision (run, acknowledged or ignored)."""
-
-    __tablename__ = "followup_comments"
-    task_key: Mapped[str] = mapped_column(String(300), primary_key=True)  # where the comment is
-    comment_id: Mapped[str] = mapped_column(String(100), primary_key=True)
-    action: Mapped[str] = mapped_column(String(20))
-    at: Mapped[float] = mapped_column(Float)
-    # A "run" decision's run: the task it runs (a review thread's: the PR/MR's issue), who
-    # asked, and the thread to answer in (`ThreadRef` as text; None: the task itself).
-    run_key: Mapped[str | None] = mapped_column(String(300), index=True, default=None)
-    requester: Mapped[str | None] = mapped_column(String(200), default=None)
-    reply_to: Mapped[str | None] = mapped_column(String(400), default=None)
-
-
-class _Seen(_Base):
-    """The `updated_at` at which a done task was last examined: unchanged means nothing new."""
-
-    __tablename__ = "followup_seen"
-    task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
-    updated_at: Mapped[str] = mapped_column(String(40))
-
-
-class FollowUpRecords(TableStore):
-    """The follow-up tables, beside the state store's, in the same database."""
-
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(engine, _Base.metadata, clock)
-
-    def seen(self, task_key: str, updated_at: datetime) -> bool:
-        with self._session() as session:
-            row = session.get(_Seen, task_key)
-            return row is not None and row.updated_at == updated_at.isoformat()
-
-    def mark_seen(self, task_key: str, updated_at: datetime) -> None:
-        """Record that the item was examined as it stood at `updated_at` - unless that is
-        under `SETTLE_SECONDS` old: forges stamp whole seconds (GitHub), so a comment posted
-        later in the same second carries the same `updated_at` and would never be read."""
-        if self._clock() - updated_at.timestamp() < SETTLE_SECONDS:
-            return
-        with self._session() as session:
-            row = session.get(_Seen, task_key)
-            if row is None:
-                session.add(_Seen(task_key=task_key, updated_at=updated_at.isoformat()))
-            else:
-                row.updated_at = updated_at.isoformat()
-
-    def handled(self, task_key: str, comment_id: str) -> tuple[str, float] | None:
-        """The action taken on this comment and when it was recorded, or None when it is new."""
-        with self._session() as session:
-            row = session.get(_Handled, (task_key, comment_id))
-            return (row.action, row.at) if row is not None else None
-
-    def handle(
-        self,
-        task_key: str,
-        comment_id: str,
-        action: str,
-        run: tuple[str, str, ThreadRef | None] | None = None,
-    ) -> None:
-        """Record the decision on a comment; `run`: for "run", (the task to run, who asked,
-        the thread to answer in)."""
-        run_key, requester, reply_to = run or (None, None, None)
-        with self._session() as session:
-            if session.get(_Handled, (task_key, comment_id)) is None:
-                session.add(
-                    _Handled(
-                        task_key=task_key,
-                        comment_id=comment_id,
-                        action=action,
-                        at=self._clock(),
-                        run_key=run_key,
-                        requester=requester,
-                        reply_to=str(reply_to) if reply_to is not None else None,
-                    )
-                )
-
-    def run_decided_after(self, run_key: str, after: float) -> tuple[str | None, ThreadRef | None] | None:
-        """The newest "run" decision for `run_key` recorded after `after`: (who asked, the
-        thread to answer in), or None when there is none."""
-        with self._session() as session:
-            row = session.scalars(
-                select(_Handled)
-                .where(_Handled.run_key == run_key, _Handled.action == "run", _Handled.at > after)
-                .order_by(_Handled.at.desc())
-                .limit(1)
-            ).first()
-            if row is None:
-                return None
-            return row.requester, ThreadRef.parse(row.reply_to) if row.reply_to else None
 
 
 def mentions(text: str, login: str) -> bool:

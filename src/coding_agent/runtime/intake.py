@@ -16,9 +16,9 @@ from coding_agent.domain.tasks import Permission, Task
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
+from coding_agent.store.state import StateStore
 
 __all__ = ["Claim", "Intake"]
 

@@ -24,7 +24,7 @@ from types import TracebackType
 from sqlalchemy.exc import SQLAlchemyError
 
 from coding_agent.retry import STORE_OUTAGE, store_unavailable
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 
 __all__ = ["LeaseHeartbeat"]
 

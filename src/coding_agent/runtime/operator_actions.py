@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 
 __all__ = ["Action", "ActionResult", "UnknownTask", "apply_action"]
 

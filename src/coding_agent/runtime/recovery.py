@@ -31,9 +31,9 @@ from coding_agent.domain.tasks import Task, TaskKey
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Claim, Intake
-from coding_agent.runtime.state_store import RunMarks, RunRecord, StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import transition
+from coding_agent.store.state import RunMarks, RunRecord, StateStore
 
 __all__ = ["Recovery", "Takeover"]
 

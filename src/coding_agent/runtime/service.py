@@ -32,17 +32,17 @@ from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.cleanup import Cleanup
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Intake
-from coding_agent.runtime.memory_store import MemoryStore
 from coding_agent.runtime.producer import Producer, ProducerReport
 from coding_agent.runtime.queue import TaskQueue
 from coding_agent.runtime.queue.factory import open_queue
 from coding_agent.runtime.queue.memory import MemoryQueue
-from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery
-from coding_agent.runtime.state_store import StateStore, new_owner_id, store_unreachable
 from coding_agent.runtime.worker import Outcome, Workers
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import create_sources, retry_policy
+from coding_agent.store.memories import MemoryStore
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore, new_owner_id, store_unreachable
 from coding_agent.workspace.session import RunWorkspaces
 
 __all__ = ["AgentService", "CycleReport"]

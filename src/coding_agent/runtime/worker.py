@@ -33,13 +33,13 @@ from coding_agent.runtime.intake import Claim, Intake
 from coding_agent.runtime.lease import LeaseHeartbeat
 from coding_agent.runtime.producer import source_for
 from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
-from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery, Takeover
 from coding_agent.runtime.review_followups import ReviewClaim
 from coding_agent.runtime.scope import Scope
 from coding_agent.runtime.start_gate import StartGate, default_starts_at_once
-from coding_agent.runtime.state_store import StateStore, store_unreachable
 from coding_agent.sources.base import Source
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore, store_unreachable
 
 __all__ = ["Workers", "Outcome"]
 

@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.activity import RunActivity
 from coding_agent.web.feed import EVENT_INTERVAL_SECONDS, ListFeed, list_updates
 from coding_agent.web.pages import render_list, render_parts, render_problem, render_task, render_usage

@@ -26,9 +26,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.llm.base import MODEL_LATENCY
 from coding_agent.sources.http import FORGE_REQUESTS
+from coding_agent.store.state import StateStore
 
 __all__ = ["health_routes"]
 

@@ -26,8 +26,9 @@ from coding_agent.config import AgentConfig
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
-from coding_agent.runtime.webhook_sink import DeliveryLog, RuntimeWebhookSink
+from coding_agent.runtime.webhook_sink import RuntimeWebhookSink
+from coding_agent.store.deliveries import DeliveryLog
+from coding_agent.store.state import StateStore
 from coding_agent.web.activity import RunActivity
 from coding_agent.web.api import api_routes
 from coding_agent.web.app import build_app

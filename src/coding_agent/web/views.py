@@ -19,7 +19,7 @@ from coding_agent.domain.runs import RunRecord
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets, repository_of
-from coding_agent.runtime.state_store import StateStore, TaskFact
+from coding_agent.store.state import StateStore, TaskFact
 from coding_agent.web.activity import RunActivity
 
 __all__ = ["STATES", "TaskFilter", "task_list", "task_detail", "usage", "one_line", "UnknownFilter"]

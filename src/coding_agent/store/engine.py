@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from coding_agent.runtime.schema import migrate
+from coding_agent.store.schema import migrate
 
 __all__ = ["TableStore", "StateTables", "again_if_changed_meanwhile", "open_engine"]
 

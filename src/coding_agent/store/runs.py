@@ -10,8 +10,8 @@ from sqlalchemy import Float, Integer, String, Text, and_, func, select, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunRecord
-from coding_agent.runtime.tables.base import StateTables, TableStore
-from coding_agent.runtime.tables.leases import LEASES
+from coding_agent.store.engine import StateTables, TableStore
+from coding_agent.store.leases import LEASES
 
 __all__ = ["Runs", "RunRow", "record_of"]
 

@@ -1,7 +1,7 @@
 """The state store: runs, leases, token usage, steering marks, trigger rejections and
 what each task is (title, links), in SQLite by default or PostgreSQL.
 
-One object over one engine, composed of the table families in `tables/` (one module
+One object over one engine, composed of the table families beside it (one module
 each, all on the `TableStore` base): what the runtime hands around and the ports in
 `domain/ports.py` describe. `TableStore`, `LEASES` and `new_owner_id` are re-exported
 here for the stores and callers that import them from this, their old, home.
@@ -17,13 +17,13 @@ from sqlalchemy.exc import OperationalError
 
 from coding_agent.domain.runs import RunMarks, RunRecord
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.tables.base import TableStore, open_engine
-from coding_agent.runtime.tables.budget_spend import BudgetSpend
-from coding_agent.runtime.tables.leases import LEASES, Leases, new_owner_id
-from coding_agent.runtime.tables.run_steering import RunSteering
-from coding_agent.runtime.tables.runs import Runs
-from coding_agent.runtime.tables.task_facts import TaskFact, TaskFacts
-from coding_agent.runtime.tables.trigger_rejections import TriggerRejections
+from coding_agent.store.budget_spend import BudgetSpend
+from coding_agent.store.engine import TableStore, open_engine
+from coding_agent.store.leases import LEASES, Leases, new_owner_id
+from coding_agent.store.run_steering import RunSteering
+from coding_agent.store.runs import Runs
+from coding_agent.store.task_facts import TaskFact, TaskFacts
+from coding_agent.store.trigger_rejections import TriggerRejections
 
 __all__ = ["StateStore", "RunRecord", "RunMarks", "TaskFact", "new_owner_id", "TableStore", "LEASES", "store_unreachable"]
 

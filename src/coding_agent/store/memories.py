@@ -17,7 +17,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from coding_agent.domain.memories import ChannelRecord, ThreadRecord, channel_of, workspace_of
 from coding_agent.domain.tasks import TaskKey
-from coding_agent.runtime.tables.base import TableStore, again_if_changed_meanwhile
+from coding_agent.store.engine import TableStore, again_if_changed_meanwhile
 
 __all__ = ["MemoryStore", "ChannelRecord", "ThreadRecord", "channel_of", "workspace_of"]
 

@@ -22,8 +22,8 @@ from sqlalchemy import Float, String, delete, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from coding_agent.runtime.tables.base import TableStore, again_if_changed_meanwhile
-from coding_agent.runtime.tables.leases import LEASES
+from coding_agent.store.engine import TableStore, again_if_changed_meanwhile
+from coding_agent.store.leases import LEASES
 
 __all__ = ["QueueEntries"]
 

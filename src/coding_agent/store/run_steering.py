@@ -11,8 +11,8 @@ from sqlalchemy import Boolean, Float, Integer, String, Text, delete, literal_co
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunMarks, RunRecord
-from coding_agent.runtime.tables.base import StateTables, TableStore, again_if_changed_meanwhile
-from coding_agent.runtime.tables.runs import RunRow, record_of
+from coding_agent.store.engine import StateTables, TableStore, again_if_changed_meanwhile
+from coding_agent.store.runs import RunRow, record_of
 
 __all__ = ["RunSteering", "KEEP_NUDGES_SECONDS"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.runtime.tables.base import StateTables, TableStore
+from coding_agent.store.engine import StateTables, TableStore
 
 __all__ = ["TriggerRejections"]
 

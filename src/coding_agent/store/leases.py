@@ -16,7 +16,7 @@ from sqlalchemy import Float, String, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.runtime.tables.base import StateTables, TableStore
+from coding_agent.store.engine import StateTables, TableStore
 
 __all__ = ["Leases", "LEASES", "LiveLease", "new_owner_id"]
 

@@ -15,18 +15,18 @@ from dataclasses import dataclass
 from sqlalchemy import Float, String, Text, column, select, table
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.runtime.tables.base import StateTables, TableStore, again_if_changed_meanwhile
+from coding_agent.store.engine import StateTables, TableStore, again_if_changed_meanwhile
 
 __all__ = ["TaskFact", "TaskFacts", "TITLE_CHARS", "QUEUED_STALE_SECONDS"]
 
 TITLE_CHARS = 500
 _URL_CHARS = 1000
-# As the producer's bookkeeping (`runtime/queue_entries.py`): a key queued longer than
+# As the producer's bookkeeping (`store/queue_entries.py`): a key queued longer than
 # this is offered again, so it no longer counts as waiting.
 QUEUED_STALE_SECONDS = 3600.0
-# Read only: the producer's table of queued and running keys (`runtime/queue_entries.py`).
+# Read only: the producer's table of queued and running keys (`store/queue_entries.py`).
 _QUEUE_ENTRIES = table("queue_entries", column("task_key"), column("state"), column("updated_at"))
-# Read only: the outcome each run published (`tables/run_steering.py`), for a stop's reason.
+# Read only: the outcome each run published (`run_steering.py`), for a stop's reason.
 _RUN_MARKS = table("run_marks", column("run_uuid"), column("final_body"))
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from sqlalchemy import String, func, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.runtime.tables.base import StateTables, TableStore, again_if_changed_meanwhile
-from coding_agent.runtime.tables.runs import RunRow, _TokenUsage
+from coding_agent.store.engine import StateTables, TableStore, again_if_changed_meanwhile
+from coding_agent.store.runs import RunRow, _TokenUsage
 
 __all__ = ["BudgetSpend", "TaskSpend"]
 
