@@ -3,35 +3,24 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from sqlalchemy import Float, String, delete
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.store.engine import TableStore
+from coding_agent.store.engine import Base, TableStore
 
 __all__ = ["DeliveryLog"]
 
 KEEP_DELIVERIES_SECONDS = 7 * 86400.0  # GitHub redelivers for up to 3 days; keep a week
 
 
-class _Base(DeclarativeBase):
-    pass
-
-
-class _Delivery(_Base):
+class _Delivery(Base):
     __tablename__ = "webhook_deliveries"
     delivery_id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    received_at: Mapped[float] = mapped_column(Float)
+    received_at: Mapped[float] = mapped_column(Float, index=True)
 
 
 class DeliveryLog(TableStore):
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(engine, _Base.metadata, clock)
-
     def first(self, delivery_id: str) -> bool:
         """Record `delivery_id`; False when it was recorded before (a redelivery)."""
         now = self._clock()

@@ -4,16 +4,13 @@ examined. The decisions themselves are `runtime/followups.py`'s."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy import Float, String, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
 from coding_agent.domain.tasks import ThreadRef
-from coding_agent.store.engine import TableStore
+from coding_agent.store.engine import Base, TableStore
 
 __all__ = ["FollowUpRecords", "SETTLE_SECONDS"]
 
@@ -21,11 +18,7 @@ __all__ = ["FollowUpRecords", "SETTLE_SECONDS"]
 SETTLE_SECONDS = 2.0
 
 
-class _Base(DeclarativeBase):
-    pass
-
-
-class _Handled(_Base):
+class _Handled(Base):
     """A comment that already led to a follow-up decision (run, acknowledged or ignored)."""
 
     __tablename__ = "followup_comments"
@@ -40,7 +33,7 @@ class _Handled(_Base):
     reply_to: Mapped[str | None] = mapped_column(String(400), default=None)
 
 
-class _Seen(_Base):
+class _Seen(Base):
     """The `updated_at` at which a done task was last examined: unchanged means nothing new."""
 
     __tablename__ = "followup_seen"
@@ -50,9 +43,6 @@ class _Seen(_Base):
 
 class FollowUpRecords(TableStore):
     """The follow-up tables, beside the state store's, in the same database."""
-
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(engine, _Base.metadata, clock)
 
     def seen(self, task_key: str, updated_at: datetime) -> bool:
         with self._session() as session:

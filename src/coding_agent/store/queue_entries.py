@@ -20,19 +20,15 @@ from collections.abc import Callable
 
 from sqlalchemy import Float, String, delete, select
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from coding_agent.store.engine import TableStore, again_if_changed_meanwhile
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
 from coding_agent.store.leases import LEASES
 
 __all__ = ["QueueEntries"]
 
 
-class _Base(DeclarativeBase):
-    pass
-
-
-class _Entry(_Base):
+class _Entry(Base):
     __tablename__ = "queue_entries"
     task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
     state: Mapped[str] = mapped_column(String(10))
@@ -43,7 +39,7 @@ class _Entry(_Base):
 
 class QueueEntries(TableStore):
     def __init__(self, engine: Engine, scope: str, stale_seconds: float, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(engine, _Base.metadata, clock)
+        super().__init__(engine, clock)
         self._scope = scope
         self._stale_seconds = stale_seconds
 

@@ -11,7 +11,7 @@ from sqlalchemy import Boolean, Float, Integer, String, Text, delete, literal_co
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunMarks, RunRecord
-from coding_agent.store.engine import StateTables, TableStore, again_if_changed_meanwhile
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
 from coding_agent.store.runs import RunRow, record_of
 
 __all__ = ["RunSteering", "KEEP_NUDGES_SECONDS"]
@@ -20,7 +20,7 @@ __all__ = ["RunSteering", "KEEP_NUDGES_SECONDS"]
 KEEP_NUDGES_SECONDS = 86400.0
 
 
-class _RunRequest(StateTables):
+class _RunRequest(Base):
     """An operator's request to the run working a task (`coding-agent pause|stop TASK`).
 
     The worker sees it at its next steering checkpoint, whatever machine it runs on, and
@@ -33,7 +33,7 @@ class _RunRequest(StateTables):
     requested_at: Mapped[float] = mapped_column(Float)
 
 
-class _RunNudge(StateTables):
+class _RunNudge(Base):
     """A webhook said that a task's comments or assignees changed (SPEC 11.2).
 
     Written by the process that received the webhook, read by the run that holds the
@@ -50,7 +50,7 @@ class _RunNudge(StateTables):
     nudged_at: Mapped[float] = mapped_column(Float, index=True)
 
 
-class _RunMark(StateTables):
+class _RunMark(Base):
     """What a run must never do twice, kept where a worker taking over can read it.
 
     The progress comment to keep editing, whether a pause waits for an explicit

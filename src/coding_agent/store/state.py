@@ -34,7 +34,7 @@ class StateStore(Leases, Runs, RunSteering, TriggerRejections, TaskFacts, Budget
 
     def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
         self.url = url
-        super().__init__(open_engine(url), None, clock)
+        super().__init__(open_engine(url), clock)
 
     @property
     def engine(self) -> Engine:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import Float, String, Text, column, select, table
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.store.engine import StateTables, TableStore, again_if_changed_meanwhile
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
 
 __all__ = ["TaskFact", "TaskFacts", "TITLE_CHARS", "QUEUED_STALE_SECONDS"]
 
@@ -37,7 +37,7 @@ class TaskFact:
     change_url: str | None = None
 
 
-class _FactRow(StateTables):
+class _FactRow(Base):
     __tablename__ = "task_facts"
     task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
     title: Mapped[str | None] = mapped_column(Text, nullable=True)
