@@ -80,7 +80,7 @@ def _lease_elsewhere(database_url: str, keys: list[TaskKey]) -> None:
     store = StateStore(database_url)
     try:
         for key in keys:
-            if not store.acquire_lease(str(key), OTHER_WORKER, 900):
+            if not store.leases.acquire_lease(str(key), OTHER_WORKER, 900):
                 raise SystemExit(f"could not lease {key} for the other worker")
     finally:
         store.close()

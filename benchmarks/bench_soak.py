@@ -207,7 +207,7 @@ def _wait_done(store: StateStore, serve: Serve, total: int) -> None:
 
     def done() -> bool:
         serve.alive()
-        return len(store.runs_with_status("done")) >= total
+        return len(store.runs.runs_with_status("done")) >= total
 
     wait_for(done, WAVE_TIMEOUT_S, f"{total} runs done")
 
@@ -247,7 +247,7 @@ def _soak(sandbox: GitHubSandbox, serve: Serve, store: StateStore, options: argp
 
 
 def _checks(sandbox: GitHubSandbox, store: StateStore, directory: Path, tasks: int) -> dict[str, Any]:
-    runs = store.runs()
+    runs = store.runs.all()
     keys = [run.task_key for run in runs]
     issues = [issue for issue in sandbox.state.issues() if not issue.is_pull]
     finals = [

@@ -44,7 +44,7 @@ print(json.dumps({{"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
 
 def _probes(state_db: Path) -> list[tuple[str, str, tuple[str, ...]]]:
     """(name, statement, the heavy libraries it must leave out)."""
-    open_store = f"from coding_agent.store.state import StateStore\nStateStore('sqlite:///{state_db}').runs()"
+    open_store = f"from coding_agent.store.state import StateStore\nStateStore('sqlite:///{state_db}').runs.all()"
     return [
         ("import_config", "import coding_agent.config", HEAVY),
         ("import_cli", "import coding_agent.cli", HEAVY),

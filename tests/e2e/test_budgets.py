@@ -59,7 +59,7 @@ def _statuses(tmp_path: Path) -> dict[str, list[str]]:
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
     try:
         runs: dict[str, list[str]] = {}
-        for run in store.runs():
+        for run in store.runs.all():
             runs.setdefault(run.task_key, []).append(run.status)
         return runs
     finally:

@@ -178,8 +178,8 @@ def _claim_then_die(forge: ForgeUnderTest, config: AgentConfig, change: int, iss
     asyncio.run(claim())
     store = StateStore(config.database.url)
     try:
-        store.release_lease(issue_key, service.owner)
-        assert store.acquire_lease(issue_key, "dead-worker", -1), "the dead worker's lease, run out"
+        store.leases.release_lease(issue_key, service.owner)
+        assert store.leases.acquire_lease(issue_key, "dead-worker", -1), "the dead worker's lease, run out"
     finally:
         store.close()
     assert "coding agent processing" in forge.labels("issue", issue)

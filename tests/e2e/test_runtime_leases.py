@@ -68,7 +68,7 @@ def test_a_model_call_three_times_the_lease_keeps_one_worker(github_forge: GitHu
     assert _lifecycle(github_forge, number) == ["coding agent done"]
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        assert [run.status for run in store.runs()] == ["done"]
+        assert [run.status for run in store.runs.all()] == ["done"]
     finally:
         store.close()
 

@@ -107,14 +107,14 @@ def _check_upgraded(url: str, report: CycleReport) -> None:
         engine.dispose()
     store = StateStore(url)
     try:
-        runs = {run.uuid: run for run in store.runs()}
+        runs = {run.uuid: run for run in store.runs.all()}
         assert runs["old-run"].status == "done" and runs["old-run"].steps == 3, "the old rows are kept"
         assert [run.status for uuid, run in runs.items() if uuid != "old-run"] == ["done"]
-        assert store.token_totals()["github:acme/widgets#99"] == (10, 5)
+        assert store.runs.token_totals()["github:acme/widgets#99"] == (10, 5)
         worked = next(run.task_key for uuid, run in runs.items() if uuid != "old-run")
-        fact = store.task_facts()[worked]  # what the dashboard names it by, and its PR
+        fact = store.tasks.task_facts()[worked]  # what the dashboard names it by, and its PR
         assert fact.title == "Add a greeting file" and fact.url and fact.change_url and "/pull/" in fact.change_url
-        assert {run.uuid for run in store.latest_runs()} == set(runs)
+        assert {run.uuid for run in store.runs.latest_runs()} == set(runs)
     finally:
         store.close()
 
@@ -153,10 +153,10 @@ def _create_at_0002(url: str) -> None:
 def _check_nudges_added(url: str) -> None:
     store = StateStore(url)
     try:
-        assert store.steering_requests("github:acme/widgets#99") == ("pause", None), "the pending request is kept"
-        store.nudge_run("github:acme/widgets#99")
-        assert store.steering_requests("github:acme/widgets#99")[1] is not None
-        assert [run.uuid for run in store.runs()] == ["old-run"]
+        assert store.steering.steering_requests("github:acme/widgets#99") == ("pause", None), "the pending request is kept"
+        store.steering.nudge_run("github:acme/widgets#99")
+        assert store.steering.steering_requests("github:acme/widgets#99")[1] is not None
+        assert [run.uuid for run in store.runs.all()] == ["old-run"]
         assert schema_version(store.engine) == head_version()
         records = FollowUpRecords(store.engine)
         assert records.handled("github:acme/widgets#99", "7") == ("run", 2.0), "the decision is kept"

@@ -176,7 +176,7 @@ def test_a_webhook_to_the_producer_steers_the_run_in_a_worker_process(
     assert worker.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
     store = StateStore(url)
     try:
-        runs = store.runs()
+        runs = store.runs.all()
     finally:
         store.close()
     assert len(runs) == 1 and runs[0].owner != producer.owner, "the worker process ran it"

@@ -27,7 +27,7 @@ def status(config: ConfigOption = None) -> None:
         redactor = Redactor(settings.secrets())
         rows = task_list(store, redactor)
         totals = usage(store)
-        budgets = Budgets(settings, store, redactor)
+        budgets = Budgets(settings, store.spend, redactor)
         today = budgets.usage() if budgets.enabled else None
     finally:
         store.close()
@@ -146,8 +146,8 @@ def resume(
         if key is None and path.exists():
             path.unlink()
             typer.echo(f"pause signal removed ({path})")
-        store.release_holds(key)
-        paused = store.runs_with_status("paused", key)
+        store.steering.release_holds(key)
+        paused = store.runs.runs_with_status("paused", key)
     finally:
         store.close()
     if key is not None and not paused:

@@ -288,7 +288,7 @@ async def _database(config: AgentConfig) -> Check:
     def probe() -> int:
         store = StateStore(config.database.url)
         try:
-            return len(store.runs())
+            return len(store.runs.all())
         finally:
             store.close()
 

@@ -106,7 +106,7 @@ class Cleanup:
                 names |= {entry.name for entry in base.iterdir() if entry.is_dir() and not entry.is_symlink()}
         removed = 0
         for name in sorted(names):
-            run = self._store.get_run(name)
+            run = self._store.runs.get_run(name)
             if run is not None and run.status in ENDED_RUN_STATUSES:
                 discard_clone(self._workspaces / name)
                 removed += 1

@@ -106,15 +106,15 @@ class FollowUpIntake:
             return None
         if task.key.is_change and not task.has_label(source.labels.done_label):
             return await self._try_review(source, task, source.bot_name)
-        if not await asyncio.to_thread(self._store.acquire_lease, key, self._owner, self._lease_seconds):
+        if not await asyncio.to_thread(self._store.leases.acquire_lease, key, self._owner, self._lease_seconds):
             return None
         try:
             claim = await self._examine(source, key, source.bot_name, task)
         except BaseException:
-            await asyncio.to_thread(self._store.release_lease, key, self._owner)
+            await asyncio.to_thread(self._store.leases.release_lease, key, self._owner)
             raise
         if claim is None:
-            await asyncio.to_thread(self._store.release_lease, key, self._owner)
+            await asyncio.to_thread(self._store.leases.release_lease, key, self._owner)
         return claim
 
     async def _examine(self, source: Source, key: str, bot_name: str, task: Task) -> Claim | None:
@@ -208,7 +208,7 @@ class FollowUpIntake:
     async def _last_run_start(self, run_key: str) -> float:
         """When the newest run of `run_key` started (-inf: never). A "run" decision recorded
         before it became that run (or an earlier one); one recorded after it, none yet."""
-        latest = await asyncio.to_thread(self._store.latest_run, run_key)
+        latest = await asyncio.to_thread(self._store.runs.latest_run, run_key)
         return latest.started_at if latest is not None else float("-inf")
 
     async def claim_cut_short(self, task: Task) -> Claim | None:
@@ -245,15 +245,15 @@ class FollowUpIntake:
             return None
         lease_key = str(issue_key)
         # The issue's run may be running in this very process: its lease is then not free.
-        if not await asyncio.to_thread(self._store.acquire_lease, lease_key, self._owner, self._lease_seconds):
+        if not await asyncio.to_thread(self._store.leases.acquire_lease, lease_key, self._owner, self._lease_seconds):
             return None  # the task is running (or claimed): the thread is looked at again later
         try:
             claim = await self._examine_review(source, fresh, issue_key, bot_name)
         except BaseException:
-            await asyncio.to_thread(self._store.release_lease, lease_key, self._owner)
+            await asyncio.to_thread(self._store.leases.release_lease, lease_key, self._owner)
             raise
         if claim is None:
-            await asyncio.to_thread(self._store.release_lease, lease_key, self._owner)
+            await asyncio.to_thread(self._store.leases.release_lease, lease_key, self._owner)
         return claim
 
     async def _examine_review(self, source: Source, change: Task, issue_key: TaskKey, bot_name: str) -> Claim | None:

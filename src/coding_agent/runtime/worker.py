@@ -202,7 +202,8 @@ class Workers:
         held = str(claimed.task.key)
         self.on_event("started", key)
         try:
-            async with LeaseHeartbeat(self._store, held, self._owner, self._config.scheduling.lease_seconds) as lease:
+            lease_seconds = self._config.scheduling.lease_seconds
+            async with LeaseHeartbeat(self._store.leases, held, self._owner, lease_seconds) as lease:
                 return await self._runner.run(
                     source,
                     claimed.task,
@@ -246,7 +247,7 @@ class Workers:
         Until then the message is put back, as a run to continue, to be handed out when the
         lease runs out (read again then: a holder that renewed it meanwhile is alive after
         all, and the task is its own). The slot takes other work meanwhile."""
-        lease = await asyncio.to_thread(self._store.live_lease, key)
+        lease = await asyncio.to_thread(self._store.leases.live_lease, key)
         if lease is None:
             return await self._recovery.try_take(source, key)
         if lease.owner == self._owner:

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
 from coding_agent.store.leases import LEASES
 
-__all__ = ["QueueEntries"]
+__all__ = ["QueueEntries", "QUEUE_ENTRIES"]
 
 
 class _Entry(Base):
@@ -35,6 +35,10 @@ class _Entry(Base):
     # Who can see the message: `rabbitmq:<queue>` (shared) or `memory:<process owner>`.
     scope: Mapped[str] = mapped_column(String(250))
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+# The entries, for the dashboard's reading of the queue (`task_facts.py`): all scopes.
+QUEUE_ENTRIES = _Entry.__table__
 
 
 class QueueEntries(TableStore):

@@ -193,3 +193,14 @@ class RunSteering(TableStore):
                 .order_by(RunRow.started_at)
             )
             return [record_of(run) for run in session.scalars(query)]
+
+    def final_bodies(self, run_uuids: list[str]) -> dict[str, str]:
+        """The final comment each of `run_uuids` recorded to publish (those that have one)."""
+        found: dict[str, str] = {}
+        with self._session() as session:
+            for start in range(0, len(run_uuids), 500):  # within every backend's parameter limit
+                query = select(_RunMark.run_uuid, _RunMark.final_body).where(
+                    _RunMark.run_uuid.in_(run_uuids[start : start + 500]), _RunMark.final_body.is_not(None)
+                )
+                found.update({str(uuid): str(body) for uuid, body in session.execute(query)})
+        return found

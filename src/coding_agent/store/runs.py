@@ -143,7 +143,7 @@ class Runs(TableStore):
             )
         )
 
-    def runs(self, task_key: str | None = None) -> list[RunRecord]:
+    def all(self, task_key: str | None = None) -> list[RunRecord]:
         with self._session() as session:
             query = select(RunRow).order_by(RunRow.started_at)
             if task_key is not None:

@@ -1,10 +1,11 @@
-"""The state store: runs, leases, token usage, steering marks, trigger rejections and
-what each task is (title, links), in SQLite by default or PostgreSQL.
+"""The state store: runs, leases, token usage, steering marks, trigger rejections, what
+each task is (title, links) and the day's spend, in SQLite by default or PostgreSQL.
 
-One object over one engine, composed of the table families beside it (one module
-each, all on the `TableStore` base): what the runtime hands around and the ports in
-`domain/ports.py` describe. `TableStore`, `LEASES` and `new_owner_id` are re-exported
-here for the stores and callers that import them from this, their old, home.
+One object over one engine holding one store per table family (a module each beside
+this one): what the runtime hands around, and what the `RunStore` port of
+`domain/ports.py` describes. A caller reaches the family it needs by name
+(`store.leases.acquire_lease(...)`, `store.runs.start_run(...)`), so each call says
+which tables it touches.
 """
 
 from __future__ import annotations
@@ -12,37 +13,39 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
-from coding_agent.domain.runs import RunMarks, RunRecord
 from coding_agent.redaction import Redactor
 from coding_agent.store.budget_spend import BudgetSpend
-from coding_agent.store.engine import TableStore, open_engine
-from coding_agent.store.leases import LEASES, Leases, new_owner_id
+from coding_agent.store.engine import open_engine
+from coding_agent.store.leases import Leases
 from coding_agent.store.run_steering import RunSteering
 from coding_agent.store.runs import Runs
-from coding_agent.store.task_facts import TaskFact, TaskFacts
+from coding_agent.store.task_facts import TaskFacts
 from coding_agent.store.trigger_rejections import TriggerRejections
 
-__all__ = ["StateStore", "RunRecord", "RunMarks", "TaskFact", "new_owner_id", "TableStore", "LEASES", "store_unreachable"]
+__all__ = ["StateStore", "store_unreachable"]
 
 
-class StateStore(Leases, Runs, RunSteering, TriggerRejections, TaskFacts, BudgetSpend):
-    """Runs, leases, token usage, steering marks, trigger rejections, what each task is,
-    the day's spend (budgets). Methods are short blocking transactions."""
+class StateStore:
+    """The table families on one engine. Their methods are short blocking transactions.
+
+    `engine` is there for the stores that keep their tables beside these and are opened
+    where they are used (memories, queue entries, webhook deliveries, follow-up records).
+    """
 
     def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
         self.url = url
-        super().__init__(open_engine(url), clock)
-
-    @property
-    def engine(self) -> Engine:
-        """The database, for stores of other modules that keep their tables beside these."""
-        return self._engine
+        self.engine = open_engine(url)
+        self.leases = Leases(self.engine, clock)
+        self.runs = Runs(self.engine, clock)
+        self.steering = RunSteering(self.engine, clock)
+        self.tasks = TaskFacts(self.engine, clock)
+        self.rejections = TriggerRejections(self.engine, clock)
+        self.spend = BudgetSpend(self.engine, clock)
 
     def close(self) -> None:
-        self._engine.dispose()
+        self.engine.dispose()
 
 
 def store_unreachable(error: OperationalError, redactor: Redactor) -> str:

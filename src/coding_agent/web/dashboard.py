@@ -104,7 +104,7 @@ def dashboard_routes(
 
     async def usage_page(request: Request) -> Response:
         def read() -> str:
-            titles = {key: fact.title for key, fact in store.task_facts().items() if fact.title}
+            titles = {key: fact.title for key, fact in store.tasks.task_facts().items() if fact.title}
             return render_usage(usage(store, budgets), {key: redactor.text(title) for key, title in titles.items()})
 
         return _html(200, await run_in_threadpool(read))

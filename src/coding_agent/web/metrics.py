@@ -69,8 +69,8 @@ class _StoreCollector(Collector):
         self._queue_depth = queue_depth
 
     def collect(self) -> Iterator[Metric]:
-        runs = self._store.runs()
-        queued = [key for key, _ in self._store.queued_tasks()]
+        runs = self._store.runs.all()
+        queued = [key for key, _ in self._store.tasks.queued_tasks()]
         latest: dict[str, str] = {record.task_key: record.status for record in runs}
         latest.update({key: "waiting" for key in queued})
         tasks_help = "Tasks by the state of their latest run (waiting: queued, not yet taken)"

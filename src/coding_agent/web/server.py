@@ -67,7 +67,7 @@ def _dashboard_routes(config: AgentConfig, store: StateStore) -> list[Sequence[B
     token = _token(config)
     activity = RunActivity(Path(config.context_storage.base_dir), redactor, config.planning.max_steps_per_action)
     feed = ListFeed(lambda: task_list(store, redactor, activity))  # one list for the pages and the API
-    budgets = Budgets(config, store, redactor)
+    budgets = Budgets(config, store.spend, redactor)
     return [
         health_routes(store),
         api_routes(store, redactor, activity, feed, budgets),
@@ -151,7 +151,7 @@ async def serving_http(
             await asyncio.to_thread(warm_up)
         queue = await service.queue()
         sink = RuntimeWebhookSink(
-            DeliveryLog(service.store.engine), service.controls, service.store, service.producer, lambda: queue
+            DeliveryLog(service.store.engine), service.controls, service.store.steering, service.producer, lambda: queue
         )
         route_lists.append(webhook_routes(config, sink))
     if not route_lists:
