@@ -49,7 +49,7 @@ def _probes(state_db: Path) -> list[tuple[str, str, tuple[str, ...]]]:
         ("import_config", "import coding_agent.config", HEAVY),
         ("import_cli", "import coding_agent.cli", HEAVY),
         # A poll opens the store (sqlalchemy); the SDKs wait for a run.
-        ("poll_modules", "import coding_agent.cli.serving, coding_agent.runtime.service, coding_agent.runtime.checks",
+        ("poll_modules", "import coding_agent.cli.serving, coding_agent.runtime.service, coding_agent.cli.checks",
          ("alembic", "mako", "openai", "ollama", "mcp")),
         ("llm_factory", "import coding_agent.llm.factory", HEAVY),
         ("open_migrated_store", open_store, ("alembic", "mako")),

@@ -86,7 +86,7 @@ def cleanup(config: ConfigOption = None) -> None:
 def doctor(config: ConfigOption = None) -> None:
     """Check the deployment, one line per check: config, forge tokens, LLM, MCP servers,
     sandbox, database, queue. Exit 0 when all pass, 1 otherwise. Prints no secret."""
-    from coding_agent.runtime.checks import run_doctor
+    from coding_agent.cli.checks import run_doctor
 
     path = config_path(config)
     settings = load(config)
