@@ -16,10 +16,12 @@ That comment is recorded before anything happens, so it never acts twice:
   asked, which thread) and starts the run as that follow-up (`claim_cut_short`).
 
 The same holds in the review threads of the PR/MR the agent opened for a task
-(`review_followups.py`): the candidates are the bot's open PRs/MRs (one search / one
-listing per scope), the `updated_at` trick applies to the PR/MR, each thread's newest
-@mention after the bot's last word there is the trigger, and the run of the issue answers
-in that thread.
+(`agents_issue`: its head is the task branch, pushed to the issue's own repository): the
+candidates are the bot's open PRs/MRs (one search / one listing per scope), the
+`updated_at` trick applies to the PR/MR, each thread's newest @mention after the bot's
+last word there is the trigger, and the follow-up is a run of the issue: it pushes to
+the same branch (so the PR/MR is updated, never a second one opened) and answers in
+that thread (`ReviewClaim.reply_to`).
 """
 
 from __future__ import annotations
@@ -28,24 +30,27 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import is_bot
-from coding_agent.domain.tasks import Comment, Task, TaskKey, Thread, ThreadRef
+from coding_agent.domain.tasks import Comment, Task, TaskKey, TaskKind, Thread, ThreadRef
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.intake import Claim
-from coding_agent.runtime.review_followups import ReviewClaim, agents_issue
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
 from coding_agent.store.followups import FollowUpRecords
 from coding_agent.store.state import StateStore
+from coding_agent.workspace.checkout import BRANCH_PREFIX
 
-__all__ = ["FollowUpIntake", "find_followup_comment", "mentions", "thread_triggers"]
+__all__ = ["FollowUpIntake", "ReviewClaim", "agents_issue", "find_followup_comment", "mentions", "thread_triggers"]
 
 log = logging.getLogger(__name__)
+
+_TASK_BRANCH = re.compile(rf"^{re.escape(BRANCH_PREFIX)}(?P<number>[1-9][0-9]*)-")
 
 
 def mentions(text: str, login: str) -> bool:
@@ -72,6 +77,28 @@ def find_followup_comment(comments: Sequence[Comment], bot_name: str) -> Comment
         if mentions(comment.body, bot_name):
             return comment
     return None
+
+
+@dataclass(frozen=True)
+class ReviewClaim(Claim):
+    """A follow-up claimed from a review thread: the run answers in `reply_to`."""
+
+    reply_to: ThreadRef | None = None
+
+
+def agents_issue(change: Task, bot_name: str) -> TaskKey | None:
+    """The issue the agent opened `change` for, or None when `change` is not such a PR/MR.
+
+    Such a PR/MR is the bot's own, and its head is a task branch of the same repository
+    (a fork's branch of the same name is someone else's).
+    """
+    if not change.key.is_change or change.author.lower() != bot_name.lower():
+        return None
+    match = _TASK_BRANCH.match(change.head_branch or "")
+    head_repo = change.extra.get("head_repo", change.key.project)
+    if match is None or head_repo.lower() != change.key.project.lower():
+        return None
+    return TaskKey(change.key.forge, change.key.project, TaskKind.ISSUE, int(match["number"]))
 
 
 class FollowUpIntake:
@@ -235,7 +262,7 @@ class FollowUpIntake:
         present = [label for label in task.labels if label in lifecycle_labels(source)]
         await transition(source, task.key, source.labels.processing_label, present)
 
-    # -- review threads on the PR/MR the agent opened (review_followups.py) ---------------
+    # -- review threads on the PR/MR the agent opened ------------------------------------
 
     async def _try_review(self, source: Source, change: Task, bot_name: str) -> Claim | None:
         """A follow-up asked in a review thread of the agent's PR/MR: a run of its issue."""

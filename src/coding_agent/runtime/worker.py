@@ -28,13 +28,12 @@ from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import Task, TaskKey
 from coding_agent.errors import AgentError, QueueUnavailable
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.followups import FollowUpIntake
+from coding_agent.runtime.followups import FollowUpIntake, ReviewClaim
 from coding_agent.runtime.intake import Claim, Intake
 from coding_agent.runtime.lease import LeaseHeartbeat
 from coding_agent.runtime.producer import source_for
 from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
 from coding_agent.runtime.recovery import Recovery, Takeover
-from coding_agent.runtime.review_followups import ReviewClaim
 from coding_agent.runtime.scope import Scope
 from coding_agent.runtime.start_gate import StartGate, default_starts_at_once
 from coding_agent.sources.base import Source
