@@ -33,8 +33,8 @@ from _common import emit, summary_ms
 
 from coding_agent.config import parse_config
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.queue_entries import QueueEntries
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore
 from coding_agent.web.feed import ListFeed, list_updates
 from coding_agent.web.server import serving_dashboard
 from coding_agent.web.views import TaskFilter, task_list
@@ -51,22 +51,22 @@ def seed(store: StateStore) -> str:
     running = ""
     for number in range(1, TASKS + 1):
         key = f"github:acme/repo{number % 20}#{number}"
-        store.note_task(key, f"Task number {number}: do the thing ✓", f"https://github.example/acme/repo{number % 20}/issues/{number}")
+        store.tasks.note_task(key, f"Task number {number}: do the thing ✓", f"https://github.example/acme/repo{number % 20}/issues/{number}")
         if number > TASKS - WAITING:
             continue
         run, status = f"run-{number}", STATES[number % len(STATES)]
-        store.start_run(run, key, "worker-a", f"user{number % 12}")
-        store.heartbeat(key, "worker-a", 600, run, steps=number % 40, usages=[(1000 + number, 100 + number)])
+        store.runs.start_run(run, key, "worker-a", f"user{number % 12}")
+        store.runs.heartbeat(key, "worker-a", 600, run, steps=number % 40, usages=[(1000 + number, 100 + number)])
         if status == "paused":
-            store.pause_run(run, number % 40, hold=True)
+            store.steering.pause_run(run, number % 40, hold=True)
         elif status == "running":
             running = key
         else:
             if status == "stopped":
-                store.record_final(run, "stopped", "## ⛔ Task stopped\n\nAn operator stopped the coding agent.")
+                store.steering.record_final(run, "stopped", "## ⛔ Task stopped\n\nAn operator stopped the coding agent.")
             if status == "done":
-                store.note_change(key, f"https://github.example/acme/repo{number % 20}/pull/{number + 5000}")
-            store.finish_run(run, status, number % 40, "The model was stuck." if status == "failed" else None)
+                store.tasks.note_change(key, f"https://github.example/acme/repo{number % 20}/pull/{number + 5000}")
+            store.runs.finish_run(run, status, number % 40, "The model was stuck." if status == "failed" else None)
     entries = QueueEntries(store.engine, "memory:bench", stale_seconds=3600)
     for number in range(TASKS - WAITING + 1, TASKS + 1):
         entries.try_enqueue(f"github:acme/repo{number % 20}#{number}")
@@ -103,7 +103,7 @@ async def loop_cost_per_update(store: StateStore, running_key: str) -> dict[str,
     """The main thread's CPU time per live-list update (store read and render: threads)."""
     redactor = Redactor([])
     feed = ListFeed(lambda: task_list(store, redactor), interval=0.0)
-    run = store.latest_run(running_key)
+    run = store.runs.latest_run(running_key)
     assert run is not None
 
     async def connected() -> bool:
@@ -114,7 +114,7 @@ async def loop_cost_per_update(store: StateStore, running_key: str) -> dict[str,
     loop_seconds = 0.0
     sizes = []
     for step in range(UPDATES):
-        await asyncio.to_thread(store.heartbeat, running_key, "worker-a", 600, run.uuid, 100 + step)
+        await asyncio.to_thread(store.runs.heartbeat, running_key, "worker-a", 600, run.uuid, 100 + step)
         started = time.thread_time()
         event = await anext(updates)
         loop_seconds += time.thread_time() - started

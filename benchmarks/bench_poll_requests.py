@@ -31,8 +31,8 @@ from _common import emit, open_labelled_issues, seed_github, seed_gitlab
 from coding_agent.config import parse_config
 from coding_agent.domain.tasks import Forge, TaskKey
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox, GitHubState
+from coding_agent.store.state import StateStore
 from tests.support.gitlab import GitLabSandbox, GitLabState
 
 OWNER = "acme"
@@ -80,7 +80,7 @@ def _lease_elsewhere(database_url: str, keys: list[TaskKey]) -> None:
     store = StateStore(database_url)
     try:
         for key in keys:
-            if not store.acquire_lease(str(key), OTHER_WORKER, 900):
+            if not store.leases.acquire_lease(str(key), OTHER_WORKER, 900):
                 raise SystemExit(f"could not lease {key} for the other worker")
     finally:
         store.close()

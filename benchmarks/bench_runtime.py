@@ -305,7 +305,7 @@ async def _serve_until_ended(urls: dict[str, str], tasks: int) -> tuple[float, f
         sampled.set()
         stop.set()
         await asyncio.gather(serving, sampler)
-        done = await asyncio.to_thread(service.store.runs_with_status, "done")
+        done = await asyncio.to_thread(service.store.runs.runs_with_status, "done")
         await service.aclose()
     assert len(done) == tasks, f"{len(done)} of {tasks} runs done"
     return started, ended_at, samples

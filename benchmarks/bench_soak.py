@@ -50,9 +50,9 @@ import httpx
 import yaml
 from _common import TRIGGER_LABEL, emit, seed_github
 
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 from tests.support.github_webhooks import GitHubWebhooks
 from tests.support.waiting import wait_for
 
@@ -207,7 +207,7 @@ def _wait_done(store: StateStore, serve: Serve, total: int) -> None:
 
     def done() -> bool:
         serve.alive()
-        return len(store.runs_with_status("done")) >= total
+        return len(store.runs.runs_with_status("done")) >= total
 
     wait_for(done, WAVE_TIMEOUT_S, f"{total} runs done")
 
@@ -247,7 +247,7 @@ def _soak(sandbox: GitHubSandbox, serve: Serve, store: StateStore, options: argp
 
 
 def _checks(sandbox: GitHubSandbox, store: StateStore, directory: Path, tasks: int) -> dict[str, Any]:
-    runs = store.runs()
+    runs = store.runs.all()
     keys = [run.task_key for run in runs]
     issues = [issue for issue in sandbox.state.issues() if not issue.is_pull]
     finals = [

@@ -5,7 +5,7 @@ mostly finds nothing to do. The heavy libraries (sqlalchemy, alembic, the LLM SD
 MCP SDK, the forge clients) are imported where they are used, so that `coding-agent
 --help`, a config check or a poll without work does not pay for them; a run loads the
 model's SDK and the MCP SDK as it starts (`agent/run_libraries.py`), and a store already
-at the newest revision opens without Alembic (`runtime/schema.py`'s `HEAD`).
+at the newest revision opens without Alembic (`store/schema.py`'s `HEAD`).
 
 Each probe runs in a fresh interpreter (`--runs` times, after one uncounted run that
 warms the OS's file cache): its CPU time and wall time until the statement has run, and
@@ -44,12 +44,12 @@ print(json.dumps({{"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
 
 def _probes(state_db: Path) -> list[tuple[str, str, tuple[str, ...]]]:
     """(name, statement, the heavy libraries it must leave out)."""
-    open_store = f"from coding_agent.runtime.state_store import StateStore\nStateStore('sqlite:///{state_db}').runs()"
+    open_store = f"from coding_agent.store.state import StateStore\nStateStore('sqlite:///{state_db}').runs.all()"
     return [
         ("import_config", "import coding_agent.config", HEAVY),
         ("import_cli", "import coding_agent.cli", HEAVY),
         # A poll opens the store (sqlalchemy); the SDKs wait for a run.
-        ("poll_modules", "import coding_agent.cli.serving, coding_agent.runtime.service, coding_agent.runtime.checks",
+        ("poll_modules", "import coding_agent.cli.serving, coding_agent.runtime.service, coding_agent.cli.checks",
          ("alembic", "mako", "openai", "ollama", "mcp")),
         ("llm_factory", "import coding_agent.llm.factory", HEAVY),
         ("open_migrated_store", open_store, ("alembic", "mako")),

@@ -38,10 +38,10 @@ from coding_agent.llm.factory import create_llm_client
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.factory import create_sources
+from coding_agent.store.state import StateStore
 from tests.support.gitlab import GitLabSandbox
 
 REPO = "bench/steer"

@@ -46,9 +46,9 @@ from _common import emit, open_labelled_issues, seed_github
 
 from coding_agent.config import load_config
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 from tests.support.services import amqp_url, delete_queues, fresh_postgres_database, postgres_admin_url, reachable
 
 REPO = "bench/workers"
@@ -126,14 +126,14 @@ def _work(processes: int, tasks: int, slots: int, latency: float) -> dict[str, A
                     for log in logs
                 ]
                 try:
-                    while sum(run.status == "done" for run in store.runs()) < tasks:
+                    while sum(run.status == "done" for run in store.runs.all()) < tasks:
                         if first_request is None and model.requests:
                             first_request = time.perf_counter() - started
                         dead = [worker.args for worker in workers if worker.poll() is not None]
                         assert not dead, f"a worker exited early: {dead}"
                         time.sleep(0.05)  # polling the store; the figure is seconds, this is its resolution
                     elapsed = time.perf_counter() - started
-                    runs = store.runs()
+                    runs = store.runs.all()
                 finally:
                     store.close()
                     for worker in workers:
@@ -184,18 +184,18 @@ def _through_a_kill(tasks: int, slots: int, latency: float, kill_at: float, repl
                 store = StateStore(database)
                 workers = [_spawn_worker(config_path, log) for _ in range(2)]
                 try:
-                    _wait(lambda: sum(run.status == "done" for run in store.runs()) >= kill_at * tasks, workers)
+                    _wait(lambda: sum(run.status == "done" for run in store.runs.all()) >= kill_at * tasks, workers)
                     workers[0].kill()
                     workers[0].wait(30)
                     killed = time.time()
                     victim = f"-{workers[0].pid}-"
-                    leases = [store.live_lease(f"github:{REPO}#{n}") for n in range(1, tasks + 1)]
+                    leases = [store.leases.live_lease(f"github:{REPO}#{n}") for n in range(1, tasks + 1)]
                     lapse = killed + max([lease.seconds_left for lease in leases if lease and victim in lease.owner] or [0.0])
                     _wait(lambda: time.time() >= killed + replace_after, workers[1:])
                     workers.append(_spawn_worker(config_path, log))
-                    _wait(lambda: sum(run.status == "done" for run in store.runs()) >= tasks, workers[1:])
+                    _wait(lambda: sum(run.status == "done" for run in store.runs.all()) >= tasks, workers[1:])
                     elapsed = time.time() - killed
-                    runs = store.runs()
+                    runs = store.runs.all()
                 finally:
                     store.close()
                     for worker in workers[1:]:

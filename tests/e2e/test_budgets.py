@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 
 from coding_agent.config import AgentConfig
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 
 from ._steering import THREE_FILES, post_comment, run_cycle, steering_config
@@ -59,7 +59,7 @@ def _statuses(tmp_path: Path) -> dict[str, list[str]]:
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
     try:
         runs: dict[str, list[str]] = {}
-        for run in store.runs():
+        for run in store.runs.all():
             runs.setdefault(run.task_key, []).append(run.status)
         return runs
     finally:

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 
 from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, secret_env, write_config
 
@@ -35,7 +35,7 @@ def test_two_processes_work_each_task_exactly_once(github_forge: GitHubForge, tm
         assert len(finals) == 1, f"issue #{number} got {len(finals)} final comments"
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        runs = store.runs()
+        runs = store.runs.all()
     finally:
         store.close()
     assert sorted(run.task_key for run in runs) == sorted(f"github:acme/widgets#{n}" for n in numbers)

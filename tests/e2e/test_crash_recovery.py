@@ -25,8 +25,8 @@ import yaml
 from sqlalchemy import text
 
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 
 from ._steering import spawn_cli, steering_config, wait_for
 from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments
@@ -114,12 +114,12 @@ def test_sigkilled_workers_lose_no_task(github_forge: GitHubForge, tmp_path: Pat
         try:
             with ThreadPoolExecutor(LANES) as pool:
                 kills, missed = zip(*pool.map(lambda n: _lane(lanes[n], killers[n]), range(LANES)))
-            wait_for(lambda: all(store.lease_owner(key) is None for key in keys), 30, "the dead workers' leases to expire")
+            wait_for(lambda: all(store.leases.lease_owner(key) is None for key in keys), 30, "the dead workers' leases to expire")
             survivor_config = _lane_config(setup.config_path, models[0], "survivor", workers=TASKS)
             survivor = spawn_cli(survivor_config, "run", "--once")
             _, err = survivor.communicate(timeout=120)
             assert survivor.returncode == 0, err
-            runs = store.runs()
+            runs = store.runs.all()
         finally:
             store.close()
 
@@ -163,12 +163,12 @@ def test_a_run_whose_worker_died_after_its_end_was_out_is_not_run_again(github_f
         assert asyncio.run(cycle()) == ["done"]
         store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
         try:
-            [run] = store.runs()
+            [run] = store.runs.all()
             with store.engine.begin() as connection:  # as the dead worker left it
                 connection.execute(text("UPDATE runs SET status = 'running', finished_at = NULL WHERE uuid = :u"), {"u": run.uuid})
-            assert store.acquire_lease(key, "dead-worker", -1.0)  # already run out
+            assert store.leases.acquire_lease(key, "dead-worker", -1.0)  # already run out
             assert asyncio.run(cycle()) == []
-            runs = store.runs()
+            runs = store.runs.all()
         finally:
             store.close()
     assert [(r.uuid, r.status) for r in runs] == [(run.uuid, "done")]

@@ -13,8 +13,8 @@ import pytest
 
 from coding_agent.context.storage import ContextStorage
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 
 from ._steering import run_cycle, steering_config
 from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, READER, REPO, GitHubForge, load_for_service, progress_comments
@@ -28,7 +28,7 @@ def _expired_lease(directory: Path, key: str) -> None:
     """The lease a dead worker took on `key`, already run out."""
     store = _store(directory)
     try:
-        assert store.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
+        assert store.leases.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
     finally:
         store.close()
 
@@ -43,9 +43,9 @@ def _dead_run(forge: GitHubForge, directory: Path, number: int, status: str, fin
     ContextStorage(directory / "contexts", Redactor()).start_run("dead-run", task_key=key)
     store = _store(directory)
     try:
-        store.start_run("dead-run", key, "dead-worker", MAINTAINER)
-        store.record_final("dead-run", status, final)
-        assert store.acquire_lease(key, "dead-worker", -1)
+        store.runs.start_run("dead-run", key, "dead-worker", MAINTAINER)
+        store.steering.record_final("dead-run", status, final)
+        assert store.leases.acquire_lease(key, "dead-worker", -1)
     finally:
         store.close()
     return key
@@ -118,8 +118,8 @@ def test_a_worker_dead_after_posting_its_final_comment(github_forge: GitHubForge
     assert lifecycle == ["coding agent done"]
     store = _store(tmp_path)
     try:
-        [run] = store.runs(key)
-        assert run.status == "done" and store.run_marks("dead-run").final_posted
+        [run] = store.runs.all(key)
+        assert run.status == "done" and store.steering.run_marks("dead-run").final_posted
     finally:
         store.close()
     assert (tmp_path / "contexts" / "completed" / "dead-run").is_dir()

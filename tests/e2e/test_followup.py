@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from coding_agent.runtime.followups import FollowUpRecords
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox, GitHubState
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.followups import FollowUpRecords
+from coding_agent.store.state import StateStore
 
 from ._steering import post_comment, run_cycle
 from .conftest import BOT, MAINTAINER, READER, REPO, ForgeUnderTest, GitHubForge, llm_section, load_for_service, write_config
@@ -34,7 +34,7 @@ SCRIPT: dict[str, Any] = {
 def runs(setup_dir: Path) -> list[str]:
     store = StateStore(f"sqlite:///{setup_dir / 'state.db'}")
     try:
-        return [run.status for run in store.runs()]
+        return [run.status for run in store.runs.all()]
     finally:
         store.close()
 
@@ -120,10 +120,10 @@ def test_a_recorded_followup_runs_once_whether_or_not_its_run_began(
         store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
         try:  # as the worker left it: the decision recorded, its lease run out
             FollowUpRecords(store.engine).handle(key, str(mention), "run")
-            assert store.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
+            assert store.leases.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
             if run_began:
-                store.start_run("silent-run", key, "dead-worker", MAINTAINER)
-                store.finish_run("silent-run", "done", 1, None)
+                store.runs.start_run("silent-run", key, "dead-worker", MAINTAINER)
+                store.runs.finish_run("silent-run", "done", 1, None)
         finally:
             store.close()
         requests = len(model.requests)

@@ -22,10 +22,10 @@ import pytest
 from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.faults import Fault
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.writes import strip_marker
+from coding_agent.store.state import StateStore
 
 from ._steering import run_cycle
 from .conftest import BOT, MAINTAINER, READER, REPO, ForgeUnderTest, GitHubForge, llm_section, load_for_service, write_config
@@ -244,8 +244,8 @@ def _claim_and_die(forge: ForgeUnderTest, config: AgentConfig, change: int, held
     asyncio.run(claim())
     store = StateStore(config.database.url)
     try:
-        store.release_lease(held, service.owner)
-        assert store.acquire_lease(held, "dead-worker", -1), "the dead worker's lease, run out"
+        store.leases.release_lease(held, service.owner)
+        assert store.leases.acquire_lease(held, "dead-worker", -1), "the dead worker's lease, run out"
     finally:
         store.close()
 

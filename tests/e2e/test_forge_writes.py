@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.faults import Fault
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 
 from ._steering import run_cycle
 from .conftest import (
@@ -69,8 +69,8 @@ def _assert_ended(forge: ForgeUnderTest, setup: AgentSetup, number: int, status:
     key = _task_key(forge, number)
     store = _store(setup)
     try:
-        assert [run.status for run in store.runs(key)] == [status], why
-        assert store.lease_owner(key) is None
+        assert [run.status for run in store.runs.all(key)] == [status], why
+        assert store.leases.lease_owner(key) is None
     finally:
         store.close()
 
@@ -119,9 +119,9 @@ def test_final_comment_503_streak_is_completed_by_the_next_cycle(forge: ForgeUnd
         key = _task_key(forge, number)
         store = _store(setup)
         try:
-            assert store.lease_owner(key) is None, "no lease is kept by a run that could not finish"
-            [run] = store.runs(key)
-            assert store.run_marks(run.uuid).final_status == "done", "the outcome is recorded as finishing"
+            assert store.leases.lease_owner(key) is None, "no lease is kept by a run that could not finish"
+            [run] = store.runs.all(key)
+            assert store.steering.run_marks(run.uuid).final_status == "done", "the outcome is recorded as finishing"
         finally:
             store.close()
         assert "coding agent processing" in forge.labels("issue", number)
@@ -166,8 +166,8 @@ def test_a_run_that_can_never_publish_ends_failed_and_lets_go(github_forge: GitH
 
     store = _store(setup)
     try:
-        assert [run.status for run in store.runs()] == ["failed"], "given up after its publish attempts"
-        assert store.lease_owner(f"github:{REPO}#{number}") is None
+        assert [run.status for run in store.runs.all()] == ["failed"], "given up after its publish attempts"
+        assert store.leases.lease_owner(f"github:{REPO}#{number}") is None
     finally:
         store.close()
     bodies = [body for author, body in github_forge.comments("issue", number) if author == BOT]

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from coding_agent.domain.tasks import TaskKey
-from coding_agent.runtime.memory_store import MemoryStore
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import RecordedRequest, ReplaySandbox
+from coding_agent.store.memories import MemoryStore
+from coding_agent.store.state import StateStore
 
 from ._steering import run_cycle
 from .conftest import BOT, MAINTAINER, REPO, GitHubForge, llm_section, load_for_service, run_cli, write_config

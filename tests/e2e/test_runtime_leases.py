@@ -16,8 +16,8 @@ from sqlalchemy import create_engine, text
 
 from coding_agent.config import AgentConfig
 from coding_agent.runtime.service import AgentService, CycleReport
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 from tests.support.waiting import wait_until
 
 from ._steering import steering_config
@@ -68,7 +68,7 @@ def test_a_model_call_three_times_the_lease_keeps_one_worker(github_forge: GitHu
     assert _lifecycle(github_forge, number) == ["coding agent done"]
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        assert [run.status for run in store.runs()] == ["done"]
+        assert [run.status for run in store.runs.all()] == ["done"]
     finally:
         store.close()
 

@@ -23,11 +23,11 @@ from sqlalchemy.exc import OperationalError
 from coding_agent.runtime.queue import QueuedTask
 from coding_agent.runtime.queue.memory import MemoryQueue
 from coding_agent.runtime.queue.rabbitmq import RabbitQueue
-from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.faults import Fault
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore
 from tests.support.services import amqp_url
 from tests.support.tcp_relay import TcpRelay
 from tests.support.waiting import wait_for, wait_until
@@ -207,7 +207,7 @@ def test_a_redelivered_message_of_a_task_running_here_leaves_its_run_alone(
                     second = await asyncio.wait_for(service.workers.handle(QueuedTask(key, "new"), redelivered=True), 30)
                 finally:
                     redelivery_over.set()
-                holder = await asyncio.to_thread(service.store.lease_owner, key)
+                holder = await asyncio.to_thread(service.store.leases.lease_owner, key)
                 entry = (await asyncio.to_thread(service.entries.states)).get(key)
                 results = (await cycle).results
                 return second, [result.status for result in results], holder if holder != service.owner else None, entry
@@ -243,10 +243,10 @@ def test_a_redelivery_of_a_task_another_worker_holds_is_put_back_until_its_lease
             service = AgentService(load_for_service(setup))
             queue = MemoryQueue()
             try:
-                assert await asyncio.to_thread(service.store.acquire_lease, key, "worker-elsewhere", 60)
+                assert await asyncio.to_thread(service.store.leases.acquire_lease, key, "worker-elsewhere", 60)
                 outcome = await asyncio.wait_for(service.workers.handle(QueuedTask(key, "new"), True, queue), 30)
                 held = (await queue.held()).keys
-                return outcome, await asyncio.to_thread(service.store.lease_owner, key), held, queue.depth()
+                return outcome, await asyncio.to_thread(service.store.leases.lease_owner, key), held, queue.depth()
             finally:
                 await service.aclose()
 
@@ -291,12 +291,12 @@ def test_two_worker_processes_share_32_tasks_each_done_once(
         store = StateStore(url)
         try:
             wait_for(
-                lambda: len([run for run in store.runs() if run.status == "done"]) >= 32
+                lambda: len([run for run in store.runs.all() if run.status == "done"]) >= 32
                 or any(worker.poll() is not None for worker in workers),
                 900,
                 "32 runs done",
             )
-            runs = store.runs()
+            runs = store.runs.all()
         finally:
             store.close()
             errors = [_stop(worker) for worker in workers]
@@ -333,8 +333,8 @@ def test_a_sigkilled_worker_s_task_is_redelivered_and_finished_once(
         successor = spawn_cli(setup.config_path, "worker")
         store = StateStore(url)
         try:
-            wait_for(lambda: [run.status for run in store.runs()] == ["done"], 240, "the task to be finished")
-            runs = store.runs()
+            wait_for(lambda: [run.status for run in store.runs.all()] == ["done"], 240, "the task to be finished")
+            runs = store.runs.all()
         finally:
             store.close()
             error = _stop(successor)
@@ -368,7 +368,7 @@ def test_a_sigkilled_worker_s_tasks_wait_for_its_lease_while_the_survivor_works_
 
     def victim_leases() -> dict[str, float]:
         victim = f"-{processes['victim'].pid}-"
-        leases = {key: store.live_lease(key) for key in keys}
+        leases = {key: store.leases.live_lease(key) for key in keys}
         return {key: time.time() + lease.seconds_left for key, lease in leases.items() if lease and victim in lease.owner}
 
     def kill_the_first_worker(_: dict[str, Any]) -> None:
@@ -391,12 +391,12 @@ def test_a_sigkilled_worker_s_tasks_wait_for_its_lease_while_the_survivor_works_
             processes["survivor"] = spawn_cli(setup.config_path, "worker")
             processes["producer"] = spawn_cli(setup.config_path, "producer")
             wait_for(
-                lambda: [run.status for run in store.runs()].count("done") >= 6
+                lambda: [run.status for run in store.runs.all()].count("done") >= 6
                 or any(processes[role].poll() is not None for role in ("survivor", "producer")),
                 600,
                 "six runs done",
             )
-            runs = store.runs()
+            runs = store.runs.all()
     finally:
         store.close()
         errors = {role: _stop(process) for role, process in processes.items() if role != "victim"}
@@ -440,11 +440,11 @@ def test_queued_tasks_whose_broker_messages_were_purged_are_offered_again(
         store = StateStore(url)
         try:
             wait_for(
-                lambda: [run.status for run in store.runs()].count("done") >= 3 or any(p.poll() is not None for p in processes),
+                lambda: [run.status for run in store.runs.all()].count("done") >= 3 or any(p.poll() is not None for p in processes),
                 300,
                 "three runs done",
             )
-            runs = [(run.task_key, run.status) for run in store.runs()]
+            runs = [(run.task_key, run.status) for run in store.runs.all()]
         finally:
             store.close()
             errors = [_stop(process) for process in processes]
@@ -467,13 +467,13 @@ def _serve_until_two_done(setup: Any) -> list[tuple[str, str]]:
 
         def over() -> bool:
             try:
-                return [run.status for run in service.store.runs()].count("done") >= 2 or serving.done()
+                return [run.status for run in service.store.runs.all()].count("done") >= 2 or serving.done()
             except OperationalError:  # this look, too, goes through a database that may be away
                 return serving.done()
 
         try:
             await wait_until(over, 180, "both tasks to be done")
-            return [(run.task_key, run.status) for run in service.store.runs()]
+            return [(run.task_key, run.status) for run in service.store.runs.all()]
         finally:
             stop.set()
             await serving  # raises what ended it early
@@ -671,8 +671,8 @@ def test_a_hand_published_message_works_nothing_the_worker_would_not_pick_itself
         worker = spawn_cli(setup.config_path, "worker")
         store = StateStore(url)
         try:
-            wait_for(lambda: any(run.status == "done" for run in store.runs()) or worker.poll() is not None, 240, "a run done")
-            runs = [(run.task_key, run.status) for run in store.runs()]
+            wait_for(lambda: any(run.status == "done" for run in store.runs.all()) or worker.poll() is not None, 240, "a run done")
+            runs = [(run.task_key, run.status) for run in store.runs.all()]
         finally:
             store.close()
             error = _stop(worker)

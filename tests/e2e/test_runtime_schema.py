@@ -13,11 +13,11 @@ from pathlib import Path
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
-from coding_agent.runtime.followups import FollowUpRecords
-from coding_agent.runtime.schema import _config, head_version, schema_version
 from coding_agent.runtime.service import AgentService, CycleReport
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.followups import FollowUpRecords
+from coding_agent.store.schema import _config, head_version, schema_version
+from coding_agent.store.state import StateStore
 
 from ..postgres import fresh_postgres_or_skip
 from .conftest import HELLO_SCRIPT, GitHubForge, load_for_service, write_config, llm_section
@@ -107,14 +107,14 @@ def _check_upgraded(url: str, report: CycleReport) -> None:
         engine.dispose()
     store = StateStore(url)
     try:
-        runs = {run.uuid: run for run in store.runs()}
+        runs = {run.uuid: run for run in store.runs.all()}
         assert runs["old-run"].status == "done" and runs["old-run"].steps == 3, "the old rows are kept"
         assert [run.status for uuid, run in runs.items() if uuid != "old-run"] == ["done"]
-        assert store.token_totals()["github:acme/widgets#99"] == (10, 5)
+        assert store.runs.token_totals()["github:acme/widgets#99"] == (10, 5)
         worked = next(run.task_key for uuid, run in runs.items() if uuid != "old-run")
-        fact = store.task_facts()[worked]  # what the dashboard names it by, and its PR
+        fact = store.tasks.task_facts()[worked]  # what the dashboard names it by, and its PR
         assert fact.title == "Add a greeting file" and fact.url and fact.change_url and "/pull/" in fact.change_url
-        assert {run.uuid for run in store.latest_runs()} == set(runs)
+        assert {run.uuid for run in store.runs.latest_runs()} == set(runs)
     finally:
         store.close()
 
@@ -153,10 +153,10 @@ def _create_at_0002(url: str) -> None:
 def _check_nudges_added(url: str) -> None:
     store = StateStore(url)
     try:
-        assert store.steering_requests("github:acme/widgets#99") == ("pause", None), "the pending request is kept"
-        store.nudge_run("github:acme/widgets#99")
-        assert store.steering_requests("github:acme/widgets#99")[1] is not None
-        assert [run.uuid for run in store.runs()] == ["old-run"]
+        assert store.steering.steering_requests("github:acme/widgets#99") == ("pause", None), "the pending request is kept"
+        store.steering.nudge_run("github:acme/widgets#99")
+        assert store.steering.steering_requests("github:acme/widgets#99")[1] is not None
+        assert [run.uuid for run in store.runs.all()] == ["old-run"]
         assert schema_version(store.engine) == head_version()
         records = FollowUpRecords(store.engine)
         assert records.handled("github:acme/widgets#99", "7") == ("run", 2.0), "the decision is kept"
@@ -181,7 +181,7 @@ def test_processes_starting_together_migrate_a_fresh_database_once(tmp_path: Pat
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     program = (
         "import sys; from sqlalchemy import create_engine; "
-        "from coding_agent.runtime.schema import migrate; migrate(create_engine(sys.argv[1]))"
+        "from coding_agent.store.schema import migrate; migrate(create_engine(sys.argv[1]))"
     )
     processes = [
         subprocess.Popen([sys.executable, "-c", program, url], stderr=subprocess.PIPE, text=True) for _ in range(4)

@@ -64,14 +64,14 @@ async def _serve_until_done(setup: Any, tasks: int, ended_at: list[float]) -> li
 
     def all_done() -> bool:
         try:
-            return [run.status for run in service.store.runs()].count("done") >= tasks or serving.done()
+            return [run.status for run in service.store.runs.all()].count("done") >= tasks or serving.done()
         except OperationalError:  # the test's own look goes through the database that is away
             return serving.done()
 
     try:
         await wait_until(lambda: ended_at or serving.done(), 300, "the store outage to begin and end")
         await wait_until(all_done, RECOVERY_DEADLINE_SECONDS, "every task to be done after the store was back")
-        return [(run.task_key, run.status) for run in service.store.runs()]
+        return [(run.task_key, run.status) for run in service.store.runs.all()]
     finally:
         stop.set()
         await serving

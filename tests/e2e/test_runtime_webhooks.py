@@ -16,8 +16,8 @@ import pytest
 
 from coding_agent.agent.steering.interrupts import REQUEST_READ_SECONDS
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import bind_socket, serving_http
 from tests.support.github_webhooks import GitHubWebhooks
 from tests.support.waiting import wait_for, wait_until
@@ -176,7 +176,7 @@ def test_a_webhook_to_the_producer_steers_the_run_in_a_worker_process(
     assert worker.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
     store = StateStore(url)
     try:
-        runs = store.runs()
+        runs = store.runs.all()
     finally:
         store.close()
     assert len(runs) == 1 and runs[0].owner != producer.owner, "the worker process ran it"

@@ -20,9 +20,9 @@ from markdown_it import MarkdownIt
 
 from coding_agent.context.storage import ContextStorage
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
+from coding_agent.store.state import StateStore
 
 from ._planning import action, plan, planning_config
 from ._steering import assign, run_cycle
@@ -122,9 +122,9 @@ def test_a_takeover_finds_the_neutralised_final_comment_its_predecessor_posted(
     ContextStorage(tmp_path / "contexts", Redactor()).start_run("dead-run", task_key=key)
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        store.start_run("dead-run", key, "dead-worker", MAINTAINER)
-        store.record_final("dead-run", "done", ANSWER)
-        assert store.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
+        store.runs.start_run("dead-run", key, "dead-worker", MAINTAINER)
+        store.steering.record_final("dead-run", "done", ANSWER)
+        assert store.leases.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
     finally:
         store.close()
     state.add_note(REPO, number, BOT, neutralise_quick_actions(ANSWER))

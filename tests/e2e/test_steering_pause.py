@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from coding_agent.agent.steering.interrupts import REQUEST_READ_SECONDS
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import RecordedRequest, ReplaySandbox
+from coding_agent.store.state import StateStore
 
 from ._forge_git import branch_file, task_branch
 from ._steering import (
@@ -152,9 +152,9 @@ def test_cli_pause_holds_until_cli_resume(github_forge: ForgeUnderTest, tmp_path
     assert sum(body.startswith("## ⏸️ Task paused") for body in bodies) == 1
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        [run] = store.runs(key)
+        [run] = store.runs.all(key)
         assert run.status == "done" and run.steps == len(THREE_FILES)
-        assert store.control_request(key) is None, "the pause request was consumed"
+        assert store.steering.control_request(key) is None, "the pause request was consumed"
     finally:
         store.close()
 

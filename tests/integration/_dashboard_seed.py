@@ -16,8 +16,8 @@ from pathlib import Path
 from coding_agent.agent.planning.models import Action, Goal, Plan, PlanningState
 from coding_agent.agent.planning.state import dump_state
 from coding_agent.agent.steering.state import STATE_FILE
-from coding_agent.runtime.queue_entries import QueueEntries
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore
 
 __all__ = ["SeededTasks", "seed_every_state", "write_plan", "HOSTILE_TITLE"]
 
@@ -41,12 +41,12 @@ class SeededTasks:
 
 def _note(store: StateStore, key: str, title: str) -> None:
     project, number = key.split(":", 1)[1].split("#")
-    store.note_task(key, title, f"{FORGE}/{project}/issues/{number}")
+    store.tasks.note_task(key, title, f"{FORGE}/{project}/issues/{number}")
 
 
 def _run(store: StateStore, key: str, run: str, requester: str, steps: int, tokens: tuple[int, int]) -> None:
-    store.start_run(run, key, "worker-a", requester)
-    store.heartbeat(key, "worker-a", 600, run, steps=steps, usages=[tokens])
+    store.runs.start_run(run, key, "worker-a", requester)
+    store.runs.heartbeat(key, "worker-a", 600, run, steps=steps, usages=[tokens])
 
 
 def seed_every_state(store: StateStore, queue_scope: str = "memory:seed") -> SeededTasks:
@@ -58,18 +58,18 @@ def seed_every_state(store: StateStore, queue_scope: str = "memory:seed") -> See
     )  # fmt: skip
     _note(store, tasks.done, "Add a --json flag to the export command")
     _run(store, tasks.done, "run-done", "alice", 8, (20000, 2478))
-    store.note_change(tasks.done, f"{FORGE}/acme/widgets/pull/11")
-    store.finish_run("run-done", "done", 8)
+    store.tasks.note_change(tasks.done, f"{FORGE}/acme/widgets/pull/11")
+    store.runs.finish_run("run-done", "done", 8)
     _note(store, tasks.failed, "Fix the flaky date parser")
     _run(store, tasks.failed, "run-failed", "carol", 14, (40000, 6304))
-    store.finish_run("run-failed", "failed", 14, error="The model was stuck: it repeated workspace/run 5 times in a row with the same result, so the run was stopped.")
+    store.runs.finish_run("run-failed", "failed", 14, error="The model was stuck: it repeated workspace/run 5 times in a row with the same result, so the run was stopped.")
     _note(store, tasks.stopped, "Refactor the configuration loader")
     _run(store, tasks.stopped, "run-stopped", "alice", 13, (40000, 4156))
-    store.record_final("run-stopped", "stopped", "## ⛔ Task stopped\n\nAn operator stopped the coding agent (`coding-agent stop`).\n\n**Stopped at:** now")
-    store.finish_run("run-stopped", "stopped", 13)
+    store.steering.record_final("run-stopped", "stopped", "## ⛔ Task stopped\n\nAn operator stopped the coding agent (`coding-agent stop`).\n\n**Stopped at:** now")
+    store.runs.finish_run("run-stopped", "stopped", 13)
     _note(store, tasks.paused, "Document the plugin API")
     _run(store, tasks.paused, "run-paused", "bob", 4, (9000, 1222))
-    store.pause_run("run-paused", 4, hold=True)
+    store.steering.pause_run("run-paused", 4, hold=True)
     _note(store, tasks.running, "Speed up the CSV import")
     _run(store, tasks.running, tasks.running_run, "carol", 5, (12000, 2402))
     entries = QueueEntries(store.engine, queue_scope, stale_seconds=3600)

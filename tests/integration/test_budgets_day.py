@@ -12,7 +12,7 @@ import pytest
 from coding_agent.config import AgentConfig, parse_config
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 
 from ..postgres import fresh_postgres_or_skip
 
@@ -59,9 +59,9 @@ def test_a_budget_used_up_late_in_the_day_lets_go_at_utc_midnight(database_url: 
     config = _config(database_url)
     store = StateStore(config.database.url, clock=clock)
     try:
-        budgets = Budgets(config, store, Redactor(), clock=clock)
-        store.start_run("run-1", KEY, "worker", "alice")
-        store.record_usage("run-1", KEY, 80, 30)
+        budgets = Budgets(config, store.spend, Redactor(), clock=clock)
+        store.runs.start_run("run-1", KEY, "worker", "alice")
+        store.runs.record_usage("run-1", KEY, 80, 30)
 
         clock.set(datetime(2026, 3, 1, 23, 59, 59, tzinfo=timezone.utc))
         held = budgets.overrun(OTHER_KEY, "alice", starting=True)
@@ -83,8 +83,8 @@ def test_a_held_task_is_told_once_a_day(database_url: str) -> None:
     config = _config(database_url)
     store = StateStore(config.database.url)
     try:
-        assert store.note_budget_notice(KEY, "2026-03-01")
-        assert not store.note_budget_notice(KEY, "2026-03-01"), "once that day"
-        assert store.note_budget_notice(KEY, "2026-03-02"), "again the next day"
+        assert store.spend.note_budget_notice(KEY, "2026-03-01")
+        assert not store.spend.note_budget_notice(KEY, "2026-03-01"), "once that day"
+        assert store.spend.note_budget_notice(KEY, "2026-03-02"), "again the next day"
     finally:
         store.close()

@@ -14,8 +14,8 @@ import yaml
 from coding_agent.config import parse_config
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.runtime.cleanup import Cleanup
-from coding_agent.runtime.memory_store import MemoryStore
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.memories import MemoryStore
+from coding_agent.store.state import StateStore
 
 DAY = 86400.0
 
@@ -108,18 +108,18 @@ def test_clones_of_runs_that_ended_elsewhere_are_swept(tmp_path: Path) -> None:
         statuses = {"r-done": "done", "r-failed": "failed", "r-stopped": "stopped", "r-abandoned": "abandoned"}
         statuses |= {"r-paused": "paused", "r-running": "running"}
         for run_uuid, status in statuses.items():
-            store.start_run(run_uuid, f"github:acme/widgets#{len(run_uuid)}", "machine-b", "maintainer")
+            store.runs.start_run(run_uuid, f"github:acme/widgets#{len(run_uuid)}", "machine-b", "maintainer")
             if status != "running":
-                store.finish_run(run_uuid, status, 3)
+                store.runs.finish_run(run_uuid, status, 3)
         clones = {run_uuid: _clone(tmp_path, run_uuid) for run_uuid in [*statuses, "r-unknown"]}
         # Only a git directory is left of one ended run (its workspace was removed by hand).
         orphan_git_dir = tmp_path / "workspaces.git-dirs" / "r-orphan"
         orphan_git_dir.mkdir()
-        store.start_run("r-orphan", "github:acme/widgets#9", "machine-b", None)
-        store.finish_run("r-orphan", "done", 1)
+        store.runs.start_run("r-orphan", "github:acme/widgets#9", "machine-b", None)
+        store.runs.finish_run("r-orphan", "done", 1)
         # A hostile link named like an ended run must not lead the sweep outside.
-        store.start_run("r-link", "github:acme/widgets#10", "machine-b", None)
-        store.finish_run("r-link", "failed", 1)
+        store.runs.start_run("r-link", "github:acme/widgets#10", "machine-b", None)
+        store.runs.finish_run("r-link", "failed", 1)
         (tmp_path / "workspaces" / "r-link").symlink_to(outside, target_is_directory=True)
 
         report = Cleanup(config, store).run()
@@ -140,8 +140,8 @@ def test_keep_finished_keeps_every_clone(tmp_path: Path) -> None:
     config = parse_config(data, env={})
     store = StateStore(config.database.url)
     try:
-        store.start_run("r-done", "github:acme/widgets#1", "machine-b", None)
-        store.finish_run("r-done", "done", 3)
+        store.runs.start_run("r-done", "github:acme/widgets#1", "machine-b", None)
+        store.runs.finish_run("r-done", "done", 3)
         workspace, git_dir = _clone(tmp_path, "r-done")
         assert Cleanup(config, store).run().clones_removed == 0
         assert workspace.exists() and git_dir.exists()

@@ -11,10 +11,10 @@ from coding_agent.domain.tasks import Comment
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
 from coding_agent.runtime.followups import FollowUpIntake, find_followup_comment, mentions
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.github import GitHubSandbox, GitHubState
 from coding_agent.sources.github import GitHubSource
 from coding_agent.sources.gitlab import GitLabSource
+from coding_agent.store.state import StateStore
 from tests.support.gitlab import GitLabSandbox
 
 TOKEN = "ghp_" + "FollowupDiscoveryToken0123456789"
@@ -210,12 +210,12 @@ def test_a_look_at_the_agents_pull_leaves_its_issues_running_run_its_lease(tmp_p
         issue_key = f"github:acme/widgets#{issue}"
         since = datetime.now(timezone.utc) - timedelta(days=1)
         try:
-            assert store.acquire_lease(issue_key, "w1", 60)  # the issue's run, running here
+            assert store.leases.acquire_lease(issue_key, "w1", 60)  # the issue's run, running here
             assert _claim_the_candidate(sandbox, store, since, review=True)[0] is None
-            assert store.lease_owner(issue_key) == "w1", "the running run keeps its lease"
-            store.release_lease(issue_key, "w1")  # the run ended: the next look may take it
+            assert store.leases.lease_owner(issue_key) == "w1", "the running run keeps its lease"
+            store.leases.release_lease(issue_key, "w1")  # the run ended: the next look may take it
             assert _claim_the_candidate(sandbox, store, since, review=True)[0] is None
-            assert store.lease_owner(issue_key) is None
+            assert store.leases.lease_owner(issue_key) is None
         finally:
             store.close()
 

@@ -18,9 +18,9 @@ from coding_agent.llm.types import LLMReply, ToolCallRequest
 from coding_agent.prompts.context_prompts import render_context
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
-from coding_agent.runtime.memory_store import MemoryStore
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.memories import MemoryStore
+from coding_agent.store.state import StateStore
 
 DAY = 86400.0
 NOW = datetime(2026, 5, 1, tzinfo=timezone.utc).timestamp()

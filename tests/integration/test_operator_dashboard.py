@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from coding_agent.config import AgentConfig, parse_config
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 
 KEY = "github:acme/widgets#7"
@@ -36,10 +36,10 @@ def make_config(tmp_path: Path, **dashboard: Any) -> tuple[AgentConfig, list[str
 
 
 def seed(store: StateStore, secret: str) -> None:
-    store.start_run("run-1", KEY, "worker-a", "alice")
-    store.heartbeat(KEY, "worker-a", 60, "run-1", steps=3, usages=[(100, 20)])
-    store.start_run("run-2", DONE_KEY, "worker-a", "bob")
-    store.finish_run("run-2", "failed", 2, error=f"forge said no to token {secret}")
+    store.runs.start_run("run-1", KEY, "worker-a", "alice")
+    store.runs.heartbeat(KEY, "worker-a", 60, "run-1", steps=3, usages=[(100, 20)])
+    store.runs.start_run("run-2", DONE_KEY, "worker-a", "bob")
+    store.runs.finish_run("run-2", "failed", 2, error=f"forge said no to token {secret}")
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ async def test_actions_go_through_the_cli_code(served: tuple[str, StateStore, li
         paused = await client.post(f"/api/tasks/{quote(KEY, safe='')}/pause", json={})
         unknown = await client.post("/api/tasks/github:acme/nothing%231/stop", json={})
         not_paused = await client.post(f"/api/tasks/{quote(DONE_KEY, safe='')}/resume", json={})
-    assert paused.status_code == 200 and store.control_request(KEY) == "pause"
+    assert paused.status_code == 200 and store.steering.control_request(KEY) == "pause"
     assert unknown.status_code == 404 and "no running or paused run" in unknown.json()["error"]
     assert not_paused.status_code == 404
 
@@ -108,7 +108,7 @@ async def test_hostile_text_is_escaped(tmp_path: Path) -> None:
     config, _ = make_config(tmp_path)
     store = StateStore(config.database.url)
     hostile = "<img src=x onerror=alert(1)>"
-    store.start_run("run-x", "github:acme/widgets#9", "worker-a", hostile)
+    store.runs.start_run("run-x", "github:acme/widgets#9", "worker-a", hostile)
     async with serving_dashboard(config, store) as url, httpx.AsyncClient(base_url=str(url)) as client:
         pages = [(await client.get(path)).text for path in ("/", "/usage", "/tasks/github:acme/widgets%239")]
     store.close()
@@ -131,7 +131,7 @@ async def test_beyond_localhost_every_page_needs_the_token(tmp_path: Path) -> No
             login = await client.post("/login", data={"token": hidden[2]})
             with_cookie = await client.get("/")
     store.close()
-    assert refused == [401] * 5 and store.control_request(KEY) is None
+    assert refused == [401] * 5 and store.steering.control_request(KEY) is None
     assert wrong.status_code == 401 and right.status_code == 200
     assert login.status_code == 303 and with_cookie.status_code == 200 and KEY in with_cookie.text
 

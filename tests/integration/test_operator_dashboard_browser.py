@@ -16,7 +16,7 @@ import pytest
 from playwright.async_api import async_playwright, expect
 
 from coding_agent.config import AgentConfig, parse_config
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 from tests.support.waiting import wait_for
 
@@ -46,8 +46,8 @@ def _one_running_task(tmp_path: Path) -> tuple[AgentConfig, StateStore]:
         env={},
     )
     store = StateStore(config.database.url)
-    store.start_run("run-1", KEY, "worker-a", "alice")
-    store.heartbeat(KEY, "worker-a", 60, "run-1", steps=1)
+    store.runs.start_run("run-1", KEY, "worker-a", "alice")
+    store.runs.heartbeat(KEY, "worker-a", 60, "run-1", steps=1)
     return config, store
 
 
@@ -65,14 +65,14 @@ async def test_task_appears_updates_live_and_pauses(tmp_path: Path, chromium: st
 
             await row.get_by_role("link").click()
             await expect(page.locator("#steps")).to_have_text("1")
-            store.heartbeat(KEY, "worker-a", 60, "run-1", steps=4, usages=[(50, 7)])
+            store.runs.heartbeat(KEY, "worker-a", 60, "run-1", steps=4, usages=[(50, 7)])
             await expect(page.locator("#steps")).to_have_text("4")  # no reload: server-sent events
             await expect(page.locator("#tokens")).to_have_text("57")
 
             await page.locator("#pause").click()
             await expect(page.locator("#message")).to_contain_text("pause requested")
-            wait_for(lambda: store.control_request(KEY) == "pause", timeout=10, what="the pause request")
-            store.pause_run("run-1", 4, hold=True)
+            wait_for(lambda: store.steering.control_request(KEY) == "pause", timeout=10, what="the pause request")
+            store.steering.pause_run("run-1", 4, hold=True)
             await expect(page.locator("#state")).to_have_text("paused")
         finally:
             await browser.close()
@@ -210,7 +210,7 @@ async def test_another_site_can_neither_steer_nor_read_the_dashboard(tmp_path: P
                     async with page.expect_response(lambda response: response.url == stop) as submitted:
                         await page.goto(attacker)
                     assert (await submitted.value).status == 403, attacker
-                assert store.control_request(KEY) is None
+                assert store.steering.control_request(KEY) is None
 
                 rebound = await page.goto(f"http://rebind.example:{port}/api/tasks")
                 assert rebound is not None and rebound.status == 421
@@ -219,11 +219,11 @@ async def test_another_site_can_neither_steer_nor_read_the_dashboard(tmp_path: P
                 await page.goto(f"{url}/tasks/{quote(KEY, safe='')}")
                 await page.locator("#pause").click()
                 await expect(page.locator("#message")).to_contain_text("pause requested")
-                assert store.control_request(KEY) == "pause"
+                assert store.steering.control_request(KEY) == "pause"
                 page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # Stop asks first
                 await page.locator("#stop").click()
                 await expect(page.locator("#message")).to_contain_text("stop requested")
-                assert store.control_request(KEY) == "stop"
+                assert store.steering.control_request(KEY) == "stop"
             finally:
                 await browser.close()
     store.close()

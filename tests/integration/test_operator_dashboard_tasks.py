@@ -20,7 +20,7 @@ import yaml
 from playwright.async_api import Page, async_playwright, expect
 
 from coding_agent.config import AgentConfig, parse_config
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 from tests.integration._dashboard_seed import FORGE, HOSTILE_TITLE, SeededTasks, seed_every_state, write_plan
 from tests.integration.test_operator_dashboard_browser import ARGS, chromium  # noqa: F401 - the fixture
@@ -105,9 +105,9 @@ async def test_the_list_follows_state_changes_without_a_reload(served: Served, c
             await page.goto(url + "/")
             await expect(_row(page, tasks.running).locator(".pill")).to_have_text("running")
             await expect(page.locator("#live")).not_to_have_class("live off")
-            await asyncio.to_thread(store.finish_run, tasks.running_run, "done", 9)
+            await asyncio.to_thread(store.runs.finish_run, tasks.running_run, "done", 9)
             await expect(_row(page, tasks.running).locator(".pill")).to_have_text("done")
-            await asyncio.to_thread(store.start_run, "run-waiting", tasks.waiting, "worker-a", "dora")
+            await asyncio.to_thread(store.runs.start_run, "run-waiting", tasks.waiting, "worker-a", "dora")
             await expect(_row(page, tasks.waiting).locator(".requester")).to_have_text("dora")
         finally:
             await browser.close()
@@ -137,12 +137,12 @@ async def test_the_task_page_agrees_with_itself_through_a_stop(served: Served, c
             assert dialogs and tasks.running in dialogs[0]
             await expect(page.locator("#stop")).to_be_disabled()  # asked once is enough
 
-            await asyncio.to_thread(store.heartbeat, tasks.running, "worker-a", 600, tasks.running_run, 6, [(100, 10)])
+            await asyncio.to_thread(store.runs.heartbeat, tasks.running, "worker-a", 600, tasks.running_run, 6, [(100, 10)])
             await expect(page.locator("#steps")).to_have_text("6")
             await expect(page.locator("#runs tbody tr").first.locator("td").nth(2)).to_have_text("6")
 
-            await asyncio.to_thread(store.record_final, tasks.running_run, "stopped", "## ⛔ Task stopped\n\nAn operator stopped the coding agent.")
-            await asyncio.to_thread(store.finish_run, tasks.running_run, "stopped", 6)
+            await asyncio.to_thread(store.steering.record_final, tasks.running_run, "stopped", "## ⛔ Task stopped\n\nAn operator stopped the coding agent.")
+            await asyncio.to_thread(store.runs.finish_run, tasks.running_run, "stopped", 6)
             await expect(page.locator("#state")).to_have_text("stopped")
             await expect(page.locator("#runs .pill").first).to_have_text("stopped")
             await expect(page.locator("#phase")).to_have_text("stopped")
@@ -170,7 +170,7 @@ async def test_a_refused_action_shows_its_error(served: Served, chromium: str) -
             await page.goto(f"{url}/tasks/{quote(tasks.paused, safe='')}")
             await expect(page.locator("#live")).not_to_have_class("live off")
             await page.evaluate("events.close()")  # the page no longer hears of changes
-            await asyncio.to_thread(store.finish_run, "run-paused", "failed", 4, "gone")
+            await asyncio.to_thread(store.runs.finish_run, "run-paused", "failed", 4, "gone")
             await page.locator("#resume").click()
             await expect(page.locator("#message")).to_have_text(f"{tasks.paused} has no paused run")
             await expect(page.locator("#message")).to_have_class("error")
@@ -222,7 +222,7 @@ async def test_metrics_pass_promtool_with_queue_depth_gauges_counters_and_histog
 def test_status_shows_titles_requesters_and_totals_per_requester_and_repository(tmp_path: Path) -> None:
     store = StateStore(_config(tmp_path).database.url)
     tasks = seed_every_state(store)
-    store.note_task(tasks.paused, "Document the plugin API \x1b[2J", f"{FORGE}/acme/gadgets/issues/4")
+    store.tasks.note_task(tasks.paused, "Document the plugin API \x1b[2J", f"{FORGE}/acme/gadgets/issues/4")
     store.close()
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(_settings(tmp_path)))

@@ -18,8 +18,8 @@ from sqlalchemy import create_engine
 
 from coding_agent.config import AgentConfig
 from coding_agent.errors import QueueUnavailable
-from coding_agent.runtime.webhook_sink import DeliveryLog
 from coding_agent.sandbox.github.state import GitHubState
+from coding_agent.store.deliveries import DeliveryLog
 from coding_agent.web.app import build_app
 from coding_agent.web.webhooks import webhook_routes
 from tests.support.github_webhooks import GitHubWebhooks

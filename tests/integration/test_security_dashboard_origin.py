@@ -16,7 +16,7 @@ import pytest
 
 from coding_agent.config import parse_config
 from coding_agent.errors import ConfigError
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 from tests.integration.test_operator_dashboard import KEY, make_config, seed
 
@@ -42,7 +42,7 @@ async def test_a_form_or_text_body_is_415_and_stops_nothing(served: tuple[str, S
         bare = await client.post(STOP)
     assert [form.status_code, text.status_code, bare.status_code] == [415, 415, 415]
     assert "Content-Type: application/json" in form.json()["error"]
-    assert store.control_request(KEY) is None
+    assert store.steering.control_request(KEY) is None
 
 
 async def test_a_body_labelled_json_that_is_not_is_400(served: tuple[str, StateStore]) -> None:
@@ -50,7 +50,7 @@ async def test_a_body_labelled_json_that_is_not_is_400(served: tuple[str, StateS
     async with httpx.AsyncClient(base_url=url) as client:
         refused = await client.post(STOP, content=b"confirm=1", headers={"Content-Type": "application/json"})
     assert refused.status_code == 400 and refused.json() == {"error": "the request body is not JSON"}
-    assert store.control_request(KEY) is None
+    assert store.steering.control_request(KEY) is None
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,7 @@ async def test_a_state_change_from_elsewhere_is_403_and_stops_nothing(
         refused = await client.post(STOP, json={}, headers=headers)
     assert refused.status_code == 403, refused.text
     assert "refused" in refused.json()["error"]
-    assert store.control_request(KEY) is None
+    assert store.steering.control_request(KEY) is None
 
 
 async def test_another_port_of_the_same_host_is_a_foreign_origin(served: tuple[str, StateStore]) -> None:
@@ -80,7 +80,7 @@ async def test_another_port_of_the_same_host_is_a_foreign_origin(served: tuple[s
     other_port = urlsplit(url).port + 1  # type: ignore[operator]
     async with httpx.AsyncClient(base_url=url) as client:
         refused = await client.post(STOP, json={}, headers={"Origin": f"http://127.0.0.1:{other_port}"})
-    assert refused.status_code == 403 and store.control_request(KEY) is None
+    assert refused.status_code == 403 and store.steering.control_request(KEY) is None
 
 
 async def test_the_dashboards_own_origin_and_scripts_may_act(served: tuple[str, StateStore]) -> None:
@@ -91,9 +91,9 @@ async def test_the_dashboards_own_origin_and_scripts_may_act(served: tuple[str, 
             json={},
             headers={"Origin": url, "Sec-Fetch-Site": "same-origin", "Content-Type": "application/json; charset=utf-8"},
         )
-        assert browser.status_code == 200 and store.control_request(KEY) == "pause"
+        assert browser.status_code == 200 and store.steering.control_request(KEY) == "pause"
         script = await client.post(STOP, json={})  # curl and friends send neither header
-    assert script.status_code == 200 and store.control_request(KEY) == "stop"
+    assert script.status_code == 200 and store.steering.control_request(KEY) == "stop"
 
 
 @pytest.mark.parametrize("path", ["/api/tasks", "/", f"/tasks/{quote(KEY, safe='')}", "/metrics", "/healthz"])
@@ -122,7 +122,7 @@ async def test_only_the_hosts_it_serves_are_answered(served: tuple[str, StateSto
     assert served_hosts == [200] * 5
     assert foreign == [421] * 4
     assert malformed == [400] * 4
-    assert stop.status_code == 421 and store.control_request(KEY) is None
+    assert stop.status_code == 421 and store.steering.control_request(KEY) is None
 
 
 async def test_an_ipv6_loopback_bind_answers_its_bracketed_host(tmp_path: Path) -> None:
@@ -135,7 +135,7 @@ async def test_an_ipv6_loopback_bind_answers_its_bracketed_host(tmp_path: Path) 
         acted = await client.post(f"/api/tasks/{quote(KEY, safe='')}/pause", json={}, headers={"Origin": url})
         other = await client.get("/api/tasks", headers={"Host": f"[::2]:{urlsplit(url).port}"})
     store.close()
-    assert own.status_code == 200 and acted.status_code == 200 and store.control_request(KEY) == "pause"
+    assert own.status_code == 200 and acted.status_code == 200 and store.steering.control_request(KEY) == "pause"
     assert other.status_code == 421
 
 
@@ -155,7 +155,7 @@ async def test_public_url_names_a_host_and_an_origin_it_serves(tmp_path: Path) -
         rebound = await client.get("/api/tasks", headers={**bearer, "Host": "attacker.example"})
     store.close()
     assert tokenless.status_code == 401  # reachable beyond localhost: the token is in force
-    assert listed.status_code == 200 and acted.status_code == 200 and store.control_request(KEY) == "pause"
+    assert listed.status_code == 200 and acted.status_code == 200 and store.steering.control_request(KEY) == "pause"
     assert elsewhere.status_code == 403 and rebound.status_code == 421
 
 

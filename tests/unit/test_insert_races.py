@@ -23,9 +23,9 @@ from sqlalchemy.engine import Engine
 
 from coding_agent.domain.memories import channel_of
 from coding_agent.domain.tasks import TaskKey
-from coding_agent.runtime.memory_store import MemoryStore
-from coding_agent.runtime.queue_entries import QueueEntries
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.memories import MemoryStore
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore
 
 from ..postgres import fresh_postgres_or_skip
 
@@ -144,10 +144,10 @@ def test_a_stop_asked_while_another_operator_asks_a_pause_stays_a_stop(kind: str
     with _database(kind, tmp_path) as url:
         mine, theirs = StateStore(url), StateStore(url)
         try:
-            staged = _just_before_my_insert(mine.engine, lambda: theirs.request_control(KEY, "pause"), "run_requests")
-            mine.request_control(KEY, "stop")
+            staged = _just_before_my_insert(mine.engine, lambda: theirs.steering.request_control(KEY, "pause"), "run_requests")
+            mine.steering.request_control(KEY, "stop")
             assert staged, "the other process's insert came first"
-            assert theirs.control_request(KEY) == "stop"
+            assert theirs.steering.control_request(KEY) == "stop"
         finally:
             mine.close()
             theirs.close()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coding_agent.runtime.queue_entries import QueueEntries
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore
 
 
 def test_only_this_queue_s_queued_entries_it_no_longer_holds_are_released(tmp_path: Path) -> None:

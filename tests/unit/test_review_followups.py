@@ -8,8 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from coding_agent.domain.tasks import Comment, Task, TaskKey, Thread, ThreadRef
-from coding_agent.runtime.followups import thread_triggers
-from coding_agent.runtime.review_followups import agents_issue
+from coding_agent.runtime.followups import agents_issue, thread_triggers
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 

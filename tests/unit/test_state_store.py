@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.runtime.state_store import StateStore
-from coding_agent.runtime.tables.run_steering import KEEP_NUDGES_SECONDS
+from coding_agent.store.run_steering import KEEP_NUDGES_SECONDS
+from coding_agent.store.state import StateStore
 
 from ..postgres import fresh_postgres_or_skip
 
@@ -37,50 +37,50 @@ def store(tmp_path: Path, clock: FakeClock) -> Iterator[StateStore]:
 
 
 def test_lease_is_exclusive_until_released(store: StateStore) -> None:
-    assert store.acquire_lease("github:a/b#1", "w1", 60)
-    assert not store.acquire_lease("github:a/b#1", "w2", 60)
-    assert not store.acquire_lease("github:a/b#1", "w1", 60), "not even by its holder: a run of its own holds it"
-    store.release_lease("github:a/b#1", "w2")
-    assert store.lease_owner("github:a/b#1") == "w1", "only the owner releases"
-    store.release_lease("github:a/b#1", "w1")
-    assert store.acquire_lease("github:a/b#1", "w2", 60)
+    assert store.leases.acquire_lease("github:a/b#1", "w1", 60)
+    assert not store.leases.acquire_lease("github:a/b#1", "w2", 60)
+    assert not store.leases.acquire_lease("github:a/b#1", "w1", 60), "not even by its holder: a run of its own holds it"
+    store.leases.release_lease("github:a/b#1", "w2")
+    assert store.leases.lease_owner("github:a/b#1") == "w1", "only the owner releases"
+    store.leases.release_lease("github:a/b#1", "w1")
+    assert store.leases.acquire_lease("github:a/b#1", "w2", 60)
 
 
 def test_expired_lease_is_taken_over(store: StateStore, clock: FakeClock) -> None:
-    assert store.acquire_lease("k", "crashed", 60)
+    assert store.leases.acquire_lease("k", "crashed", 60)
     clock.now += 61
-    assert store.lease_owner("k") is None
-    assert store.acquire_lease("k", "w2", 60)
-    assert not store.renew_lease("k", "crashed", 60), "the old owner learns it lost the lease"
-    assert store.renew_lease("k", "w2", 60)
+    assert store.leases.lease_owner("k") is None
+    assert store.leases.acquire_lease("k", "w2", 60)
+    assert not store.leases.renew_lease("k", "crashed", 60), "the old owner learns it lost the lease"
+    assert store.leases.renew_lease("k", "w2", 60)
 
 
 def test_two_stores_on_one_file_share_leases(tmp_path: Path) -> None:
     first = StateStore(f"sqlite:///{tmp_path}/shared.db")
     second = StateStore(f"sqlite:///{tmp_path}/shared.db")
     try:
-        assert first.acquire_lease("k", "a", 60)
-        assert not second.acquire_lease("k", "b", 60)
+        assert first.leases.acquire_lease("k", "a", 60)
+        assert not second.leases.acquire_lease("k", "b", 60)
     finally:
         first.close()
         second.close()
 
 
 def test_runs_and_usage(store: StateStore) -> None:
-    store.start_run("u1", "github:a/b#1", "w1", "alice")
-    store.record_usage("u1", "github:a/b#1", 100, 20)
-    store.record_usage("u1", "github:a/b#1", 50, 5)
-    store.finish_run("u1", "done", 3)
-    [run] = store.runs("github:a/b#1")
+    store.runs.start_run("u1", "github:a/b#1", "w1", "alice")
+    store.runs.record_usage("u1", "github:a/b#1", 100, 20)
+    store.runs.record_usage("u1", "github:a/b#1", 50, 5)
+    store.runs.finish_run("u1", "done", 3)
+    [run] = store.runs.all("github:a/b#1")
     assert (run.status, run.steps, run.prompt_tokens, run.completion_tokens, run.requester) == ("done", 3, 150, 25, "alice")
-    assert store.token_totals() == {"github:a/b#1": (150, 25)}
+    assert store.runs.token_totals() == {"github:a/b#1": (150, 25)}
 
 
 def test_trigger_rejection_is_remembered_per_update(store: StateStore) -> None:
-    assert not store.trigger_rejected("k", "t1")
-    store.reject_trigger("k", "t1")
-    assert store.trigger_rejected("k", "t1")
-    assert not store.trigger_rejected("k", "t2"), "a change to the task re-opens the check"
+    assert not store.rejections.trigger_rejected("k", "t1")
+    store.rejections.reject_trigger("k", "t1")
+    assert store.rejections.trigger_rejected("k", "t1")
+    assert not store.rejections.trigger_rejected("k", "t2"), "a change to the task re-opens the check"
 
 
 @contextmanager
@@ -101,85 +101,85 @@ def _postgres_store(clock: FakeClock) -> Iterator[StateStore]:
 def test_postgres_leases(clock: FakeClock) -> None:
     with _postgres_store(clock) as store:
         key = "github:pg/test#1"
-        assert store.acquire_lease(key, "a", 60)
-        assert not store.acquire_lease(key, "b", 60)
+        assert store.leases.acquire_lease(key, "a", 60)
+        assert not store.leases.acquire_lease(key, "b", 60)
         clock.now += 61
-        assert store.acquire_lease(key, "b", 60)
-        store.release_lease(key, "b")
+        assert store.leases.acquire_lease(key, "b", 60)
+        store.leases.release_lease(key, "b")
 
 
 # -- steering: pause/resume, takeover, operator requests, final comment guard ------------
 
 
 def test_a_paused_run_is_claimed_once(tmp_path: Path, store: StateStore, clock: FakeClock) -> None:
-    store.start_run("r1", "k", "w1", None)
-    store.pause_run("r1", 3, hold=False)
+    store.runs.start_run("r1", "k", "w1", None)
+    store.steering.pause_run("r1", 3, hold=False)
     other = StateStore(f"sqlite:///{tmp_path}/state.db", clock=clock)
     try:
-        assert [run.uuid for run in store.resumable_runs()] == ["r1"]
-        wins = [store.claim_run("r1", "w2", "paused"), other.claim_run("r1", "w3", "paused")]
+        assert [run.uuid for run in store.steering.resumable_runs()] == ["r1"]
+        wins = [store.runs.claim_run("r1", "w2", "paused"), other.runs.claim_run("r1", "w3", "paused")]
     finally:
         other.close()
     assert wins == [True, False]
-    [run] = store.runs()
+    [run] = store.runs.all()
     assert run.status == "running" and run.owner == "w2" and run.steps == 3
-    assert store.resumable_runs() == []
+    assert store.steering.resumable_runs() == []
 
 
 def test_a_held_pause_waits_for_release(store: StateStore) -> None:
-    store.start_run("r1", "k1", "w", None)
-    store.start_run("r2", "k2", "w", None)
-    store.pause_run("r1", 1, hold=True)
-    store.pause_run("r2", 1, hold=True)
-    assert store.resumable_runs() == []
-    assert store.release_holds("k1") == 1
-    assert [run.task_key for run in store.resumable_runs()] == ["k1"]
-    assert store.release_holds() == 1
-    assert len(store.resumable_runs()) == 2
+    store.runs.start_run("r1", "k1", "w", None)
+    store.runs.start_run("r2", "k2", "w", None)
+    store.steering.pause_run("r1", 1, hold=True)
+    store.steering.pause_run("r2", 1, hold=True)
+    assert store.steering.resumable_runs() == []
+    assert store.steering.release_holds("k1") == 1
+    assert [run.task_key for run in store.steering.resumable_runs()] == ["k1"]
+    assert store.steering.release_holds() == 1
+    assert len(store.steering.resumable_runs()) == 2
 
 
 def test_orphans_are_expired_leases_and_running_runs_without_a_lease(store: StateStore, clock: FakeClock) -> None:
-    store.acquire_lease("crashed", "dead", 10)
-    store.acquire_lease("alive", "w", 100)
-    store.start_run("r-alive", "alive", "w", None)
-    store.start_run("r-lost", "lost", "dead", None)  # its expired lease was taken and released by an intake
+    store.leases.acquire_lease("crashed", "dead", 10)
+    store.leases.acquire_lease("alive", "w", 100)
+    store.runs.start_run("r-alive", "alive", "w", None)
+    store.runs.start_run("r-lost", "lost", "dead", None)  # its expired lease was taken and released by an intake
     clock.now += 50
-    assert sorted(store.orphaned_tasks()) == ["crashed", "lost"]
+    assert sorted(store.runs.orphaned_tasks()) == ["crashed", "lost"]
 
 
 def test_operator_requests_and_final_marks(store: StateStore) -> None:
-    store.request_control("k", "stop")
-    store.request_control("k", "pause")
-    assert store.control_request("k") == "stop", "a stop is never downgraded to a pause"
-    store.clear_control_request("k")
-    assert store.control_request("k") is None
+    store.steering.request_control("k", "stop")
+    store.steering.request_control("k", "pause")
+    assert store.steering.control_request("k") == "stop", "a stop is never downgraded to a pause"
+    store.steering.clear_control_request("k")
+    assert store.steering.control_request("k") is None
 
-    store.record_final("r", "done", "first")
-    store.record_final("r", "failed", "second")
-    marks = store.run_marks("r")
+    store.steering.record_final("r", "done", "first")
+    store.steering.record_final("r", "failed", "second")
+    marks = store.steering.run_marks("r")
     assert (marks.final_status, marks.final_body, marks.final_posted) == ("done", "first", False)
-    store.mark_final_posted("r")
-    store.set_progress_comment("r", "55")
-    marks = store.run_marks("r")
+    store.steering.mark_final_posted("r")
+    store.steering.set_progress_comment("r", "55")
+    marks = store.steering.run_marks("r")
     assert marks.final_posted and marks.progress_comment_id == "55"
 
 
 def _check_nudges(store: StateStore, clock: FakeClock) -> None:
-    assert store.steering_requests("k") == (None, None)
-    store.nudge_run("k")
-    request, first = store.steering_requests("k")
+    assert store.steering.steering_requests("k") == (None, None)
+    store.steering.nudge_run("k")
+    request, first = store.steering.steering_requests("k")
     assert request is None and first is not None
-    assert store.steering_requests("k") == (None, first), "reading does not consume it"
-    store.request_control("k", "pause")
-    store.nudge_run("k")
-    request, second = store.steering_requests("k")
+    assert store.steering.steering_requests("k") == (None, first), "reading does not consume it"
+    store.steering.request_control("k", "pause")
+    store.steering.nudge_run("k")
+    request, second = store.steering.steering_requests("k")
     assert request == "pause" and second not in (None, first), "every nudge is a new token, beside the request"
-    assert store.control_request("k") == "pause", "a nudge is not an operator request"
-    store.nudge_run("other")
+    assert store.steering.control_request("k") == "pause", "a nudge is not an operator request"
+    store.steering.nudge_run("other")
     clock.now += KEEP_NUDGES_SECONDS + 1
-    store.nudge_run("other")
-    assert store.steering_requests("k") == ("pause", None), "old nudges are pruned"
-    assert store.steering_requests("other")[1] is not None
+    store.steering.nudge_run("other")
+    assert store.steering.steering_requests("k") == ("pause", None), "old nudges are pruned"
+    assert store.steering.steering_requests("other")[1] is not None
 
 
 def test_webhook_nudges_sqlite(store: StateStore, clock: FakeClock) -> None:
@@ -192,13 +192,13 @@ def test_webhook_nudges_postgres(clock: FakeClock) -> None:
 
 
 def test_heartbeat_renews_and_records_steps_in_one_go(store: StateStore, clock: FakeClock) -> None:
-    store.start_run("u1", "k", "w1", None)
-    assert store.acquire_lease("k", "w1", 60)
+    store.runs.start_run("u1", "k", "w1", None)
+    assert store.leases.acquire_lease("k", "w1", 60)
     clock.now += 50
-    assert store.heartbeat("k", "w1", 60, "u1", steps=4)
+    assert store.runs.heartbeat("k", "w1", 60, "u1", steps=4)
     clock.now += 50
-    assert store.lease_owner("k") == "w1", "the heartbeat extended the lease"
-    assert store.runs("k")[0].steps == 4
+    assert store.leases.lease_owner("k") == "w1", "the heartbeat extended the lease"
+    assert store.runs.all("k")[0].steps == 4
     clock.now += 61
-    assert store.acquire_lease("k", "w2", 60)
-    assert not store.heartbeat("k", "w1", 60, "u1", steps=5), "a lost lease is reported"
+    assert store.leases.acquire_lease("k", "w2", 60)
+    assert not store.runs.heartbeat("k", "w1", 60, "u1", steps=5), "a lost lease is reported"

@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from coding_agent.agent.ledger import RunLedger
 from coding_agent.agent.steering import LeaseLost
 from coding_agent.retry import store_unavailable, through_store_outage
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from tests.support.waiting import wait_until
 
 from .test_state_store import FakeClock
@@ -99,7 +99,7 @@ def test_a_run_s_store_call_waits_while_the_store_is_away_then_goes_on(
         confirmed.append(True)
 
     caplog.set_level(logging.INFO, logger="coding_agent.retry")
-    runs = asyncio.run(through_store_outage(lambda: store.runs(), "github:o/r#1: run r-1", confirm, sleep))
+    runs = asyncio.run(through_store_outage(lambda: store.runs.all(), "github:o/r#1: run r-1", confirm, sleep))
 
     assert runs == []
     assert len(waits) == 3 and waits == sorted(waits), "backing off"
@@ -149,8 +149,8 @@ class _Outage:
 
 
 def _run_holding_its_lease(outage: _Outage) -> RunLedger:
-    assert outage.store.acquire_lease(KEY, "worker-a", 30)
-    outage.store.start_run("run-1", KEY, "worker-a", None)
+    assert outage.store.leases.acquire_lease(KEY, "worker-a", 30)
+    outage.store.runs.start_run("run-1", KEY, "worker-a", None)
     return RunLedger(outage.store, "worker-a", KEY, "run-1", None, 30)
 
 
@@ -167,11 +167,11 @@ def test_after_an_outage_longer_than_the_lease_the_run_goes_on_only_if_no_one_to
 
     async def checkpoint_through_the_outage() -> object:
         other = outage.begin()
-        reading = asyncio.create_task(ledger.stored(outage.store.steering_requests, KEY))
+        reading = asyncio.create_task(ledger.stored(outage.store.steering.steering_requests, KEY))
         await wait_until(lambda: "waiting for it" in caplog.text, 30, "the run to meet the store away")
         outage.clock.now += 31
         if taken_over:
-            assert other.acquire_lease(KEY, "worker-b", 30)
+            assert other.leases.acquire_lease(KEY, "worker-b", 30)
         outage.end(other)
         return await reading
 
@@ -181,7 +181,7 @@ def test_after_an_outage_longer_than_the_lease_the_run_goes_on_only_if_no_one_to
                 asyncio.run(checkpoint_through_the_outage())
         else:
             assert asyncio.run(checkpoint_through_the_outage()) == (None, None)
-        lease = outage.store.live_lease(KEY)
+        lease = outage.store.leases.live_lease(KEY)
     finally:
         outage.store.close()
     assert lease is not None and lease.owner == ("worker-b" if taken_over else "worker-a")
@@ -196,7 +196,7 @@ def test_the_lease_heartbeat_rides_out_an_outage_and_renews_the_lease_once_it_is
     from coding_agent.runtime.lease import LeaseHeartbeat
 
     outage = _Outage(tmp_path, FakeClock())
-    assert outage.store.acquire_lease(KEY, "worker-a", 1.5)
+    assert outage.store.leases.acquire_lease(KEY, "worker-a", 1.5)
     caplog.set_level(logging.INFO, logger="coding_agent.runtime.lease")
 
     def failures() -> int:
@@ -206,7 +206,7 @@ def test_the_lease_heartbeat_rides_out_an_outage_and_renews_the_lease_once_it_is
     event.listen(outage.store.engine, "do_connect", lambda *_: connects.append(1))
 
     async def beating_through_the_outage() -> LeaseHeartbeat:
-        async with LeaseHeartbeat(outage.store, KEY, "worker-a", 1.5) as lease:
+        async with LeaseHeartbeat(outage.store.leases, KEY, "worker-a", 1.5) as lease:
             other = outage.begin()
             outage.clock.now += 10  # the lease ran out meanwhile; no one took it
             await wait_until(lambda: failures() >= 1, 30, "a beat to meet the store away")
@@ -218,7 +218,7 @@ def test_the_lease_heartbeat_rides_out_an_outage_and_renews_the_lease_once_it_is
 
     try:
         lease = asyncio.run(beating_through_the_outage())
-        held = outage.store.live_lease(KEY)
+        held = outage.store.leases.live_lease(KEY)
     finally:
         outage.store.close()
     assert not lease.lost

@@ -65,7 +65,7 @@ class RunLedger:
         process lived through the outage keeps it unless the outage outlasted it."""
         self._unconfirmed = False
         held = await through_store_outage(
-            lambda: self._store.renew_lease(self._key, self._owner, self._lease_seconds), self._who()
+            lambda: self._store.leases.renew_lease(self._key, self._owner, self._lease_seconds), self._who()
         )
         if not held:
             self._lost = True
@@ -107,7 +107,7 @@ class RunLedger:
         self._last_write = now
         usages, self._pending_usage = self._pending_usage, []
         write = asyncio.get_running_loop().run_in_executor(
-            None, self._store.heartbeat, self._key, self._owner, self._lease_seconds, self._run_uuid, steps, usages
+            None, self._store.runs.heartbeat, self._key, self._owner, self._lease_seconds, self._run_uuid, steps, usages
         )
         write.add_done_callback(lambda done: self._note_step_write(done, usages))
         self._step_write = write
@@ -140,7 +140,7 @@ class RunLedger:
 
     def _flush_usage(self) -> None:
         """Write usage not yet written by a heartbeat (calls after the last one)."""
-        self._store.record_usages(self._run_uuid, self._key, self._pending_usage)
+        self._store.runs.record_usages(self._run_uuid, self._key, self._pending_usage)
         self._pending_usage = []  # after the write: a store away keeps them for the next try
 
     async def __aenter__(self) -> RunLedger:

@@ -183,10 +183,10 @@ class TaskRunner:
         lease_seconds = self._config.scheduling.lease_seconds
         ledger = RunLedger(self._store, self._owner, key, files.run_uuid, lease, lease_seconds)
         if reopened is None:
-            await ledger.stored(self._store.start_run, files.run_uuid, key, self._owner, requester)
+            await ledger.stored(self._store.runs.start_run, files.run_uuid, key, self._owner, requester)
             if reply_to is not None:
                 files.write_metadata(reply_to=str(reply_to))
-        await ledger.stored(self._store.note_task, key, task.title, task.url)
+        await ledger.stored(self._store.tasks.note_task, key, task.title, task.url)
         saved_thread = files.metadata.get("reply_to")
         reply_to = ThreadRef.parse(saved_thread) if saved_thread else None
         reporter = IssueReporter(source, task, self._redactor, reply_to, writers)
@@ -298,7 +298,7 @@ class TaskRunner:
             final = await run.clone.deliver(outcome.comment, run.requester, run.files.run_uuid, config.language, blocked)
             change_url = run.clone.change_url()
             if change_url is not None:
-                await run.ledger.stored(self._store.note_change, run.key, change_url)
+                await run.ledger.stored(self._store.tasks.note_change, run.key, change_url)
             outcome = replace(outcome, comment="\n\n".join(part for part in (final, blocked) if part))
         return outcome
 
@@ -340,7 +340,7 @@ class TaskRunner:
             )
         )
         if not run.steering.restore(llm):  # a continued run has its history already
-            previous = await run.ledger.stored(self._store.runs, run.key)
+            previous = await run.ledger.stored(self._store.runs.all, run.key)
             first_turn = await run.ledger.stored(  # it reads the memories from the state store
                 first_turn_for,
                 config, self._memories, run.source, task, conversation, run.files.run_uuid, branch_rules, previous,

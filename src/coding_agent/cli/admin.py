@@ -21,8 +21,8 @@ def memory_list(repo: RepoArgument = None, config: ConfigOption = None) -> None:
     import time
 
     from coding_agent.context.memory_admin import memory_listing
-    from coding_agent.runtime.memory_store import MemoryStore
-    from coding_agent.runtime.state_store import StateStore
+    from coding_agent.store.memories import MemoryStore
+    from coding_agent.store.state import StateStore
 
     settings = load(config, local=True)
     store = StateStore(settings.database.url)
@@ -40,8 +40,8 @@ def memory_clear(
 ) -> None:
     """Forget the memories of REPO (without REPO: of every repository, after confirmation)."""
     from coding_agent.context.memory_admin import clear_memories
-    from coding_agent.runtime.memory_store import MemoryStore
-    from coding_agent.runtime.state_store import StateStore
+    from coding_agent.store.memories import MemoryStore
+    from coding_agent.store.state import StateStore
 
     settings = load(config, local=True)
     if repo is None and not yes and not typer.confirm("Forget every repository's memories?", default=False):
@@ -69,7 +69,7 @@ def cleanup(config: ConfigOption = None) -> None:
     """Remove completed contexts (and thread memories) older than context_storage.cleanup_days,
     and the clones of runs that ended (also those that ended on another machine)."""
     from coding_agent.runtime.cleanup import Cleanup
-    from coding_agent.runtime.state_store import StateStore
+    from coding_agent.store.state import StateStore
 
     settings = load(config)
     store = StateStore(settings.database.url)
@@ -86,7 +86,7 @@ def cleanup(config: ConfigOption = None) -> None:
 def doctor(config: ConfigOption = None) -> None:
     """Check the deployment, one line per check: config, forge tokens, LLM, MCP servers,
     sandbox, database, queue. Exit 0 when all pass, 1 otherwise. Prints no secret."""
-    from coding_agent.runtime.checks import run_doctor
+    from coding_agent.cli.checks import run_doctor
 
     path = config_path(config)
     settings = load(config)

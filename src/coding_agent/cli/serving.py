@@ -23,7 +23,7 @@ async def _preflight(config: AgentConfig, once: bool, stop: asyncio.Event) -> bo
     """Check the forge and the LLM before claiming anything (SPEC 11). `run --once`: False
     when one fails (each named on stderr). `serve`: wait, retrying with backoff, until
     it passes (True) or `stop` is set (False)."""
-    from coding_agent.runtime.checks import preflight
+    from coding_agent.cli.checks import preflight
 
     delay = 5.0
     while not stop.is_set():

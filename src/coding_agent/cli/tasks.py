@@ -18,7 +18,7 @@ def status(config: ConfigOption = None) -> None:
     budgets configured, today's use and what is left per requester and repository."""
     from coding_agent.redaction import Redactor
     from coding_agent.runtime.budgets import Budgets
-    from coding_agent.runtime.state_store import StateStore
+    from coding_agent.store.state import StateStore
     from coding_agent.web.views import task_list, usage
 
     settings = load(config, local=True)
@@ -27,7 +27,7 @@ def status(config: ConfigOption = None) -> None:
         redactor = Redactor(settings.secrets())
         rows = task_list(store, redactor)
         totals = usage(store)
-        budgets = Budgets(settings, store, redactor)
+        budgets = Budgets(settings, store.spend, redactor)
         today = budgets.usage() if budgets.enabled else None
     finally:
         store.close()
@@ -109,7 +109,7 @@ def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:
 def _act(settings: AgentConfig, key: str, action: str) -> None:
     """pause/stop TASK through the same code as the dashboard; continue a stopped paused run."""
     from coding_agent.runtime.operator_actions import UnknownTask, apply_action
-    from coding_agent.runtime.state_store import StateStore
+    from coding_agent.store.state import StateStore
 
     store = StateStore(settings.database.url)
     try:
@@ -136,7 +136,7 @@ def resume(
     a running `serve` or the next `run --once`.
     """
     from coding_agent.agent.steering import pause_signal_path
-    from coding_agent.runtime.state_store import StateStore
+    from coding_agent.store.state import StateStore
 
     settings = load(config, local=queue)
     path = pause_signal_path(settings)
@@ -146,8 +146,8 @@ def resume(
         if key is None and path.exists():
             path.unlink()
             typer.echo(f"pause signal removed ({path})")
-        store.release_holds(key)
-        paused = store.runs_with_status("paused", key)
+        store.steering.release_holds(key)
+        paused = store.runs.runs_with_status("paused", key)
     finally:
         store.close()
     if key is not None and not paused:

@@ -1,9 +1,9 @@
 """Narrow ports: what a lower floor needs from a higher one, as Protocols.
 
 The agent and the context builders run against these; the runtime owns the real
-implementations (`runtime.state_store.StateStore`, `runtime.memory_store.MemoryStore`,
-`workspace.session.RunWorkspaces`) and hands them down. So imports point down, and each port says exactly which part of
-the store its user relies on.
+implementations (`store.state.StateStore`, `store.memories.MemoryStore`,
+`workspace.session.RunWorkspaces`) and hands them down. So imports point down, and each
+port says exactly which part of the store its user relies on.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from coding_agent.domain.memories import ChannelRecord, ThreadRecord
 from coding_agent.domain.runs import PausedWork, RunMarks, RunRecord
 from coding_agent.domain.tasks import Task, TaskKey
 
-__all__ = ["RunStore", "MemoryRepository", "RunCheckout", "Workspaces"]
+__all__ = [
+    "RunStore", "RunRows", "LeaseRows", "SteeringRows", "TaskNotes", "MemoryRepository", "RunCheckout", "Workspaces",
+]
 
 
-class RunStore(Protocol):
-    """The runs, leases and run marks a run reads and writes while it works."""
+class RunRows(Protocol):
+    """The runs and their token usage, as a run writes them (`store.runs.Runs`)."""
 
     def start_run(self, run_uuid: str, task_key: str, owner: str, requester: str | None) -> None: ...
 
@@ -38,11 +40,19 @@ class RunStore(Protocol):
 
     def finish_run(self, run_uuid: str, status: str, steps: int, error: str | None = None) -> None: ...
 
+    def all(self, task_key: str | None = None) -> list[RunRecord]: ...
+
+
+class LeaseRows(Protocol):
+    """The task's lease, which the run renews while it works and releases at its end."""
+
     def release_lease(self, task_key: str, owner: str) -> None: ...
 
     def renew_lease(self, task_key: str, owner: str, ttl_seconds: float) -> bool: ...
 
-    def runs(self, task_key: str | None = None) -> list[RunRecord]: ...
+
+class SteeringRows(Protocol):
+    """Operator requests and the run marks: what a run must never do twice."""
 
     def control_request(self, task_key: str) -> str | None: ...
 
@@ -60,13 +70,34 @@ class RunStore(Protocol):
 
     def pause_run(self, run_uuid: str, steps: int, hold: bool) -> None: ...
 
+
+class TaskNotes(Protocol):
+    """What each task is, for the dashboard and `status`."""
+
     def note_task(self, task_key: str, title: str, url: str | None) -> None:
-        """What the task is, for the dashboard and `status` (its title and link now)."""
+        """The task's title and link as the forge gives them now."""
         ...
 
     def note_change(self, task_key: str, change_url: str) -> None:
         """The PR/MR a run opened or updated for the task."""
         ...
+
+
+class RunStore(Protocol):
+    """The parts of the state store a run reads and writes while it works, one table
+    family each (`store.state.StateStore` holds them under these names)."""
+
+    @property
+    def runs(self) -> RunRows: ...
+
+    @property
+    def leases(self) -> LeaseRows: ...
+
+    @property
+    def steering(self) -> SteeringRows: ...
+
+    @property
+    def tasks(self) -> TaskNotes: ...
 
 
 class MemoryRepository(Protocol):

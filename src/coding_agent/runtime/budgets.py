@@ -28,8 +28,8 @@ from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import Task, TaskKey
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.tables.budget_spend import TaskSpend
 from coding_agent.sources.base import Source
+from coding_agent.store.budget_spend import TaskSpend
 
 __all__ = ["Budgets", "Overrun", "repository_of"]
 

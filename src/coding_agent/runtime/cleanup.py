@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coding_agent.config import AgentConfig
-from coding_agent.runtime.memory_store import MemoryStore
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.memories import MemoryStore
+from coding_agent.store.state import StateStore
 from coding_agent.tools.host_git import git_dirs_beside
 from coding_agent.workspace.checkout import discard_clone
 
@@ -106,7 +106,7 @@ class Cleanup:
                 names |= {entry.name for entry in base.iterdir() if entry.is_dir() and not entry.is_symlink()}
         removed = 0
         for name in sorted(names):
-            run = self._store.get_run(name)
+            run = self._store.runs.get_run(name)
             if run is not None and run.status in ENDED_RUN_STATUSES:
                 discard_clone(self._workspaces / name)
                 removed += 1

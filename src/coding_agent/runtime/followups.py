@@ -19,9 +19,11 @@ The same holds in review threads: each thread's newest @mention after the bot's 
 word there is a trigger too, and the run answers in that thread (`ReviewClaim.reply_to`).
 On a PR/MR that was itself the task, its threads are read with its comments (one more
 request for a changed item) and the run is a run of that PR/MR, on its head branch. On
-the PR/MR the agent opened for an issue (`review_followups.py`), the candidates are the
-bot's open PRs/MRs (one search / one listing per scope), the `updated_at` trick applies
-to the PR/MR, and the run is a run of the issue.
+the PR/MR the agent opened for an issue (`agents_issue`: its head is the task branch,
+pushed to the issue's own repository), the candidates are the bot's open PRs/MRs (one
+search / one listing per scope), the `updated_at` trick applies to the PR/MR, and the
+run is a run of the issue: it pushes to the same branch (so the PR/MR is updated, never
+a second one opened).
 """
 
 from __future__ import annotations
@@ -29,129 +31,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Literal
-
-from sqlalchemy import Float, String, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import is_bot
-from coding_agent.domain.tasks import Comment, Task, TaskKey, Thread, ThreadRef
+from coding_agent.domain.tasks import Comment, Task, TaskKey, TaskKind, Thread, ThreadRef
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.intake import Claim
-from coding_agent.runtime.review_followups import ReviewClaim, agents_issue
-from coding_agent.runtime.state_store import StateStore, TableStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
+from coding_agent.store.followups import FollowUpRecords
+from coding_agent.store.state import StateStore
+from coding_agent.workspace.checkout import BRANCH_PREFIX
 
-__all__ = ["FollowUpRecords", "FollowUpIntake", "find_followup_comment", "mentions", "thread_triggers"]
+__all__ = ["FollowUpIntake", "ReviewClaim", "agents_issue", "find_followup_comment", "mentions", "thread_triggers"]
 
 log = logging.getLogger(__name__)
 
-# How old an `updated_at` must be before "examined at it" is recorded (see `mark_seen`).
-SETTLE_SECONDS = 2.0
-
-
-class _Base(DeclarativeBase):
-    pass
-
-
-class _Handled(_Base):
-    """A comment that already led to a follow-up decision (run, acknowledged or ignored)."""
-
-    __tablename__ = "followup_comments"
-    task_key: Mapped[str] = mapped_column(String(300), primary_key=True)  # where the comment is
-    comment_id: Mapped[str] = mapped_column(String(100), primary_key=True)
-    action: Mapped[str] = mapped_column(String(20))
-    at: Mapped[float] = mapped_column(Float)
-    # A "run" decision's run: the task it runs (a review thread's: the PR/MR's issue), who
-    # asked, and the thread to answer in (`ThreadRef` as text; None: the task itself).
-    run_key: Mapped[str | None] = mapped_column(String(300), index=True, default=None)
-    requester: Mapped[str | None] = mapped_column(String(200), default=None)
-    reply_to: Mapped[str | None] = mapped_column(String(400), default=None)
-
-
-class _Seen(_Base):
-    """The `updated_at` at which a done task was last examined: unchanged means nothing new."""
-
-    __tablename__ = "followup_seen"
-    task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
-    updated_at: Mapped[str] = mapped_column(String(40))
-
-
-class FollowUpRecords(TableStore):
-    """The follow-up tables, beside the state store's, in the same database."""
-
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(engine, _Base.metadata, clock)
-
-    def seen(self, task_key: str, updated_at: datetime) -> bool:
-        with self._session() as session:
-            row = session.get(_Seen, task_key)
-            return row is not None and row.updated_at == updated_at.isoformat()
-
-    def mark_seen(self, task_key: str, updated_at: datetime) -> None:
-        """Record that the item was examined as it stood at `updated_at` - unless that is
-        under `SETTLE_SECONDS` old: forges stamp whole seconds (GitHub), so a comment posted
-        later in the same second carries the same `updated_at` and would never be read."""
-        if self._clock() - updated_at.timestamp() < SETTLE_SECONDS:
-            return
-        with self._session() as session:
-            row = session.get(_Seen, task_key)
-            if row is None:
-                session.add(_Seen(task_key=task_key, updated_at=updated_at.isoformat()))
-            else:
-                row.updated_at = updated_at.isoformat()
-
-    def handled(self, task_key: str, comment_id: str) -> tuple[str, float] | None:
-        """The action taken on this comment and when it was recorded, or None when it is new."""
-        with self._session() as session:
-            row = session.get(_Handled, (task_key, comment_id))
-            return (row.action, row.at) if row is not None else None
-
-    def handle(
-        self,
-        task_key: str,
-        comment_id: str,
-        action: str,
-        run: tuple[str, str, ThreadRef | None] | None = None,
-    ) -> None:
-        """Record the decision on a comment; `run`: for "run", (the task to run, who asked,
-        the thread to answer in)."""
-        run_key, requester, reply_to = run or (None, None, None)
-        with self._session() as session:
-            if session.get(_Handled, (task_key, comment_id)) is None:
-                session.add(
-                    _Handled(
-                        task_key=task_key,
-                        comment_id=comment_id,
-                        action=action,
-                        at=self._clock(),
-                        run_key=run_key,
-                        requester=requester,
-                        reply_to=str(reply_to) if reply_to is not None else None,
-                    )
-                )
-
-    def run_decided_after(self, run_key: str, after: float) -> tuple[str | None, ThreadRef | None] | None:
-        """The newest "run" decision for `run_key` recorded after `after`: (who asked, the
-        thread to answer in), or None when there is none."""
-        with self._session() as session:
-            row = session.scalars(
-                select(_Handled)
-                .where(_Handled.run_key == run_key, _Handled.action == "run", _Handled.at > after)
-                .order_by(_Handled.at.desc())
-                .limit(1)
-            ).first()
-            if row is None:
-                return None
-            return row.requester, ThreadRef.parse(row.reply_to) if row.reply_to else None
+_TASK_BRANCH = re.compile(rf"^{re.escape(BRANCH_PREFIX)}(?P<number>[1-9][0-9]*)-")
 
 
 def mentions(text: str, login: str) -> bool:
@@ -178,6 +79,28 @@ def find_followup_comment(comments: Sequence[Comment], bot_name: str) -> Comment
         if mentions(comment.body, bot_name):
             return comment
     return None
+
+
+@dataclass(frozen=True)
+class ReviewClaim(Claim):
+    """A follow-up claimed from a review thread: the run answers in `reply_to`."""
+
+    reply_to: ThreadRef | None = None
+
+
+def agents_issue(change: Task, bot_name: str) -> TaskKey | None:
+    """The issue the agent opened `change` for, or None when `change` is not such a PR/MR.
+
+    Such a PR/MR is the bot's own, and its head is a task branch of the same repository
+    (a fork's branch of the same name is someone else's).
+    """
+    if not change.key.is_change or change.author.lower() != bot_name.lower():
+        return None
+    match = _TASK_BRANCH.match(change.head_branch or "")
+    head_repo = change.extra.get("head_repo", change.key.project)
+    if match is None or head_repo.lower() != change.key.project.lower():
+        return None
+    return TaskKey(change.key.forge, change.key.project, TaskKind.ISSUE, int(match["number"]))
 
 
 class FollowUpIntake:
@@ -212,15 +135,15 @@ class FollowUpIntake:
             return None
         if task.key.is_change and not task.has_label(source.labels.done_label):
             return await self._try_review(source, task, source.bot_name)
-        if not await asyncio.to_thread(self._store.acquire_lease, key, self._owner, self._lease_seconds):
+        if not await asyncio.to_thread(self._store.leases.acquire_lease, key, self._owner, self._lease_seconds):
             return None
         try:
             claim = await self._examine(source, key, source.bot_name, task)
         except BaseException:
-            await asyncio.to_thread(self._store.release_lease, key, self._owner)
+            await asyncio.to_thread(self._store.leases.release_lease, key, self._owner)
             raise
         if claim is None:
-            await asyncio.to_thread(self._store.release_lease, key, self._owner)
+            await asyncio.to_thread(self._store.leases.release_lease, key, self._owner)
         return claim
 
     async def _examine(self, source: Source, key: str, bot_name: str, task: Task) -> Claim | None:
@@ -338,7 +261,7 @@ class FollowUpIntake:
     async def _last_run_start(self, run_key: str) -> float:
         """When the newest run of `run_key` started (-inf: never). A "run" decision recorded
         before it became that run (or an earlier one); one recorded after it, none yet."""
-        latest = await asyncio.to_thread(self._store.latest_run, run_key)
+        latest = await asyncio.to_thread(self._store.runs.latest_run, run_key)
         return latest.started_at if latest is not None else float("-inf")
 
     async def claim_cut_short(self, task: Task) -> Claim | None:
@@ -365,7 +288,7 @@ class FollowUpIntake:
         present = [label for label in task.labels if label in lifecycle_labels(source)]
         await transition(source, task.key, source.labels.processing_label, present)
 
-    # -- review threads on the PR/MR the agent opened (review_followups.py) ---------------
+    # -- review threads on the PR/MR the agent opened ------------------------------------
 
     async def _try_review(self, source: Source, change: Task, bot_name: str) -> Claim | None:
         """A follow-up asked in a review thread of the agent's PR/MR: a run of its issue."""
@@ -375,15 +298,15 @@ class FollowUpIntake:
             return None
         lease_key = str(issue_key)
         # The issue's run may be running in this very process: its lease is then not free.
-        if not await asyncio.to_thread(self._store.acquire_lease, lease_key, self._owner, self._lease_seconds):
+        if not await asyncio.to_thread(self._store.leases.acquire_lease, lease_key, self._owner, self._lease_seconds):
             return None  # the task is running (or claimed): the thread is looked at again later
         try:
             claim = await self._examine_review(source, fresh, issue_key, bot_name)
         except BaseException:
-            await asyncio.to_thread(self._store.release_lease, lease_key, self._owner)
+            await asyncio.to_thread(self._store.leases.release_lease, lease_key, self._owner)
             raise
         if claim is None:
-            await asyncio.to_thread(self._store.release_lease, lease_key, self._owner)
+            await asyncio.to_thread(self._store.leases.release_lease, lease_key, self._owner)
         return claim
 
     async def _examine_review(self, source: Source, change: Task, issue_key: TaskKey, bot_name: str) -> Claim | None:

@@ -16,9 +16,9 @@ from coding_agent.domain.tasks import Permission, Task
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
+from coding_agent.store.state import StateStore
 
 __all__ = ["Claim", "Intake"]
 
@@ -73,15 +73,15 @@ class Intake:
             claim = await self.claim_leased(source, fresh, requester)
         finally:
             if claim is None:
-                await asyncio.to_thread(self._store.release_lease, key, self._owner)
+                await asyncio.to_thread(self._store.leases.release_lease, key, self._owner)
         return claim
 
     def _lease_unless_refused(self, key: str, updated_at: str) -> bool:
         """The task's lease, unless its trigger was refused as it stands or another worker
         holds it (one trip to the store's thread for both)."""
-        if self._store.trigger_rejected(key, updated_at):
+        if self._store.rejections.trigger_rejected(key, updated_at):
             return False
-        if not self._store.acquire_lease(key, self._owner, self._lease_seconds):
+        if not self._store.leases.acquire_lease(key, self._owner, self._lease_seconds):
             log.info("%s: leased by another worker; skipped", key)
             return False
         return True
@@ -113,7 +113,8 @@ class Intake:
             return True
         log.warning("%s: trigger by %s (%s access) refused", task.key, requester or "unknown user", permission.value)
         after = task
-        if not await asyncio.to_thread(self._store.trigger_ever_rejected, str(task.key)):  # explained once per task (SPEC 15)
+        # Explained once per task (SPEC 15).
+        if not await asyncio.to_thread(self._store.rejections.trigger_ever_rejected, str(task.key)):
             text = (
                 notice("untrusted_trigger", self._language, user=requester)
                 if requester
@@ -123,5 +124,5 @@ class Intake:
             after = await source.get_task(task.key)
         # Remember the task as it is now, so the next poll does not look again until
         # something changes (e.g. a maintainer re-labels it).
-        await asyncio.to_thread(self._store.reject_trigger, str(task.key), after.updated_at.isoformat())
+        await asyncio.to_thread(self._store.rejections.reject_trigger, str(task.key), after.updated_at.isoformat())
         return False

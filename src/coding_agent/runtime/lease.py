@@ -24,7 +24,7 @@ from types import TracebackType
 from sqlalchemy.exc import SQLAlchemyError
 
 from coding_agent.retry import STORE_OUTAGE, store_unavailable
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.leases import Leases
 
 __all__ = ["LeaseHeartbeat"]
 
@@ -37,8 +37,8 @@ class LeaseHeartbeat:
     Implements `domain.lease.LeaseWatch` (`lost`).
     """
 
-    def __init__(self, store: StateStore, task_key: str, owner: str, lease_seconds: float) -> None:
-        self._store = store
+    def __init__(self, leases: Leases, task_key: str, owner: str, lease_seconds: float) -> None:
+        self._leases = leases
         self._key = task_key
         self._owner = owner
         self._lease_seconds = lease_seconds
@@ -72,7 +72,7 @@ class LeaseHeartbeat:
             wait = self.interval if not failures else min(self.interval, STORE_OUTAGE.delay_for(failures, None))
             await asyncio.sleep(wait)
             try:
-                held = await asyncio.to_thread(self._store.renew_lease, self._key, self._owner, self._lease_seconds)
+                held = await asyncio.to_thread(self._leases.renew_lease, self._key, self._owner, self._lease_seconds)
             except SQLAlchemyError as error:
                 failures += 1
                 if failures == 1 or not store_unavailable(error):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 
 __all__ = ["Action", "ActionResult", "UnknownTask", "apply_action"]
 
@@ -33,23 +33,23 @@ class ActionResult:
 
 def apply_action(store: StateStore, key: str, action: Action) -> ActionResult:
     """Request `action` on the task `key`; raises UnknownTask when nothing can take it."""
-    running = store.runs_with_status("running", key)
-    paused = store.runs_with_status("paused", key)
+    running = store.runs.runs_with_status("running", key)
+    paused = store.runs.runs_with_status("paused", key)
     if action == "pause":
         if not running:
             raise UnknownTask(f"{key} has no running run to pause")
-        store.request_control(key, "pause")
+        store.steering.request_control(key, "pause")
         return ActionResult(f"{key}: pause requested; it pauses at its next step", False)
     if action == "resume":
         if not paused:
             raise UnknownTask(f"{key} has no paused run")
-        store.release_holds(key)
+        store.steering.release_holds(key)
         return ActionResult(f"{key}: resume requested; it continues from its next step", True)
     if not running and not paused:
         raise UnknownTask(f"{key} has no running or paused run to stop")
-    store.request_control(key, "stop")
+    store.steering.request_control(key, "stop")
     if paused:
-        store.release_holds(key)
+        store.steering.release_holds(key)
     if running:
         return ActionResult(f"{key}: stop requested; it stops at its next step", False)
     return ActionResult(f"{key}: stop requested; the paused run is stopped", True)

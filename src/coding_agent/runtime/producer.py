@@ -26,10 +26,10 @@ from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError, QueueUnavailable
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.queue import QueuedTask, Reason, TaskQueue
-from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery
-from coding_agent.runtime.state_store import store_unreachable
 from coding_agent.sources.base import Source
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import store_unreachable
 
 __all__ = ["Producer", "ProducerReport", "source_for"]
 

@@ -27,13 +27,14 @@ from coding_agent.agent.progress import ProgressComment
 from coding_agent.agent.steering import Continuation, RunControls, load_state
 from coding_agent.config import AgentConfig
 from coding_agent.context.storage import ContextStorage
+from coding_agent.domain.runs import RunMarks, RunRecord
 from coding_agent.domain.tasks import Task, TaskKey
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Claim, Intake
-from coding_agent.runtime.state_store import RunMarks, RunRecord, StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import transition
+from coding_agent.store.state import StateStore
 
 __all__ = ["Recovery", "Takeover"]
 
@@ -76,9 +77,9 @@ class Recovery:
     def candidates(self, only: set[str] | None = None) -> list[str]:
         """Task keys with a run to continue: resumable paused runs (within their daily
         budgets), then orphaned tasks."""
-        resumable = [] if self.paused_by_signal() else self._store.resumable_runs()
+        resumable = [] if self.paused_by_signal() else self._store.steering.resumable_runs()
         keys = [run.task_key for run in resumable if self._may_continue(run)]
-        keys += self._store.orphaned_tasks()
+        keys += self._store.runs.orphaned_tasks()
         unique = list(dict.fromkeys(keys))
         return [key for key in unique if only is None or key in only]
 
@@ -87,7 +88,7 @@ class Recovery:
         raised; one an operator stopped meanwhile is continued to publish the stop."""
         if self._budgets is None or self._budgets.overrun(run.task_key, run.requester, starting=False) is None:
             return True
-        return self._store.control_request(run.task_key) == "stop"
+        return self._store.steering.control_request(run.task_key) == "stop"
 
     async def try_take(self, source: Source, key: str) -> Claim | None:
         """Claim `key`'s run to continue it, or None when it is not ours to take (now).
@@ -98,42 +99,42 @@ class Recovery:
             log.info("%s: no run to continue (no paused run, no stopped worker's); dropped", key)
             return None
         owner = self._controls.owner
-        if not await asyncio.to_thread(self._store.acquire_lease, key, owner, self._config.scheduling.lease_seconds):
+        if not await asyncio.to_thread(self._store.leases.acquire_lease, key, owner, self._config.scheduling.lease_seconds):
             return None
         try:
             taken = await self._take(source, key)
         except BaseException:
-            await asyncio.to_thread(self._store.release_lease, key, owner)
+            await asyncio.to_thread(self._store.leases.release_lease, key, owner)
             raise
         if taken is None:
-            await asyncio.to_thread(self._store.release_lease, key, owner)
+            await asyncio.to_thread(self._store.leases.release_lease, key, owner)
         return taken
 
     async def _take(self, source: Source, key: str) -> Claim | None:
         owner = self._controls.owner
-        run = await asyncio.to_thread(self._store.latest_run, key)
-        for stale in await asyncio.to_thread(self._store.runs_with_status, "paused", key):
+        run = await asyncio.to_thread(self._store.runs.latest_run, key)
+        for stale in await asyncio.to_thread(self._store.runs.runs_with_status, "paused", key):
             if run is not None and stale.uuid != run.uuid:  # a newer run (re-triggered) took over
                 superseded = "superseded by a newer run of the task"
-                await asyncio.to_thread(self._store.finish_run, stale.uuid, "abandoned", stale.steps, superseded)
+                await asyncio.to_thread(self._store.runs.finish_run, stale.uuid, "abandoned", stale.steps, superseded)
         if run is not None and run.status == "paused":
-            marks = await asyncio.to_thread(self._store.run_marks, run.uuid)
+            marks = await asyncio.to_thread(self._store.steering.run_marks, run.uuid)
             if marks.resume_hold or self.paused_by_signal():
                 return None
-            if not await asyncio.to_thread(self._store.claim_run, run.uuid, owner, "paused"):
+            if not await asyncio.to_thread(self._store.runs.claim_run, run.uuid, owner, "paused"):
                 return None
             log.info("%s: resuming paused run %s", key, run.uuid)
             return await self._continue(source, run, marks)
         if run is not None and run.status == "running":
-            if not await asyncio.to_thread(self._store.claim_run, run.uuid, owner, "running"):
+            if not await asyncio.to_thread(self._store.runs.claim_run, run.uuid, owner, "running"):
                 return None
             ended = self._storage.ended_status(run.uuid)
             if ended is not None:  # its end is out; its worker died before the store had it
                 log.warning("%s: run %s had ended %s when its worker stopped; recorded", key, run.uuid, ended)
-                await asyncio.to_thread(self._store.finish_run, run.uuid, ended, run.steps, None)
+                await asyncio.to_thread(self._store.runs.finish_run, run.uuid, ended, run.steps, None)
                 return None
             log.warning("%s: the worker of run %s stopped; taking it over", key, run.uuid)
-            return await self._continue(source, run, await asyncio.to_thread(self._store.run_marks, run.uuid))
+            return await self._continue(source, run, await asyncio.to_thread(self._store.steering.run_marks, run.uuid))
         # No unfinished run: a worker died between claiming the task and starting its run.
         task = await source.get_task(TaskKey.parse(key))
         if task.state != "open":
@@ -180,7 +181,7 @@ class Recovery:
     async def _abandon(self, source: Source, task: Task, run: RunRecord, marks: RunMarks) -> None:
         """Close a run that cannot be continued: its record, its context, its progress comment."""
         reason = "its worker stopped and left nothing to continue from"
-        await asyncio.to_thread(self._store.finish_run, run.uuid, "abandoned", run.steps, reason)
+        await asyncio.to_thread(self._store.runs.finish_run, run.uuid, "abandoned", run.steps, reason)
         files = self._storage.reopen(run.uuid)
         if files is not None:
             files.write_metadata(status="abandoned")

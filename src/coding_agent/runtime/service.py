@@ -32,17 +32,18 @@ from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.cleanup import Cleanup
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Intake
-from coding_agent.runtime.memory_store import MemoryStore
 from coding_agent.runtime.producer import Producer, ProducerReport
 from coding_agent.runtime.queue import TaskQueue
 from coding_agent.runtime.queue.factory import open_queue
 from coding_agent.runtime.queue.memory import MemoryQueue
-from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery
-from coding_agent.runtime.state_store import StateStore, new_owner_id, store_unreachable
 from coding_agent.runtime.worker import Outcome, Workers
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import create_sources, retry_policy
+from coding_agent.store.leases import new_owner_id
+from coding_agent.store.memories import MemoryStore
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore, store_unreachable
 from coding_agent.workspace.session import RunWorkspaces
 
 __all__ = ["AgentService", "CycleReport"]
@@ -78,7 +79,7 @@ class AgentService:
         self.sources = sources if sources is not None else create_sources(config)
         self.owner = new_owner_id()
         lease = config.scheduling.lease_seconds
-        self.budgets = Budgets(config, self.store, self.redactor)
+        self.budgets = Budgets(config, self.store.spend, self.redactor)
         self.intake = Intake(
             self.store,
             self.owner,
@@ -126,7 +127,7 @@ class AgentService:
         scope = f"{config.queue.backend}:{config.queue.name}" if shared else f"memory:{self.owner}"
         # A queued key not picked up in this time is offered again (a lost message).
         self.entries = QueueEntries(self.store.engine, scope, stale_seconds=max(3600.0, 2 * lease))
-        self.producer = Producer(config, self.sources, self.recovery, self.entries, self.redactor, self.store.note_task)
+        self.producer = Producer(config, self.sources, self.recovery, self.entries, self.redactor, self.store.tasks.note_task)
         self.workers = Workers(
             config,
             self.sources,

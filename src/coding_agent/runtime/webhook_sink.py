@@ -1,58 +1,23 @@
 """What a verified webhook does in the runtime (SPEC 11.2): steer the task's run (in this
 process directly, in any other through a nudge in the state store), or enqueue the task
-key through the producer (deduplicated like a poll's), and remember delivery ids so a
-redelivered event is ignored."""
+key through the producer (deduplicated like a poll's), and ignore a redelivered event
+(`store/deliveries.py`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
-
-from sqlalchemy import Float, String, delete
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from coding_agent.agent.steering import RunControls
 from coding_agent.runtime.producer import Producer
 from coding_agent.runtime.queue import TaskQueue
-from coding_agent.runtime.tables.base import TableStore
-from coding_agent.runtime.tables.run_steering import RunSteering
+from coding_agent.store.deliveries import DeliveryLog
+from coding_agent.store.run_steering import RunSteering
 
-__all__ = ["RuntimeWebhookSink", "DeliveryLog"]
+__all__ = ["RuntimeWebhookSink"]
 
 log = logging.getLogger(__name__)
-
-KEEP_DELIVERIES_SECONDS = 7 * 86400.0  # GitHub redelivers for up to 3 days; keep a week
-
-
-class _Base(DeclarativeBase):
-    pass
-
-
-class _Delivery(_Base):
-    __tablename__ = "webhook_deliveries"
-    delivery_id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    received_at: Mapped[float] = mapped_column(Float)
-
-
-class DeliveryLog(TableStore):
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(engine, _Base.metadata, clock)
-
-    def first(self, delivery_id: str) -> bool:
-        """Record `delivery_id`; False when it was recorded before (a redelivery)."""
-        now = self._clock()
-        try:
-            with self._session() as session:
-                session.add(_Delivery(delivery_id=delivery_id, received_at=now))
-        except IntegrityError:
-            return False
-        with self._session() as session:
-            session.execute(delete(_Delivery).where(_Delivery.received_at < now - KEEP_DELIVERIES_SECONDS))
-        return True
 
 
 class RuntimeWebhookSink:

@@ -28,18 +28,17 @@ from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import Task, TaskKey
 from coding_agent.errors import AgentError, QueueUnavailable
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.followups import FollowUpIntake
+from coding_agent.runtime.followups import FollowUpIntake, ReviewClaim
 from coding_agent.runtime.intake import Claim, Intake
 from coding_agent.runtime.lease import LeaseHeartbeat
 from coding_agent.runtime.producer import source_for
 from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
-from coding_agent.runtime.queue_entries import QueueEntries
 from coding_agent.runtime.recovery import Recovery, Takeover
-from coding_agent.runtime.review_followups import ReviewClaim
 from coding_agent.runtime.scope import Scope
 from coding_agent.runtime.start_gate import StartGate, default_starts_at_once
-from coding_agent.runtime.state_store import StateStore, store_unreachable
 from coding_agent.sources.base import Source
+from coding_agent.store.queue_entries import QueueEntries
+from coding_agent.store.state import StateStore, store_unreachable
 
 __all__ = ["Workers", "Outcome"]
 
@@ -202,7 +201,8 @@ class Workers:
         held = str(claimed.task.key)
         self.on_event("started", key)
         try:
-            async with LeaseHeartbeat(self._store, held, self._owner, self._config.scheduling.lease_seconds) as lease:
+            lease_seconds = self._config.scheduling.lease_seconds
+            async with LeaseHeartbeat(self._store.leases, held, self._owner, lease_seconds) as lease:
                 return await self._runner.run(
                     source,
                     claimed.task,
@@ -246,7 +246,7 @@ class Workers:
         Until then the message is put back, as a run to continue, to be handed out when the
         lease runs out (read again then: a holder that renewed it meanwhile is alive after
         all, and the task is its own). The slot takes other work meanwhile."""
-        lease = await asyncio.to_thread(self._store.live_lease, key)
+        lease = await asyncio.to_thread(self._store.leases.live_lease, key)
         if lease is None:
             return await self._recovery.try_take(source, key)
         if lease.owner == self._owner:

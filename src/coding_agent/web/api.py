@@ -17,7 +17,7 @@ from starlette.routing import Route
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.operator_actions import UnknownTask, apply_action
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.activity import RunActivity
 from coding_agent.web.feed import ListFeed
 from coding_agent.web.views import TaskFilter, UnknownFilter, task_detail, task_list, usage

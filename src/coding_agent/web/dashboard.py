@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.web.activity import RunActivity
 from coding_agent.web.feed import EVENT_INTERVAL_SECONDS, ListFeed, list_updates
 from coding_agent.web.pages import render_list, render_parts, render_problem, render_task, render_usage
@@ -104,7 +104,7 @@ def dashboard_routes(
 
     async def usage_page(request: Request) -> Response:
         def read() -> str:
-            titles = {key: fact.title for key, fact in store.task_facts().items() if fact.title}
+            titles = {key: fact.title for key, fact in store.tasks.task_facts().items() if fact.title}
             return render_usage(usage(store, budgets), {key: redactor.text(title) for key, title in titles.items()})
 
         return _html(200, await run_in_threadpool(read))

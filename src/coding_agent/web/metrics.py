@@ -26,9 +26,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from coding_agent.runtime.state_store import StateStore
 from coding_agent.llm.base import MODEL_LATENCY
 from coding_agent.sources.http import FORGE_REQUESTS
+from coding_agent.store.state import StateStore
 
 __all__ = ["health_routes"]
 
@@ -69,8 +69,8 @@ class _StoreCollector(Collector):
         self._queue_depth = queue_depth
 
     def collect(self) -> Iterator[Metric]:
-        runs = self._store.runs()
-        queued = [key for key, _ in self._store.queued_tasks()]
+        runs = self._store.runs.all()
+        queued = [key for key, _ in self._store.tasks.queued_tasks()]
         latest: dict[str, str] = {record.task_key: record.status for record in runs}
         latest.update({key: "waiting" for key in queued})
         tasks_help = "Tasks by the state of their latest run (waiting: queued, not yet taken)"

@@ -26,8 +26,9 @@ from coding_agent.config import AgentConfig
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.service import AgentService
-from coding_agent.runtime.state_store import StateStore
-from coding_agent.runtime.webhook_sink import DeliveryLog, RuntimeWebhookSink
+from coding_agent.runtime.webhook_sink import RuntimeWebhookSink
+from coding_agent.store.deliveries import DeliveryLog
+from coding_agent.store.state import StateStore
 from coding_agent.web.activity import RunActivity
 from coding_agent.web.api import api_routes
 from coding_agent.web.app import build_app
@@ -66,7 +67,7 @@ def _dashboard_routes(config: AgentConfig, store: StateStore) -> list[Sequence[B
     token = _token(config)
     activity = RunActivity(Path(config.context_storage.base_dir), redactor, config.planning.max_steps_per_action)
     feed = ListFeed(lambda: task_list(store, redactor, activity))  # one list for the pages and the API
-    budgets = Budgets(config, store, redactor)
+    budgets = Budgets(config, store.spend, redactor)
     return [
         health_routes(store),
         api_routes(store, redactor, activity, feed, budgets),
@@ -150,7 +151,7 @@ async def serving_http(
             await asyncio.to_thread(warm_up)
         queue = await service.queue()
         sink = RuntimeWebhookSink(
-            DeliveryLog(service.store.engine), service.controls, service.store, service.producer, lambda: queue
+            DeliveryLog(service.store.engine), service.controls, service.store.steering, service.producer, lambda: queue
         )
         route_lists.append(webhook_routes(config, sink))
     if not route_lists:

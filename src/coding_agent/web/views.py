@@ -19,7 +19,8 @@ from coding_agent.domain.runs import RunRecord
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets, repository_of
-from coding_agent.runtime.state_store import StateStore, TaskFact
+from coding_agent.store.state import StateStore
+from coding_agent.store.task_facts import TaskFact
 from coding_agent.web.activity import RunActivity
 
 __all__ = ["STATES", "TaskFilter", "task_list", "task_detail", "usage", "one_line", "UnknownFilter"]
@@ -151,14 +152,14 @@ def task_list(
     """Every task (its latest run) and every key waiting in the queue: the waiting first,
     in queue order, then the rest by start, newest first. `only`: the filter applied."""
     now = time.time() if now is None else now
-    latest = {record.task_key: record for record in store.latest_runs()}
-    facts = store.task_facts()
-    waiting = {key: (place, at) for place, (key, at) in enumerate(store.queued_tasks(), start=1)}
+    latest = {record.task_key: record for record in store.runs.latest_runs()}
+    facts = store.tasks.task_facts()
+    waiting = {key: (place, at) for place, (key, at) in enumerate(store.tasks.queued_tasks(), start=1)}
     keys = list(dict.fromkeys([*waiting, *latest]))
     rows = [_task(key, latest.get(key), facts.get(key), redactor, now, waiting.get(key)) for key in keys]
     shown = [row for row in rows if only.admits(row)]
     ended = [row["run"] for row in shown if row["state"] in ("stopped", "failed", "abandoned") and not row["error"]]
-    bodies = store.final_bodies(ended) if ended else {}
+    bodies = store.steering.final_bodies(ended) if ended else {}
     for row in shown:
         row["reason"] = _reason(row, bodies.get(row["run"]))
         if activity is not None and row["state"] in ("running", "paused") and row["run"]:
@@ -198,17 +199,17 @@ def task_detail(
     context directory; see `activity.py`). Everything comes from one read of the store,
     so the header, the runs and the plan never disagree."""
     now = time.time()
-    runs = sorted(store.runs(key), key=lambda record: record.started_at, reverse=True)
-    queue = store.queued_tasks()
+    runs = sorted(store.runs.all(key), key=lambda record: record.started_at, reverse=True)
+    queue = store.tasks.queued_tasks()
     queued = next(((place, at) for place, (queued_key, at) in enumerate(queue, start=1) if queued_key == key), None)
     if not runs and queued is None:
         return None
     latest = runs[0] if runs else None
-    detail = _task(key, latest, store.task_facts().get(key), redactor, now, queued)
-    marks = store.run_marks(latest.uuid) if latest is not None else None
+    detail = _task(key, latest, store.tasks.task_facts().get(key), redactor, now, queued)
+    marks = store.steering.run_marks(latest.uuid) if latest is not None else None
     detail["reason"] = _reason(detail, marks.final_body if marks else None)
     detail["runs"] = [_run(record, redactor) for record in runs]
-    requested = store.control_request(key) if detail["state"] in ("running", "paused") else None
+    requested = store.steering.control_request(key) if detail["state"] in ("running", "paused") else None
     detail["requested"] = requested
     detail["actions"] = _actions(detail["state"], requested)
     if budgets is not None and budgets.enabled:
@@ -240,7 +241,7 @@ def usage(store: StateStore, budgets: Budgets | None = None) -> dict[str, Any]:
     resets_at}}` (limit and left null: no such budget)."""
     tables: dict[str, dict[str, dict[str, Any]]] = {"tasks": {}, "requesters": {}, "repositories": {}}
     total = {"prompt_tokens": 0, "completion_tokens": 0, "tokens": 0, "runs": 0}
-    for record in store.runs():
+    for record in store.runs.all():
         _add(tables["tasks"], record.task_key, record)
         _add(tables["requesters"], record.requester or "(unknown)", record)
         _add(tables["repositories"], _what(record.task_key)["repository"] or "(unknown)", record)

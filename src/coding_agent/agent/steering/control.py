@@ -203,7 +203,9 @@ class RunSteering:
             controls.config.language,
             self.run_uuid,
             settings.min_edit_interval_seconds,
-            on_created=lambda comment_id: self._stored(controls.store.set_progress_comment, self.run_uuid, comment_id),
+            on_created=lambda comment_id: self._stored(
+                controls.store.steering.set_progress_comment, self.run_uuid, comment_id
+            ),
         )
 
     def _standing(self) -> Standing:

@@ -96,12 +96,12 @@ class RunEndings:
 
     async def record(self, outcome: LoopOutcome) -> None:
         """Remember the outcome before publishing it: a worker taking over publishes it too."""
-        await self._stored(self._store.record_final, self._files.run_uuid, outcome.status, outcome.comment)
+        await self._stored(self._store.steering.record_final, self._files.run_uuid, outcome.status, outcome.comment)
 
     async def post_final(self, text: str) -> None:
         """The run's final comment, at most once: the state store says whether it is out."""
         run_uuid = self._files.run_uuid
-        marks = await self._stored(self._store.run_marks, run_uuid)
+        marks = await self._stored(self._store.steering.run_marks, run_uuid)
         if marks.final_posted:
             log.info("%s: run %s already has its final comment", self._key, run_uuid)
             return
@@ -110,7 +110,7 @@ class RunEndings:
             log.info("%s: the final comment of run %s was posted before the takeover", self._key, run_uuid)
         else:
             await self._inner.final_comment(text)
-        await self._stored(self._store.mark_final_posted, run_uuid)
+        await self._stored(self._store.steering.mark_final_posted, run_uuid)
 
     async def _already_posted(self, text: str) -> bool:
         """Did the worker that died post this final comment before it could say so?"""
@@ -144,8 +144,8 @@ class RunEndings:
         self._files.write_metadata(status=status, steps=outcome.steps)
         directory = self._files.move_to("completed")
         error = None if status == "done" else outcome.comment
-        await self._stored(self._store.finish_run, run_uuid, status, outcome.steps, error)
-        await self._stored(self._store.release_lease, key, self._owner)
+        await self._stored(self._store.runs.finish_run, run_uuid, status, outcome.steps, error)
+        await self._stored(self._store.leases.release_lease, key, self._owner)
         log.info("%s: run %s ended %s after %d steps", key, run_uuid, status, outcome.steps)
         return status, directory
 
@@ -177,7 +177,7 @@ class RunEndings:
         """The outcome is recorded (run_marks) but not out: let the next cycle publish it
         (the final comment is not posted twice: its posting is marked in the store)."""
         self._files.write_metadata(publish_attempts=attempts)
-        await self._stored(self._store.release_lease, self._key, self._owner)
+        await self._stored(self._store.leases.release_lease, self._key, self._owner)
         log.warning("%s: run %s is finishing; its outcome is published at the next cycle", self._key, self._files.run_uuid)
         return self._files.directory
 
@@ -213,9 +213,9 @@ class RunEndings:
         at = _now_iso()
         saved_work = await work.pause(run_uuid, steps) if work is not None else None
         saver.save_paused(llm, {"reason": error.reason, "hold": error.hold, "at": at}, saved_work)
-        await self._stored(self._store.pause_run, run_uuid, steps, error.hold)
+        await self._stored(self._store.steering.pause_run, run_uuid, steps, error.hold)
         if error.reason == "operator":
-            await self._stored(self._store.clear_control_request, key)
+            await self._stored(self._store.steering.clear_control_request, key)
         resume = notice("resume_manual", language, key=key) if error.hold else notice("resume_auto", language)
         text = error.comment or notice(
             "paused",
@@ -237,7 +237,7 @@ class RunEndings:
             log.error("%s: could not publish the pause: %s", key, self._redactor.text(str(failure)))
         self._files.write_metadata(status="paused", steps=steps)
         directory = self._files.move_to("paused")
-        await self._stored(self._store.release_lease, key, self._owner)
+        await self._stored(self._store.leases.release_lease, key, self._owner)
         log.info("%s: run %s paused (%s) after %d steps", key, run_uuid, error.reason, steps)
         return directory
 
@@ -245,7 +245,7 @@ class RunEndings:
         """The stop notice as the final comment, the stopped label; the context's new directory.
         `position`: where the run stands (planning mode's words), added to the notice."""
         key, run_uuid = self._key, self._files.run_uuid
-        marks = await self._stored(self._store.run_marks, run_uuid)
+        marks = await self._stored(self._store.steering.run_marks, run_uuid)
         labels = self._source.labels
         if marks.final_status == "stopped" and marks.final_body:
             text = marks.final_body
@@ -255,7 +255,7 @@ class RunEndings:
                 "stopped", self._language, reason=reason, time=_now_iso(), turns=steps, label=labels.bot_label
             )
             text = f"{text}\n\n{position}" if position else text
-            await self._stored(self._store.record_final, run_uuid, "stopped", text)
+            await self._stored(self._store.steering.record_final, run_uuid, "stopped", text)
         try:
             await self.post_final(text)
             if progress is not None:
@@ -264,11 +264,11 @@ class RunEndings:
         except AgentError as failure:
             log.error("%s: could not publish the stop: %s", key, self._redactor.text(str(failure)))
         if error.reason == "operator":
-            await self._stored(self._store.clear_control_request, key)
+            await self._stored(self._store.steering.clear_control_request, key)
         self._files.write_metadata(status="stopped", steps=steps)
         directory = self._files.move_to("completed")
-        await self._stored(self._store.finish_run, run_uuid, "stopped", steps, None)
-        await self._stored(self._store.release_lease, key, self._owner)
+        await self._stored(self._store.runs.finish_run, run_uuid, "stopped", steps, None)
+        await self._stored(self._store.leases.release_lease, key, self._owner)
         log.info("%s: run %s stopped (%s) after %d steps", key, run_uuid, error.reason, steps)
         return directory
 

@@ -178,7 +178,7 @@ class StoreRequests:
         self._seen: str | None = None
 
     def __call__(self) -> str | None:
-        request, nudge = self._store.steering_requests(self._key)
+        request, nudge = self._store.steering.steering_requests(self._key)
         if nudge is not None and nudge != self._seen:
             # The first one may predate the run (the webhook that assigned it); acting on
             # it costs one assignee read, which the run's first check makes anyway.

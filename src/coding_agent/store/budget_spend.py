@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from sqlalchemy import String, func, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.runtime.tables.base import StateTables, TableStore, again_if_changed_meanwhile
-from coding_agent.runtime.tables.runs import RunRow, _TokenUsage
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
+from coding_agent.store.runs import RunRow, _TokenUsage
 
 __all__ = ["BudgetSpend", "TaskSpend"]
 
@@ -26,7 +26,7 @@ class TaskSpend:
     runs: int
 
 
-class _BudgetNotice(StateTables):
+class _BudgetNotice(Base):
     """The UTC day on which a task was last told that a budget holds it."""
 
     __tablename__ = "budget_notices"

@@ -6,12 +6,12 @@ from __future__ import annotations
 from sqlalchemy import String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.runtime.tables.base import StateTables, TableStore
+from coding_agent.store.engine import Base, TableStore
 
 __all__ = ["TriggerRejections"]
 
 
-class _TriggerRejection(StateTables):
+class _TriggerRejection(Base):
     """A task whose trigger was refused, at the `updated_at` seen then (so we comment once)."""
 
     __tablename__ = "trigger_rejections"

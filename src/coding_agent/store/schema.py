@@ -39,7 +39,7 @@ def _newest_revision() -> str:
     here: a constant forgotten at a new migration would leave every database one step
     behind, since a store "at HEAD" is not migrated.
     """
-    versions = resources.files("coding_agent.runtime") / "migrations" / "versions"
+    versions = resources.files("coding_agent.store") / "migrations" / "versions"
     revisions = [entry.name[:4] for entry in versions.iterdir() if entry.name[:4].isdigit() and entry.name.endswith(".py")]
     return max(revisions)
 
@@ -63,7 +63,7 @@ def _config() -> Config:
     from alembic.config import Config
 
     config = Config()
-    config.set_main_option("script_location", str(resources.files("coding_agent.runtime") / "migrations"))
+    config.set_main_option("script_location", str(resources.files("coding_agent.store") / "migrations"))
     return config
 
 

@@ -16,12 +16,12 @@ from sqlalchemy import Float, String, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.runtime.tables.base import StateTables, TableStore
+from coding_agent.store.engine import Base, TableStore
 
 __all__ = ["Leases", "LEASES", "LiveLease", "new_owner_id"]
 
 
-class _Lease(StateTables):
+class _Lease(Base):
     __tablename__ = "leases"
     task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
     owner: Mapped[str] = mapped_column(String(100))

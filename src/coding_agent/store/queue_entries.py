@@ -20,19 +20,15 @@ from collections.abc import Callable
 
 from sqlalchemy import Float, String, delete, select
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from coding_agent.runtime.tables.base import TableStore, again_if_changed_meanwhile
-from coding_agent.runtime.tables.leases import LEASES
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
+from coding_agent.store.leases import LEASES
 
-__all__ = ["QueueEntries"]
-
-
-class _Base(DeclarativeBase):
-    pass
+__all__ = ["QueueEntries", "QUEUE_ENTRIES"]
 
 
-class _Entry(_Base):
+class _Entry(Base):
     __tablename__ = "queue_entries"
     task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
     state: Mapped[str] = mapped_column(String(10))
@@ -41,9 +37,13 @@ class _Entry(_Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+# The entries, for the dashboard's reading of the queue (`task_facts.py`): all scopes.
+QUEUE_ENTRIES = _Entry.__table__
+
+
 class QueueEntries(TableStore):
     def __init__(self, engine: Engine, scope: str, stale_seconds: float, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(engine, _Base.metadata, clock)
+        super().__init__(engine, clock)
         self._scope = scope
         self._stale_seconds = stale_seconds
 

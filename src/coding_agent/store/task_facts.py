@@ -12,22 +12,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Float, String, Text, column, select, table
+from sqlalchemy import Float, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.runtime.tables.base import StateTables, TableStore, again_if_changed_meanwhile
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
+from coding_agent.store.queue_entries import QUEUE_ENTRIES
 
 __all__ = ["TaskFact", "TaskFacts", "TITLE_CHARS", "QUEUED_STALE_SECONDS"]
 
 TITLE_CHARS = 500
 _URL_CHARS = 1000
-# As the producer's bookkeeping (`runtime/queue_entries.py`): a key queued longer than
-# this is offered again, so it no longer counts as waiting.
+# As the producer's bookkeeping (`queue_entries.py`): a key queued longer than this is
+# offered again, so it no longer counts as waiting.
 QUEUED_STALE_SECONDS = 3600.0
-# Read only: the producer's table of queued and running keys (`runtime/queue_entries.py`).
-_QUEUE_ENTRIES = table("queue_entries", column("task_key"), column("state"), column("updated_at"))
-# Read only: the outcome each run published (`tables/run_steering.py`), for a stop's reason.
-_RUN_MARKS = table("run_marks", column("run_uuid"), column("final_body"))
 
 
 @dataclass(frozen=True)
@@ -37,7 +34,7 @@ class TaskFact:
     change_url: str | None = None
 
 
-class _FactRow(StateTables):
+class _FactRow(Base):
     __tablename__ = "task_facts"
     task_key: Mapped[str] = mapped_column(String(300), primary_key=True)
     title: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -89,20 +86,9 @@ class TaskFacts(TableStore):
         with when each was queued."""
         since = self._clock() - stale_seconds
         query = (
-            select(_QUEUE_ENTRIES.c.task_key, _QUEUE_ENTRIES.c.updated_at)
-            .where(_QUEUE_ENTRIES.c.state == "queued", _QUEUE_ENTRIES.c.updated_at >= since)
-            .order_by(_QUEUE_ENTRIES.c.updated_at, _QUEUE_ENTRIES.c.task_key)
+            select(QUEUE_ENTRIES.c.task_key, QUEUE_ENTRIES.c.updated_at)
+            .where(QUEUE_ENTRIES.c.state == "queued", QUEUE_ENTRIES.c.updated_at >= since)
+            .order_by(QUEUE_ENTRIES.c.updated_at, QUEUE_ENTRIES.c.task_key)
         )
         with self._session() as session:
             return [(str(key), float(at)) for key, at in session.execute(query)]
-
-    def final_bodies(self, run_uuids: list[str]) -> dict[str, str]:
-        """The final comment each of `run_uuids` recorded to publish (those that have one)."""
-        found: dict[str, str] = {}
-        with self._session() as session:
-            for start in range(0, len(run_uuids), 500):  # within every backend's parameter limit
-                query = select(_RUN_MARKS.c.run_uuid, _RUN_MARKS.c.final_body).where(
-                    _RUN_MARKS.c.run_uuid.in_(run_uuids[start : start + 500]), _RUN_MARKS.c.final_body.is_not(None)
-                )
-                found.update({str(uuid): str(body) for uuid, body in session.execute(query)})
-        return found

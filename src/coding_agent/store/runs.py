@@ -10,13 +10,13 @@ from sqlalchemy import Float, Integer, String, Text, and_, func, select, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunRecord
-from coding_agent.runtime.tables.base import StateTables, TableStore
-from coding_agent.runtime.tables.leases import LEASES
+from coding_agent.store.engine import Base, TableStore
+from coding_agent.store.leases import LEASES
 
 __all__ = ["Runs", "RunRow", "record_of"]
 
 
-class RunRow(StateTables):
+class RunRow(Base):
     """A run as stored (the steering marks join it; everyone else sees a `RunRecord`)."""
 
     __tablename__ = "runs"
@@ -24,7 +24,7 @@ class RunRow(StateTables):
     task_key: Mapped[str] = mapped_column(String(300), index=True)
     status: Mapped[str] = mapped_column(String(20))
     owner: Mapped[str] = mapped_column(String(100))
-    started_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float] = mapped_column(Float, index=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     steps: Mapped[int] = mapped_column(Integer, default=0)
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
@@ -33,14 +33,14 @@ class RunRow(StateTables):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
-class _TokenUsage(StateTables):
+class _TokenUsage(Base):
     __tablename__ = "token_usage"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_uuid: Mapped[str] = mapped_column(String(36), index=True)
     task_key: Mapped[str] = mapped_column(String(300), index=True)
     prompt_tokens: Mapped[int] = mapped_column(Integer)
     completion_tokens: Mapped[int] = mapped_column(Integer)
-    recorded_at: Mapped[float] = mapped_column(Float)
+    recorded_at: Mapped[float] = mapped_column(Float, index=True)
 
 
 def record_of(run: RunRow) -> RunRecord:
@@ -143,7 +143,7 @@ class Runs(TableStore):
             )
         )
 
-    def runs(self, task_key: str | None = None) -> list[RunRecord]:
+    def all(self, task_key: str | None = None) -> list[RunRecord]:
         with self._session() as session:
             query = select(RunRow).order_by(RunRow.started_at)
             if task_key is not None:

@@ -2,31 +2,23 @@
 
 Channel (repository/project) memories hold the model's long- and short-term notes and
 when the channel was last active; thread memories hold one summary per run, keyed by the
-task. A separate module and metadata, on the state store's engine: SQLite by default and
-PostgreSQL for several machines come for free, and the run/lease tables stay untouched.
+task. On the state store's engine: SQLite by default and PostgreSQL for several machines
+come for free.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from sqlalchemy import Float, Integer, String, Text, delete, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.memories import ChannelRecord, ThreadRecord, channel_of, workspace_of
 from coding_agent.domain.tasks import TaskKey
-from coding_agent.runtime.tables.base import TableStore, again_if_changed_meanwhile
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
 
 __all__ = ["MemoryStore", "ChannelRecord", "ThreadRecord", "channel_of", "workspace_of"]
 
 
-class _Base(DeclarativeBase):
-    pass
-
-
-class _ChannelMemory(_Base):
+class _ChannelMemory(Base):
     __tablename__ = "channel_memories"
     channel_id: Mapped[str] = mapped_column(String(300), primary_key=True)
     workspace_id: Mapped[str] = mapped_column(String(300), index=True)
@@ -37,7 +29,7 @@ class _ChannelMemory(_Base):
     last_active_at: Mapped[float] = mapped_column(Float)
 
 
-class _ThreadMemory(_Base):
+class _ThreadMemory(Base):
     __tablename__ = "thread_memories"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     channel_id: Mapped[str] = mapped_column(String(300), index=True)
@@ -59,9 +51,6 @@ def _thread(row: _ThreadMemory) -> ThreadRecord:
 
 class MemoryStore(TableStore):
     """Channel and thread memories. Methods are short blocking transactions."""
-
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(engine, _Base.metadata, clock)
 
     def _row(self, session: Session, key: TaskKey) -> _ChannelMemory:
         channel_id, name = channel_of(key)

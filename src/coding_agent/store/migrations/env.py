@@ -1,4 +1,4 @@
-"""Alembic's entry point, run by `coding_agent.runtime.schema.migrate` on its connection.
+"""Alembic's entry point, run by `coding_agent.store.schema.migrate` on its connection.
 
 Only the programmatic path is supported (no alembic.ini): the agent migrates its own
 database at start, so a deployment never runs a separate migration step.

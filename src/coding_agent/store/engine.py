@@ -1,7 +1,7 @@
-"""The one database every store uses: opening its engine, and `TableStore`, the base of
-every store that keeps tables in it (the state store's families, memories, the queue's
-entries, webhook deliveries, follow-ups): one database and one backend choice, SQLite
-by default or PostgreSQL, each store with its own metadata.
+"""The one database every store uses: opening its engine, `Base`, the ORM base every
+table is declared on, and `TableStore`, the base of every store that keeps tables in it
+(the state store's families, memories, the queue's entries, webhook deliveries,
+follow-ups): one database and one backend choice, SQLite by default or PostgreSQL.
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import MetaData, create_engine, event
+from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from coding_agent.runtime.schema import migrate
+from coding_agent.store.schema import migrate
 
-__all__ = ["TableStore", "StateTables", "again_if_changed_meanwhile", "open_engine"]
+__all__ = ["Base", "TableStore", "again_if_changed_meanwhile", "open_engine"]
 
 T = TypeVar("T")
 
@@ -48,18 +48,18 @@ def open_engine(url: str) -> Engine:
     return engine
 
 
-class StateTables(DeclarativeBase):
-    """The ORM base of the state store's table families (one metadata for all of them)."""
+class Base(DeclarativeBase):
+    """The ORM base of every table (one metadata, so any store's query may join any table)."""
 
 
 class TableStore:
     """Base of the stores that keep tables in the one database, on its engine.
 
-    Their tables are created by the schema's migrations (`schema.py`) like every other;
-    `metadata` only describes them to the ORM.
+    Their tables are created by the schema's migrations (`schema.py`); `Base.metadata`
+    only describes them to the ORM.
     """
 
-    def __init__(self, engine: Engine, metadata: MetaData | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
         self._engine = engine
         self._clock = clock
         migrate(engine)

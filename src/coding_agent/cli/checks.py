@@ -7,11 +7,10 @@ the MCP client), but only through read-only calls: the bot user, a repository
 permission, the model list — never a chat request, never a write. Every detail passes
 through the redactor, so a token that a server echoes back is never printed.
 
-The checks run concurrently. What used to come first, one after the other, was importing
-every client library (openai alone takes seconds on a loaded machine), whether the config
-uses it or not. Now only the libraries the config uses are imported (`_load_clients`), in
-a worker thread while the MCP servers, separate processes, are already starting; and
-outside any check's deadline, so a slow import never reads as a dead service.
+The checks run concurrently. Only the client libraries the config uses are imported
+(`_load_clients`; openai alone takes seconds on a loaded machine), in a worker thread
+while the MCP servers, separate processes, are already starting, and outside any check's
+deadline, so a slow import never reads as a dead service.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from coding_agent.agent.environment import describe_egress
 from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServerConfig
 from coding_agent.llm.factory import load_client_library
 from coding_agent.redaction import Redactor
-from coding_agent.runtime.state_store import StateStore
+from coding_agent.store.state import StateStore
 from coding_agent.tools.sandbox import bwrap_usable
 
 __all__ = ["Check", "forge_checks", "llm_check", "preflight", "run_doctor"]
@@ -288,7 +287,7 @@ async def _database(config: AgentConfig) -> Check:
     def probe() -> int:
         store = StateStore(config.database.url)
         try:
-            return len(store.runs())
+            return len(store.runs.all())
         finally:
             store.close()
 

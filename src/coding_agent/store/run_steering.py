@@ -11,8 +11,8 @@ from sqlalchemy import Boolean, Float, Integer, String, Text, delete, literal_co
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunMarks, RunRecord
-from coding_agent.runtime.tables.base import StateTables, TableStore, again_if_changed_meanwhile
-from coding_agent.runtime.tables.runs import RunRow, record_of
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
+from coding_agent.store.runs import RunRow, record_of
 
 __all__ = ["RunSteering", "KEEP_NUDGES_SECONDS"]
 
@@ -20,7 +20,7 @@ __all__ = ["RunSteering", "KEEP_NUDGES_SECONDS"]
 KEEP_NUDGES_SECONDS = 86400.0
 
 
-class _RunRequest(StateTables):
+class _RunRequest(Base):
     """An operator's request to the run working a task (`coding-agent pause|stop TASK`).
 
     The worker sees it at its next steering checkpoint, whatever machine it runs on, and
@@ -33,7 +33,7 @@ class _RunRequest(StateTables):
     requested_at: Mapped[float] = mapped_column(Float)
 
 
-class _RunNudge(StateTables):
+class _RunNudge(Base):
     """A webhook said that a task's comments or assignees changed (SPEC 11.2).
 
     Written by the process that received the webhook, read by the run that holds the
@@ -50,7 +50,7 @@ class _RunNudge(StateTables):
     nudged_at: Mapped[float] = mapped_column(Float, index=True)
 
 
-class _RunMark(StateTables):
+class _RunMark(Base):
     """What a run must never do twice, kept where a worker taking over can read it.
 
     The progress comment to keep editing, whether a pause waits for an explicit
@@ -193,3 +193,14 @@ class RunSteering(TableStore):
                 .order_by(RunRow.started_at)
             )
             return [record_of(run) for run in session.scalars(query)]
+
+    def final_bodies(self, run_uuids: list[str]) -> dict[str, str]:
+        """The final comment each of `run_uuids` recorded to publish (those that have one)."""
+        found: dict[str, str] = {}
+        with self._session() as session:
+            for start in range(0, len(run_uuids), 500):  # within every backend's parameter limit
+                query = select(_RunMark.run_uuid, _RunMark.final_body).where(
+                    _RunMark.run_uuid.in_(run_uuids[start : start + 500]), _RunMark.final_body.is_not(None)
+                )
+                found.update({str(uuid): str(body) for uuid, body in session.execute(query)})
+        return found
