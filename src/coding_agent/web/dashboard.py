@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -44,25 +45,18 @@ def _task_event(detail: dict[str, Any]) -> str:
     return json.dumps({**detail, "html": render_parts(detail)})
 
 
+@dataclass(frozen=True)
 class _Pages:
     """The dashboard's handlers over one store: every read and rendering off the event loop."""
 
-    def __init__(
-        self,
-        store: StateStore,
-        redactor: Redactor,
-        activity: RunActivity | None,
-        feed: ListFeed,
-        budgets: Budgets | None,
-    ) -> None:
-        self._store = store
-        self._redactor = redactor
-        self._activity = activity
-        self._feed = feed
-        self._budgets = budgets
+    store: StateStore
+    redactor: Redactor
+    activity: RunActivity | None
+    feed: ListFeed
+    budgets: Budgets | None
 
     def _detail(self, key: str) -> dict[str, Any] | None:
-        return task_detail(self._store, key, self._redactor, self._activity, self._budgets)
+        return task_detail(self.store, key, self.redactor, self.activity, self.budgets)
 
     async def tasks(self, request: Request) -> Response:
         try:
@@ -71,7 +65,7 @@ class _Pages:
             return _html(400, render_problem("Bad filter", str(error)))
         chosen = {"state": only.state, "repository": only.repository, "requester": only.requester}
 
-        rows = await self._feed.rows()
+        rows = await self.feed.rows()
         return _html(200, await run_in_threadpool(render_list, rows, [row for row in rows if only.admits(row)], chosen))
 
     async def list_events(self, request: Request) -> Response:
@@ -83,7 +77,7 @@ class _Pages:
         async def connected() -> bool:
             return not await request.is_disconnected()
 
-        updates = list_updates(self._feed, only, connected)
+        updates = list_updates(self.feed, only, connected)
         return StreamingResponse(updates, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     async def task(self, request: Request) -> Response:
@@ -113,9 +107,9 @@ class _Pages:
 
     async def usage_page(self, request: Request) -> Response:
         def read() -> str:
-            titles = {key: fact.title for key, fact in self._store.task_facts().items() if fact.title}
-            redacted = {key: self._redactor.text(title) for key, title in titles.items()}
-            return render_usage(usage(self._store, self._budgets), redacted)
+            titles = {key: fact.title for key, fact in self.store.task_facts().items() if fact.title}
+            redacted = {key: self.redactor.text(title) for key, title in titles.items()}
+            return render_usage(usage(self.store, self.budgets), redacted)
 
         return _html(200, await run_in_threadpool(read))
 
