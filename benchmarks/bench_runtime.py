@@ -26,7 +26,7 @@ forge and model would: in this process their threads (and the forge's `git
 http-backend` children) would compete with the agent for the GIL and the CPU count, and
 show up as the agent's event-loop lag. `--servers-in-process` keeps them in threads here.
 
-Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--rounds 1] [--no-mirror] [--servers-in-process] [--timeline] [--starts-at-once N] [--postgres]`
+Run: `python benchmarks/bench_runtime.py [--tasks 16] [--latency 1.0] [--rounds 1] [--no-mirror] [--servers-in-process] [--timeline] [--postgres]`
 (`--no-mirror`: `workspace.mirror: false`, every run cloning from the forge; `--timeline`:
 where the one- and N-task cycles' wall time went, from the servers' receive times;
 `--postgres`: the state store in a fresh PostgreSQL database per service, dropped after,
@@ -67,7 +67,6 @@ MIRROR = True
 WEBHOOK_SECRET = "whsec-" + "bench0123456789abcdef"
 SERVERS_IN_PROCESS = False
 TIMELINE = False
-STARTS_AT_ONCE: int | None = None
 POSTGRES = False
 TIMELINES: dict[int | str, dict[str, Any]] = {}
 
@@ -159,8 +158,6 @@ def _config(directory: Path, urls: dict[str, str], database: str, **extra: Any) 
         "dashboard": {"enabled": False},
         **extra,
     }
-    if STARTS_AT_ONCE is not None:
-        data["scheduling"] = {**data.get("scheduling", {}), "starts_at_once": STARTS_AT_ONCE}
     return parse_config(data, env={})
 
 
@@ -331,7 +328,7 @@ async def _restarted(servers: ServerProcess, tasks: int, latency: float) -> tupl
     process.start()
     child.close()  # the child's end, here: a child that dies then reads as EOF, not a hang
     try:
-        options = {"MIRROR": MIRROR, "STARTS_AT_ONCE": STARTS_AT_ONCE, "POSTGRES": POSTGRES}
+        options = {"MIRROR": MIRROR, "POSTGRES": POSTGRES}
         parent.send((servers.urls, tasks, options))
         started, ended_at, samples = await asyncio.to_thread(parent.recv)
     finally:
@@ -441,7 +438,6 @@ async def main(tasks: int, latency: float, interval: float, rounds: int) -> dict
         "benchmark": "runtime",
         "reply_latency_s": latency,
         "workspace_mirror": MIRROR,
-        "starts_at_once": STARTS_AT_ONCE or "default",
         "servers": "in this process" if SERVERS_IN_PROCESS else "a child process",
         "state_store": "postgresql" if POSTGRES else "sqlite",
         "rounds": rounds,
@@ -492,12 +488,10 @@ if __name__ == "__main__":
     parser.add_argument("--no-mirror", action="store_true", help="workspace.mirror: false")
     parser.add_argument("--servers-in-process", action="store_true", help="the forge and the model in threads here")
     parser.add_argument("--timeline", action="store_true", help="where the 1- and N-task cycles' time went")
-    parser.add_argument("--starts-at-once", type=int, help="scheduling.starts_at_once (default: the config's default)")
     parser.add_argument("--postgres", action="store_true", help="the state store in PostgreSQL, not SQLite")
     parser.add_argument("--rounds", type=int, default=1, help="measure 1 vs N this many times; report the median round")
     options = parser.parse_args()
     TIMELINE = options.timeline
-    STARTS_AT_ONCE = options.starts_at_once
     POSTGRES = options.postgres
     MIRROR = not options.no_mirror
     SERVERS_IN_PROCESS = options.servers_in_process

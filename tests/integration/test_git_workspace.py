@@ -325,9 +325,9 @@ async def test_runs_starting_together_share_one_refresh_and_see_a_push_made_befo
 async def test_runs_picked_up_together_share_a_refresh_even_when_they_start_one_after_another(
     sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
 ) -> None:
-    # The start gate lets a few runs start at a time: a run that waited its turn still
-    # uses the refresh a run picked up with it began, since it began after both were
-    # picked up; a push after that is seen by the runs picked up after it.
+    # A run whose claim took longer still uses the refresh a run picked up with it
+    # began, since it began after both were picked up; a push after that is seen by the
+    # runs picked up after it.
     mirrors = Mirrors(mirrors_dir(tmp_path / "ws"), depth=1)
     picked = time.monotonic()
     first = await _prepare(source, _task(1, "First"), tmp_path / "ws" / "first", mirrors=mirrors, fresh_since=picked)

@@ -6,6 +6,7 @@ Real bwrap, real git; the egress proxy is running with an empty allow-list.
 from __future__ import annotations
 
 import subprocess
+from typing import Any, cast
 from pathlib import Path
 
 import pytest
@@ -199,12 +200,23 @@ def test_bad_allow_list_entry_is_a_config_error_naming_it(tmp_path: Path) -> Non
     assert "run_hosts" in str(raised.value) and "pypi.org/simple" in str(raised.value)
 
 
-def test_the_proxy_socket_goes_to_the_builtin_server_in_both_forms() -> None:
-    from coding_agent.agent.environment import is_workspace_server
-    from coding_agent.config import MCPServerConfig, builtin_workspace_server
+def test_the_proxy_socket_goes_to_the_builtin_server_in_both_forms(tmp_path: Path) -> None:
+    """The one the config adds and an operator's own entry named `workspace` (here the CLI
+    form) are the workspace server by their config type; any other server gets nothing."""
+    from coding_agent.agent.environment import RunEnvironment
+    from coding_agent.redaction import Redactor
+    from coding_agent.tools.egress_sandbox import EGRESS_SOCKET_ENV
 
-    assert is_workspace_server(builtin_workspace_server())
-    cli_form = MCPServerConfig(mcp_server_name="ws", command=["coding-agent", "mcp-workspace", "--root", "{workspace}"])
-    assert is_workspace_server(cli_form)
-    other = MCPServerConfig(mcp_server_name="fs", command=["npx", "@modelcontextprotocol/server-filesystem", "{workspace}"])
-    assert not is_workspace_server(other)
+    cli_form = {"mcp_server_name": "workspace", "command": ["coding-agent", "mcp-workspace", "--root", "{workspace}"]}
+    other = {"mcp_server_name": "fs", "command": ["npx", "@modelcontextprotocol/server-filesystem", "{workspace}"]}
+    minimal = {
+        "task_source": "github",
+        "github": {"token": "t", "owner": "acme"},
+        "llm": {"provider": "openai", "openai": {"base_url": "http://127.0.0.1:9", "model": "m", "api_key": "k"}},
+    }
+    for servers in ([other], [cli_form, other]):  # the built-in server the config adds; the operator's
+        config = parse_config({**minimal, "mcp_servers": servers})
+        environment = RunEnvironment(config, cast(Any, None), cast(Any, None), tmp_path, Redactor([]))
+        given = {server.mcp_server_name: server.env for server in environment.servers(config.mcp_servers)}
+        assert EGRESS_SOCKET_ENV in given["workspace"]
+        assert EGRESS_SOCKET_ENV not in given["fs"]

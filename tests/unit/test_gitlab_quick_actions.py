@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coding_agent.sources.gitlab.quick_actions import JOINER, neutralise_quick_actions, restore_quick_actions
+from coding_agent.domain.inert import JOINER
+from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions, restore_quick_actions
 from coding_agent.sources.writes import has_marker, marked, strip_marker
 
 # A `/word` at a line's start, after blanks or `>` marks, after any line break: stricter than GitLab.

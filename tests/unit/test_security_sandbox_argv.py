@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.config import parse_config
+from coding_agent.config import WorkspaceServerConfig, parse_config
 from coding_agent.errors import ConfigError
 from coding_agent.tools.bwrap import Bind, bwrap_argv
 
@@ -85,6 +85,20 @@ def test_a_configured_builtin_server_cannot_choose_its_own_sandbox() -> None:
     # A leading `coding-agent` runs with this interpreter (never looked up on PATH).
     assert config.mcp_servers[0].command[-5:] == ["mcp-workspace", "--root", "{workspace}", "--sandbox", "bwrap"]
     assert config.mcp_servers[1].command == ["npx", "server", "--sandbox", "none"], "other servers are left alone"
+
+
+def test_the_entry_s_name_not_its_command_makes_it_the_workspace_server() -> None:
+    """Only the entry named `workspace` stands for the built-in server; the same command
+    under another name is one more server of the operator's, started as written."""
+    data = _config()
+    command = ["coding-agent", "mcp-workspace", "--root", "{workspace}", "--sandbox", "none"]
+    data["mcp_servers"] = [{"mcp_server_name": "workspace", "command": command}, {"mcp_server_name": "ws", "command": command}]
+    config = parse_config(data, env={})
+
+    own, other = config.mcp_servers
+    assert isinstance(own, WorkspaceServerConfig) and own.sandbox == "bwrap"
+    assert not isinstance(other, WorkspaceServerConfig)
+    assert other.command[-2:] == ["--sandbox", "none"]
 
 
 def test_an_unknown_sandbox_mode_names_the_key() -> None:

@@ -16,7 +16,7 @@ from types import TracebackType
 
 from coding_agent.agent.loop import ToolRunner
 from coding_agent.agent.trust import head_is_trusted
-from coding_agent.config import AgentConfig, MCPServerConfig
+from coding_agent.config import AgentConfig, MCPServerConfig, WorkspaceServerConfig
 from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError
 from coding_agent.redaction import Redactor
@@ -29,16 +29,9 @@ from coding_agent.workspace.env_setup import REPOSITORY_SCRIPT, SetupOutcome, pl
 from coding_agent.workspace.git import Git
 from coding_agent.workspace.setup_cache import CacheScope
 
-__all__ = ["RunEnvironment", "WORKSPACE_SERVER_MODULE", "describe_egress", "is_workspace_server"]
+__all__ = ["RunEnvironment", "describe_egress"]
 
 log = logging.getLogger(__name__)
-
-WORKSPACE_SERVER_MODULE = "coding_agent.tools.workspace_server"
-
-
-def is_workspace_server(server: MCPServerConfig) -> bool:
-    """The built-in workspace server, in either documented form (`python -m ...` or the CLI)."""
-    return any(WORKSPACE_SERVER_MODULE in part or part == "mcp-workspace" for part in server.command)
 
 
 def describe_egress(config: AgentConfig) -> list[str]:
@@ -161,7 +154,7 @@ class RunEnvironment:
         extra = self.sandbox.server_env()
         return [
             server.model_copy(update={"env": {**server.env, **extra}})
-            if is_workspace_server(server)
+            if isinstance(server, WorkspaceServerConfig)
             else server
             for server in servers
         ]

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["inert_markdown", "JOINER"]
+from coding_agent.domain.inert import JOINER
 
-JOINER = "\u200d"  # ZERO WIDTH JOINER: invisible, and neither a name nor a URL character
+__all__ = ["inert_markdown"]
+
 _ACTIVE = re.compile(r"([\\`<\[\]&*_~])")
 _MENTION = re.compile(r"@(?=\S)")
 _SCHEME = re.compile(r"(?<=\w)(?=://)")

@@ -127,7 +127,6 @@ class TaskRunner:
         continuation: Continuation | None = None,
         lease: LeaseWatch | None = None,
         reply_to: ThreadRef | None = None,
-        ready: Callable[[], None] = lambda: None,
         picked_at: float | None = None,
         *,
         writers: frozenset[str] = frozenset(),
@@ -138,14 +137,12 @@ class TaskRunner:
         after its worker died) instead of starting a new one. `lease`: the worker's
         heartbeat; once it is lost the run stops at its next step, writing nothing more.
         `reply_to`: the review thread that asked for this run (kept in the run's metadata,
-        so a continued run answers there too). `ready`: called once the run's clone is
-        ready, before its setup and tools start (the worker's start slot is given back).
-        `picked_at`: when the worker took the task (`time.monotonic()`); its clone holds
+        so a continued run answers there too). `picked_at`: when the worker took the task (`time.monotonic()`); its clone holds
         every push made before then. `writers`: who the claim of this run found to have
         write access moments ago (`Claim.writers`); the run's trust starts from them.
         """
         run = await self._start(source, task, requester, continuation, lease, reply_to, picked_at, writers)
-        outcome, llm, interruption = await self._attempt(run, ready)
+        outcome, llm, interruption = await self._attempt(run)
         try:
             if interruption is None:
                 status, context_dir = await run.steering.publish(outcome)
@@ -212,9 +209,7 @@ class TaskRunner:
         )
         return files, self._workspaces.directory(run_uuid)
 
-    async def _attempt(
-        self, run: _Run, ready: Callable[[], None]
-    ) -> tuple[LoopOutcome, LLMClient | None, RunInterrupted | None]:
+    async def _attempt(self, run: _Run) -> tuple[LoopOutcome, LLMClient | None, RunInterrupted | None]:
         """Work the run, or take the outcome an earlier attempt recorded. Steering's
         endings (pause, stop, lease lost: SPEC 8) come back as the interruption; any other
         failure is a failed outcome that says what happened, never a stack trace or a secret."""
@@ -226,7 +221,7 @@ class TaskRunner:
                 await self.libraries.loaded()
                 llm = self._llm_factory()
                 llm.on_usage(run.ledger.record_usage)
-                outcome = await self._outcome(run, llm, ready)
+                outcome = await self._outcome(run, llm)
             except RunInterrupted as error:
                 return outcome, llm, error
             except AgentError as error:
@@ -243,25 +238,23 @@ class TaskRunner:
                     await llm.aclose()
         return outcome, llm, None
 
-    async def _outcome(self, run: _Run, llm: LLMClient, ready: Callable[[], None]) -> LoopOutcome:
+    async def _outcome(self, run: _Run, llm: LLMClient) -> LoopOutcome:
         """The outcome recorded by an earlier attempt, else the run's work; then the lease
         is checked (the task is another worker's now: publish nothing) and memories kept."""
         recorded = run.steering.recorded_outcome()
         if recorded is not None:
-            ready()
             run.ledger.check_lease()
             return recorded
-        outcome = await self._work(run, llm, ready)
+        outcome = await self._work(run, llm)
         run.ledger.check_lease()
         if self._memories is not None:
             await self._memories.after_run(llm, run.task.key, run.files.run_uuid, outcome.status, outcome.comment)
         return outcome
 
-    async def _work(self, run: _Run, llm: LLMClient, ready: Callable[[], None]) -> LoopOutcome:
+    async def _work(self, run: _Run, llm: LLMClient) -> LoopOutcome:
         """The clone, the environment and tools, the first prompt, the loop; at done, the delivery."""
         config, steering = self._config, run.steering
         await run.clone.prepare()
-        ready()
         protocol = create_protocol(config.llm.function_calling)
         planner = planner_for(config, protocol, run.workspace, steering, self._redactor)
         policy: LoopPolicy = planner or ProtocolPolicy(protocol)

@@ -27,8 +27,8 @@ from coding_agent.config.tools import (
     BuiltinWorkspaceServerConfig,
     MCPServerConfig,
     WORKSPACE_SYSTEM_PROMPT,
+    WorkspaceServerConfig,
     builtin_workspace_server,
-    with_sandbox_mode,
     ToolsConfig,
 )
 from coding_agent.config.service_sections import (
@@ -84,8 +84,8 @@ __all__ = [
     "BuiltinWorkspaceServerConfig",
     "MCPServerConfig",
     "WORKSPACE_SYSTEM_PROMPT",
+    "WorkspaceServerConfig",
     "builtin_workspace_server",
-    "with_sandbox_mode",
     "ToolsConfig",
     "TaskStopConfig",
     "CommentDetectionConfig",

@@ -38,11 +38,11 @@ from coding_agent.config.service_sections import (
 )
 from coding_agent.config.tools import (
     BUILTIN_SERVER_NAME,
-    BuiltinWorkspaceServerConfig,
     MCPServerConfig,
     ToolsConfig,
+    WorkspaceServerConfig,
     builtin_workspace_server,
-    with_sandbox_mode,
+    operators_workspace_server,
 )
 from coding_agent.redaction import proxy_passwords
 
@@ -115,14 +115,11 @@ class AgentConfig(_Strict):
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"mcp_servers: duplicate mcp_server_name {', '.join(duplicates)}")
-        # An operator's own entry that starts the workspace server sandboxes `run` as
-        # security.sandbox says, like the built-in one.
-        for server in self.mcp_servers:
-            if isinstance(server, BuiltinWorkspaceServerConfig):
-                continue
-            command = with_sandbox_mode(server.command, self.security.sandbox)
-            if command != server.command:
-                server.command = command
+        # An operator's own entry named `workspace` is the built-in server started their
+        # way: it sandboxes `run` as security.sandbox says, like the one the config adds.
+        for index, server in enumerate(self.mcp_servers):
+            if server.mcp_server_name == BUILTIN_SERVER_NAME and not isinstance(server, WorkspaceServerConfig):
+                self.mcp_servers[index] = operators_workspace_server(server, self.security.sandbox)
         return self
 
     @property

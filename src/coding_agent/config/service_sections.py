@@ -26,10 +26,6 @@ class SchedulingConfig(_Strict):
     interval_seconds: float = Field(default=60, gt=0)
     # a stopped worker's task is taken over this long after its last heartbeat (every third of it)
     lease_seconds: float = Field(default=60, gt=0)
-    # runs between their claim and a ready clone at once (null: the CPU count); the others wait their turn
-    starts_at_once: int | None = Field(default=None, ge=1)
-    # how long a run waits for a start slot before it goes ahead without one (a huge clone holds the others back no longer)
-    start_wait_seconds: float = Field(default=2.0, gt=0)
 
 
 class LoggingConfig(_Strict):

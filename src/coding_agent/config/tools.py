@@ -17,8 +17,9 @@ __all__ = [
     "BuiltinWorkspaceServerConfig",
     "MCPServerConfig",
     "WORKSPACE_SYSTEM_PROMPT",
+    "WorkspaceServerConfig",
     "builtin_workspace_server",
-    "with_sandbox_mode",
+    "operators_workspace_server",
     "ToolsConfig",
 ]
 
@@ -50,7 +51,19 @@ WORKSPACE_SERVER_MODULE = "coding_agent.tools.workspace_server"
 SandboxMode = Literal["bwrap", "none"]
 
 
-class BuiltinWorkspaceServerConfig(MCPServerConfig):
+class WorkspaceServerConfig(MCPServerConfig):
+    """The built-in workspace server, whichever way it starts: the entry the config adds
+    (`BuiltinWorkspaceServerConfig`) or an operator's own entry named `workspace`.
+
+    Being this type is what makes a server the workspace server: its `run` is sandboxed as
+    `sandbox` says (`security.sandbox`, whatever `--sandbox` an operator's command gives)
+    and reaches the egress proxy. No command line is read to decide it.
+    """
+
+    sandbox: SandboxMode = "bwrap"
+
+
+class BuiltinWorkspaceServerConfig(WorkspaceServerConfig):
     """The built-in workspace server as the config itself adds it (`tools.builtin_workspace`).
 
     This type is the hub's one reason to run a server inside the agent process (one
@@ -59,8 +72,6 @@ class BuiltinWorkspaceServerConfig(MCPServerConfig):
     command it names. `command` is the same server as a process (what `doctor` and the
     logs name), with the same `sandbox`.
     """
-
-    sandbox: SandboxMode = "bwrap"
 
 
 def builtin_workspace_server(sandbox: SandboxMode = "bwrap") -> BuiltinWorkspaceServerConfig:
@@ -77,21 +88,13 @@ def builtin_workspace_server(sandbox: SandboxMode = "bwrap") -> BuiltinWorkspace
     )
 
 
-_WORKSPACE_SERVER_MARKERS = (WORKSPACE_SERVER_MODULE, "mcp-workspace")
-
-
-def with_sandbox_mode(command: list[str], mode: str) -> list[str]:
-    """`command` with `--sandbox MODE` when it starts the built-in workspace server, else as is.
-
-    The operator chooses the mode once (`security.sandbox`); an entry of their own that
-    starts the workspace server as a process gets it too, whatever the entry itself says,
-    so that no entry can run the model's commands less sandboxed than `security.sandbox`.
-    """
-    if not any(marker in part for part in command for marker in _WORKSPACE_SERVER_MARKERS):
-        return command
-    result: list[str] = []
+def operators_workspace_server(entry: MCPServerConfig, sandbox: SandboxMode) -> WorkspaceServerConfig:
+    """An operator's entry named `workspace`: the built-in server started their way, as
+    the process its command names, with `--sandbox` as the operator chose once
+    (`security.sandbox`), so that no entry runs the model's commands less sandboxed."""
+    kept: list[str] = []
     skip = False
-    for part in command:
+    for part in entry.command:
         if skip:
             skip = False
             continue
@@ -100,8 +103,9 @@ def with_sandbox_mode(command: list[str], mode: str) -> list[str]:
             continue
         if part.startswith("--sandbox="):
             continue
-        result.append(part)
-    return [*result, "--sandbox", mode]
+        kept.append(part)
+    fields = {**entry.model_dump(), "command": [*kept, "--sandbox", sandbox], "sandbox": sandbox}
+    return WorkspaceServerConfig.model_validate(fields)
 
 
 class ToolsConfig(_Strict):

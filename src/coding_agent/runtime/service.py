@@ -78,55 +78,30 @@ class AgentService:
         self.store = store or StateStore(config.database.url)
         self.sources = sources if sources is not None else create_sources(config)
         self.owner = new_owner_id()
-        lease = config.scheduling.lease_seconds
         self.budgets = Budgets(config, self.store.spend, self.redactor)
-        self.intake = Intake(
-            self.store,
-            self.owner,
-            lease,
-            self.redactor,
-            config.language,
-            config.security.allow_untrusted_triggers,
-            self.budgets,
-        )
+        self.intake, self.followups = self._intakes()
         self.shutdown = ShutdownSignal()
         self.controls = RunControls(config, self.store, self.redactor, self.owner, self.shutdown)
         # Read at each step's start; the limits are the process's config, so without any
         # daily budget a step pays nothing for them.
         self.controls.budget = self.budgets.pause_comment if self.budgets.enabled else None
-        memories = (
-            MemoryKeeper(MemoryStore(self.store.engine), config.memory, self.redactor, time.time)
-            if config.memory.enabled
-            else None
-        )
         self.workspaces = RunWorkspaces(config.workspace, retry_policy(config), self.redactor)
         self.runner = TaskRunner(
-            config, self.store, self.redactor, self.owner, llm_factory, self.controls, memories, workspaces=self.workspaces
-        )
-        self.followups = FollowUpIntake(
-            self.store,
-            self.owner,
-            lease,
-            self.redactor,
-            config.language,
-            config.comment_handling.completion_keywords,
-            config.security.allow_untrusted_triggers,
-            self.budgets,
-        )
-        self.recovery = Recovery(
             config,
             self.store,
-            ContextStorage(config.context_storage.base_dir, self.redactor),
+            self.redactor,
+            self.owner,
+            llm_factory,
             self.controls,
-            self.intake,
-            self.followups,
-            self.budgets,
+            self._memories(),
+            workspaces=self.workspaces,
+        )
+        storage = ContextStorage(config.context_storage.base_dir, self.redactor)
+        self.recovery = Recovery(
+            config, self.store, storage, self.controls, self.intake, self.followups, self.budgets
         )
         self.cleanup = Cleanup(config, self.store)
-        shared = config.queue.backend != "memory"
-        scope = f"{config.queue.backend}:{config.queue.name}" if shared else f"memory:{self.owner}"
-        # A queued key not picked up in this time is offered again (a lost message).
-        self.entries = QueueEntries(self.store.engine, scope, stale_seconds=max(3600.0, 2 * lease))
+        self.entries = self._queue_entries()
         self.producer = Producer(config, self.sources, self.recovery, self.entries, self.redactor, self.store.tasks.note_task)
         self.workers = Workers(
             config,
@@ -143,6 +118,45 @@ class AgentService:
             self.producer.snapshots,
         )
         self._queue: TaskQueue | None = None
+
+    def _intakes(self) -> tuple[Intake, FollowUpIntake]:
+        """The two ways a task is claimed: a labelled issue or PR/MR, and a follow-up
+        comment on one the agent worked; both hold the same lease and budgets."""
+        config, lease = self.config, self.config.scheduling.lease_seconds
+        intake = Intake(
+            self.store,
+            self.owner,
+            lease,
+            self.redactor,
+            config.language,
+            config.security.allow_untrusted_triggers,
+            self.budgets,
+        )
+        followups = FollowUpIntake(
+            self.store,
+            self.owner,
+            lease,
+            self.redactor,
+            config.language,
+            config.comment_handling.completion_keywords,
+            config.security.allow_untrusted_triggers,
+            self.budgets,
+        )
+        return intake, followups
+
+    def _memories(self) -> MemoryKeeper | None:
+        """The worker's memory keeper over the state store's database; None when memories are off."""
+        if not self.config.memory.enabled:
+            return None
+        return MemoryKeeper(MemoryStore(self.store.engine), self.config.memory, self.redactor, time.time)
+
+    def _queue_entries(self) -> QueueEntries:
+        """The queued keys of this process's queue: a shared queue's are shared by every
+        process that names it, a memory queue's are this process's alone."""
+        backend, lease = self.config.queue.backend, self.config.scheduling.lease_seconds
+        scope = f"{backend}:{self.config.queue.name}" if backend != "memory" else f"memory:{self.owner}"
+        # A queued key not picked up in this time is offered again (a lost message).
+        return QueueEntries(self.store.engine, scope, stale_seconds=max(3600.0, 2 * lease))
 
     async def queue(self) -> TaskQueue:
         """The configured queue, opened on first use (RabbitMQ down: its connection error)."""

@@ -35,7 +35,6 @@ from coding_agent.runtime.producer import source_for
 from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
 from coding_agent.runtime.recovery import Recovery, Takeover
 from coding_agent.runtime.scope import Scope
-from coding_agent.runtime.start_gate import StartGate, default_starts_at_once
 from coding_agent.sources.base import Source
 from coding_agent.store.queue_entries import QueueEntries
 from coding_agent.store.state import StateStore, store_unreachable
@@ -80,8 +79,6 @@ class Workers:
         self._shutdown = shutdown
         self._snapshots = snapshots
         self._scope = Scope(config)
-        scheduling = config.scheduling
-        self._starts = StartGate(scheduling.starts_at_once or default_starts_at_once(), scheduling.start_wait_seconds)
         self._running: set[str] = set()  # queue keys this process is working now
         self.on_event: Callable[[str, str], None] = lambda event, key: None  # observers (tests, metrics)
 
@@ -173,27 +170,19 @@ class Workers:
         key = item.key
         if self._shutdown.is_set() or self._recovery.paused_by_signal():
             return None  # released: the producer offers it again once the pause is lifted
-        async with self._starts.slot() as give_back:  # from the claim to a ready clone
+        try:
+            claimed = await self._claim(source, item)
+            if claimed is None and redelivered:
+                claimed = await self._after_stopped_worker(source, key, queue)
+        except AgentError as error:
+            message = f"{key}: claim failed: {self._redactor.text(str(error))}"
+            log.error(message)
+            return message
+        if claimed is None:
+            return None
+        return await self._run(source, key, claimed, picked_at)
 
-            def ready() -> None:
-                give_back()
-                self.on_event("ready", key)
-
-            try:
-                claimed = await self._claim(source, item)
-                if claimed is None and redelivered:
-                    claimed = await self._after_stopped_worker(source, key, queue)
-            except AgentError as error:
-                message = f"{key}: claim failed: {self._redactor.text(str(error))}"
-                log.error(message)
-                return message
-            if claimed is None:
-                return None
-            return await self._run(source, key, claimed, ready, picked_at)
-
-    async def _run(
-        self, source: Source, key: str, claimed: Claim, ready: Callable[[], None], picked_at: float
-    ) -> Outcome:
+    async def _run(self, source: Source, key: str, claimed: Claim, picked_at: float) -> Outcome:
         continuation = claimed.continuation if isinstance(claimed, Takeover) else None
         reply_to = claimed.reply_to if isinstance(claimed, ReviewClaim) else None
         # The lease is the claimed task's: a review-thread follow-up queued under its PR/MR's
@@ -210,7 +199,6 @@ class Workers:
                     continuation,
                     lease,
                     reply_to,
-                    ready,
                     picked_at,
                     writers=claimed.writers,
                 )

@@ -198,6 +198,11 @@ class ReplayModel:
 
 def create_replay_app(model: ReplayModel) -> Starlette:
     """The ASGI app serving `model` on the OpenAI and Ollama paths."""
+    return Starlette(routes=[*_chat_routes(model), *_catalogue_routes(model), *_control_routes(model)])
+
+
+def _chat_routes(model: ReplayModel) -> list[Route]:
+    """The chat endpoints: each request takes its conversation's next scripted step."""
 
     async def delay() -> None:
         if model.script.latency_seconds > 0:
@@ -232,6 +237,16 @@ def create_replay_app(model: ReplayModel) -> Starlette:
         body, _, _, rendered = reply
         return ollama_reply(body, rendered, model.script.model)
 
+    return [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/api/chat", ollama_chat, methods=["POST"]),
+    ]
+
+
+def _catalogue_routes(model: ReplayModel) -> list[Route]:
+    """What the server says of its one model, as OpenAI and Ollama list and describe models."""
+    details = {"format": "gguf", "family": "replay", "parameter_size": "0B", "quantization_level": "none"}
+
     async def openai_models(request: Request) -> Response:
         entry = {"id": model.script.model, "object": "model", "created": 0, "owned_by": "replay"}
         return JSONResponse({"object": "list", "data": [entry]})
@@ -239,27 +254,37 @@ def create_replay_app(model: ReplayModel) -> Starlette:
     async def ollama_show(request: Request) -> Response:
         """Ollama's model details: the context length `doctor` compares with num_ctx."""
         body = await request.json()
-        name = str(body.get("model") or body.get("name") or "")
-        if name not in (model.script.model, f"{model.script.model}:latest"):
-            return JSONResponse({"error": f"model '{name}' not found"}, status_code=404)
-        details = {"format": "gguf", "family": "replay", "parameter_size": "0B", "quantization_level": "none"}
+        asked = str(body.get("model") or body.get("name") or "")
+        if asked not in (model.script.model, f"{model.script.model}:latest"):
+            return JSONResponse({"error": f"model '{asked}' not found"}, status_code=404)
         info = {"general.architecture": "replay", "replay.context_length": _REPLAY_CONTEXT_LENGTH}
         return JSONResponse({"modelfile": "", "parameters": "", "template": "", "details": details, "model_info": info})
 
     async def ollama_tags(request: Request) -> Response:
-        details = {"format": "gguf", "family": "replay", "parameter_size": "0B", "quantization_level": "none"}
+        name = model.script.model
         entry = {
-            "name": model.script.model,
-            "model": model.script.model,
+            "name": name,
+            "model": name,
             "modified_at": "1970-01-01T00:00:00Z",
             "size": 0,
-            "digest": hashlib.sha256(model.script.model.encode()).hexdigest(),
+            "digest": hashlib.sha256(name.encode()).hexdigest(),
             "details": details,
         }
         return JSONResponse({"models": [entry]})
 
     async def ollama_version(request: Request) -> Response:
         return JSONResponse({"version": "0.0.0-replay"})
+
+    return [
+        Route("/v1/models", openai_models, methods=["GET"]),
+        Route("/api/tags", ollama_tags, methods=["GET"]),
+        Route("/api/show", ollama_show, methods=["POST"]),
+        Route("/api/version", ollama_version, methods=["GET"]),
+    ]
+
+
+def _control_routes(model: ReplayModel) -> list[Route]:
+    """The test's side: the requests recorded so far, and a reset between tests."""
 
     async def recorded(request: Request) -> Response:
         items = [{"path": r.path, "conversation": r.conversation, "body": r.body} for r in model.requests]
@@ -269,18 +294,10 @@ def create_replay_app(model: ReplayModel) -> Starlette:
         model.reset()
         return JSONResponse({"reset": True})
 
-    return Starlette(
-        routes=[
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-            Route("/v1/models", openai_models, methods=["GET"]),
-            Route("/api/chat", ollama_chat, methods=["POST"]),
-            Route("/api/tags", ollama_tags, methods=["GET"]),
-            Route("/api/show", ollama_show, methods=["POST"]),
-            Route("/api/version", ollama_version, methods=["GET"]),
-            Route("/_replay/requests", recorded, methods=["GET"]),
-            Route("/_replay/reset", reset, methods=["POST"]),
-        ]
-    )
+    return [
+        Route("/_replay/requests", recorded, methods=["GET"]),
+        Route("/_replay/reset", reset, methods=["POST"]),
+    ]
 
 
 class ReplaySandbox(ServedApp):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -44,28 +45,30 @@ def _task_event(detail: dict[str, Any]) -> str:
     return json.dumps({**detail, "html": render_parts(detail)})
 
 
-def dashboard_routes(
-    store: StateStore,
-    redactor: Redactor,
-    activity: RunActivity | None = None,
-    feed: ListFeed | None = None,
-    budgets: Budgets | None = None,
-) -> list[Route]:
-    """`feed`: the task list shared with the API (one of its own by default); `budgets`:
-    the daily budgets whose use and what is left the task and usage pages show."""
-    feed = feed or ListFeed(lambda: task_list(store, redactor, activity))
+@dataclass(frozen=True)
+class _Pages:
+    """The dashboard's handlers over one store: every read and rendering off the event loop."""
 
-    async def tasks(request: Request) -> Response:
+    store: StateStore
+    redactor: Redactor
+    activity: RunActivity | None
+    feed: ListFeed
+    budgets: Budgets | None
+
+    def _detail(self, key: str) -> dict[str, Any] | None:
+        return task_detail(self.store, key, self.redactor, self.activity, self.budgets)
+
+    async def tasks(self, request: Request) -> Response:
         try:
             only = TaskFilter.of(dict(request.query_params))
         except UnknownFilter as error:
             return _html(400, render_problem("Bad filter", str(error)))
         chosen = {"state": only.state, "repository": only.repository, "requester": only.requester}
 
-        rows = await feed.rows()
+        rows = await self.feed.rows()
         return _html(200, await run_in_threadpool(render_list, rows, [row for row in rows if only.admits(row)], chosen))
 
-    async def list_events(request: Request) -> Response:
+    async def list_events(self, request: Request) -> Response:
         try:
             only = TaskFilter.of(dict(request.query_params))
         except UnknownFilter as error:
@@ -74,21 +77,21 @@ def dashboard_routes(
         async def connected() -> bool:
             return not await request.is_disconnected()
 
-        updates = list_updates(feed, only, connected)
+        updates = list_updates(self.feed, only, connected)
         return StreamingResponse(updates, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-    async def task(request: Request) -> Response:
+    async def task(self, request: Request) -> Response:
         key = request.path_params["key"]
-        detail = await run_in_threadpool(task_detail, store, key, redactor, activity, budgets)
+        detail = await run_in_threadpool(self._detail, key)
         if detail is None:
             return _html(404, render_problem("Not found", f"No task {key}."))
         return _html(200, await run_in_threadpool(render_task, detail))
 
-    async def events(request: Request) -> Response:
+    async def task_events(self, request: Request) -> Response:
         key = request.path_params["key"]
 
         def read() -> str | None:
-            detail = task_detail(store, key, redactor, activity, budgets)
+            detail = self._detail(key)
             return None if detail is None else _task_event(detail)
 
         async def stream() -> AsyncIterator[str]:
@@ -102,17 +105,30 @@ def dashboard_routes(
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-    async def usage_page(request: Request) -> Response:
+    async def usage_page(self, request: Request) -> Response:
         def read() -> str:
-            titles = {key: fact.title for key, fact in store.tasks.task_facts().items() if fact.title}
-            return render_usage(usage(store, budgets), {key: redactor.text(title) for key, title in titles.items()})
+            titles = {key: fact.title for key, fact in self.store.tasks.task_facts().items() if fact.title}
+            redacted = {key: self.redactor.text(title) for key, title in titles.items()}
+            return render_usage(usage(self.store, self.budgets), redacted)
 
         return _html(200, await run_in_threadpool(read))
 
+
+def dashboard_routes(
+    store: StateStore,
+    redactor: Redactor,
+    activity: RunActivity | None = None,
+    feed: ListFeed | None = None,
+    budgets: Budgets | None = None,
+) -> list[Route]:
+    """`feed`: the task list shared with the API (one of its own by default); `budgets`:
+    the daily budgets whose use and what is left the task and usage pages show."""
+    feed = feed or ListFeed(lambda: task_list(store, redactor, activity))
+    pages = _Pages(store, redactor, activity, feed, budgets)
     return [
-        Route("/", tasks, methods=["GET"]),
-        Route("/events", list_events, methods=["GET"]),
-        Route("/usage", usage_page, methods=["GET"]),
-        Route("/tasks/{key:path}/events", events, methods=["GET"]),
-        Route("/tasks/{key:path}", task, methods=["GET"]),
+        Route("/", pages.tasks, methods=["GET"]),
+        Route("/events", pages.list_events, methods=["GET"]),
+        Route("/usage", pages.usage_page, methods=["GET"]),
+        Route("/tasks/{key:path}/events", pages.task_events, methods=["GET"]),
+        Route("/tasks/{key:path}", pages.task, methods=["GET"]),
     ]

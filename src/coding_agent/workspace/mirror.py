@@ -86,7 +86,7 @@ class Mirrors:
         """The mirror of `url`, fetched by a refresh that began after `since` (a
         `time.monotonic()`; default: this call). A run passes the moment it was picked
         up: it sees every push made before then, and the runs picked up together share
-        one refresh even when they start a few at a time (`runtime/start_gate.py`)."""
+        one refresh even when their claims take longer for some than for others."""
         loop = asyncio.get_running_loop()
         entry = self._entries.get(url)
         if entry is None or entry.loop is not loop:  # an asyncio.Lock serves one event loop

@@ -119,6 +119,32 @@ class Renderer(CiShapes):
             "repo": self.repo(repo),
         }
 
+    def _head(self, record: IssueRecord, repo: RepoRecord, head_sha: str) -> JSON:
+        """The pull request's head branch, in the fork it comes from when the sandbox has that fork."""
+        head_owner = record.head_owner or repo.owner
+        head_repo = repo
+        if head_owner.lower() != repo.owner.lower():
+            try:
+                head_repo = self.state.repo(f"{head_owner}/{repo.name}")
+            except LookupError:
+                head_repo = repo
+        return self._branch(head_repo, head_owner, record.head or "", head_sha)
+
+    def _pull_links(self, record: IssueRecord, html: str, head_sha: str) -> JSON:
+        full, number = record.repo, record.number
+        api = f"{self.api}/repos/{full}/pulls/{number}"
+        issue_api = f"{self.api}/repos/{full}/issues/{number}"
+        return {
+            "self": {"href": api},
+            "html": {"href": html},
+            "issue": {"href": issue_api},
+            "comments": {"href": f"{issue_api}/comments"},
+            "review_comments": {"href": f"{api}/comments"},
+            "review_comment": {"href": f"{self.api}/repos/{full}/pulls/comments{{/number}}"},
+            "commits": {"href": f"{api}/commits"},
+            "statuses": {"href": f"{self.api}/repos/{full}/statuses/{head_sha}"},
+        }
+
     def pull(self, record: IssueRecord) -> JSON:
         """The full pull-request shape (GET /pulls/{n}); list endpoints use it too."""
         full, number = record.repo, record.number
@@ -127,14 +153,7 @@ class Renderer(CiShapes):
         issue_api = f"{self.api}/repos/{full}/issues/{number}"
         html = f"{self.web}/{full}/pull/{number}"
         issue = self.issue(record)
-        head_owner = record.head_owner or repo.owner
-        head_sha = self.state.head_sha(record)
-        head_repo = repo
-        if head_owner.lower() != repo.owner.lower():
-            try:
-                head_repo = self.state.repo(f"{head_owner}/{repo.name}")
-            except LookupError:
-                head_repo = repo
+        head_sha = self.state.head_sha(record) or ""
         return {
             "url": api,
             "id": record.pull_id or record.id,
@@ -166,18 +185,9 @@ class Renderer(CiShapes):
             "assignees": issue["assignees"],
             "requested_reviewers": [],
             "requested_teams": [],
-            "head": self._branch(head_repo, head_owner, record.head or "", head_sha or ""),
+            "head": self._head(record, repo, head_sha),
             "base": self._branch(repo, repo.owner, record.base or repo.default_branch, record.base_sha or ""),
-            "_links": {
-                "self": {"href": api},
-                "html": {"href": html},
-                "issue": {"href": issue_api},
-                "comments": {"href": f"{issue_api}/comments"},
-                "review_comments": {"href": f"{api}/comments"},
-                "review_comment": {"href": f"{self.api}/repos/{full}/pulls/comments{{/number}}"},
-                "commits": {"href": f"{api}/commits"},
-                "statuses": {"href": f"{self.api}/repos/{full}/statuses/{head_sha}"},
-            },
+            "_links": self._pull_links(record, html, head_sha),
             "author_association": issue["author_association"],
             "auto_merge": None,
             "draft": record.draft,

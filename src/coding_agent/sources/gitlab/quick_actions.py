@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["neutralise_quick_actions", "restore_quick_actions", "JOINER"]
+from coding_agent.domain.inert import JOINER
 
-JOINER = "\u200d"  # ZERO WIDTH JOINER: invisible, and not a word character
+__all__ = ["neutralise_quick_actions", "restore_quick_actions"]
+
 _BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 # A line's start, its blanks and blockquote marks, and the slash.
 _LINE_SLASH = rf"(?:\A|(?<=[{_BREAKS}]))((?:[^\S{_BREAKS}]|>)*/)"
