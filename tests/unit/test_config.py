@@ -116,3 +116,14 @@ def test_example_config_is_valid() -> None:
     # Every top-level key of the example is a real key (and vice versa for documented ones).
     documented = set(yaml.safe_load(example.read_text()))
     assert documented <= set(type(config).model_fields)
+
+
+def test_a_retired_scheduling_key_loads_with_a_warning_naming_it(caplog: pytest.LogCaptureFixture) -> None:
+    raw = {**MINIMAL, "scheduling": {"starts_at_once": 4, "start_wait_seconds": 30, "lease_seconds": 90}}
+    with caplog.at_level("WARNING", logger="coding_agent.config.service_sections"):
+        config = parse_config(raw, env={"GH_TOKEN": "t"})
+    assert config.scheduling.lease_seconds == 90
+    assert "scheduling.starts_at_once is no longer used" in caplog.text
+    assert "scheduling.start_wait_seconds is no longer used" in caplog.text
+    with pytest.raises(ConfigError, match="scheduling.starts_at_one"):
+        parse_config({**MINIMAL, "scheduling": {"starts_at_one": 4}}, env={"GH_TOKEN": "t"})

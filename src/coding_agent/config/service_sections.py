@@ -4,12 +4,23 @@ the queue, webhooks, the dashboard.
 
 from __future__ import annotations
 
-from typing import Literal
+import logging
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from coding_agent.config.base import _Strict
+
+log = logging.getLogger(__name__)
+
+# Keys an earlier release read and this one no longer needs: a config that still sets one
+# loads (with a warning naming it) rather than failing an upgrade over a setting that now
+# changes nothing.
+_RETIRED_SCHEDULING_KEYS = {
+    "starts_at_once": "runs start as soon as a worker slot is free",
+    "start_wait_seconds": "runs start as soon as a worker slot is free",
+}
 
 __all__ = [
     "SchedulingConfig",
@@ -23,6 +34,18 @@ __all__ = [
 
 
 class SchedulingConfig(_Strict):
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        kept = dict(data)
+        for key, why in _RETIRED_SCHEDULING_KEYS.items():
+            if key in kept:
+                del kept[key]
+                log.warning("config: scheduling.%s is no longer used (%s); remove it", key, why)
+        return kept
+
     interval_seconds: float = Field(default=60, gt=0)
     # a stopped worker's task is taken over this long after its last heartbeat (every third of it)
     lease_seconds: float = Field(default=60, gt=0)
