@@ -47,10 +47,15 @@ log = logging.getLogger(__name__)
 
 
 class Checkpoint(str, Enum):
-    """Where steering is consulted (SPEC 8)."""
+    """Where steering is consulted (SPEC 8).
+
+    SPEC 8's checkpoint after a reply and before its action comes in two kinds, so that
+    steering knows whether `AFTER_TOOL` follows before the next request: `BEFORE_TOOLS`
+    after a reply whose tools run next, `AFTER_REPLY` after one that runs none."""
 
     ITERATION_START = "iteration_start"
     AFTER_REPLY = "after_reply"
+    BEFORE_TOOLS = "before_tools"
     AFTER_TOOL = "after_tool"
 
 
@@ -253,7 +258,7 @@ class _Loop:
         """A usable reply past its checkpoint: post its comment, run its tools; the
         outcome when it finishes the run."""
         self.invalid_in_a_row = 0
-        told = await self.consult(Checkpoint.AFTER_REPLY)
+        told = await self.consult(Checkpoint.BEFORE_TOOLS if parsed.actions else Checkpoint.AFTER_REPLY)
         if parsed.done and not parsed.actions and told:
             return None  # comments arrived as the model finished: it answers them first (SPEC 8.1)
         parsed = await self.policy.accept(self.llm, parsed)
