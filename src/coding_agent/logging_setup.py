@@ -75,6 +75,8 @@ def configure_logging(settings: LoggingConfig, redactor: Redactor, console: bool
         console_handler.addFilter(redacting)
         console_handler.addFilter(lambda record: record.name.startswith("coding_agent"))
         root.addHandler(console_handler)
-    for noisy in ("httpx", "httpcore", "mcp", "uvicorn", "urllib3"):
+    # A line per HTTP request is noise, and a file write per model request and forge
+    # request; `httpx2` is the copy of httpx later openai SDKs are built on.
+    for noisy in ("httpx", "httpx2", "httpcore", "mcp", "uvicorn", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return path

@@ -17,7 +17,7 @@ import pytest
 from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._steering import new_comment_messages, post_comment, review_comment, run_cycle, steering_config
-from .conftest import BOT, MAINTAINER, READER, ForgeUnderTest, Kind, load_for_service
+from .conftest import BOT, MAINTAINER, READER, REPO, ForgeUnderTest, Kind, load_for_service
 
 
 def _script(before: list[dict[str, Any]]) -> dict[str, Any]:
@@ -148,3 +148,31 @@ def test_a_comment_arriving_as_the_model_finishes_is_answered_first(
     bodies = [body for _, body in github_forge.comments("issue", number)]
     assert bodies[-1].startswith("Wrote hello.txt saying hello world.")
     assert not any(body.startswith("Wrote hello.txt.") for body in bodies), "the premature done is not published"
+
+
+@pytest.mark.parametrize("function_calling", [True, False], ids=["tool_calls", "json_text"])
+def test_a_tool_step_lists_the_comments_once(
+    github_forge: ForgeUnderTest, function_calling: bool, tmp_path: Path
+) -> None:
+    """The checkpoint before a reply's tools leaves the comments to the one right after
+    them: whatever either found would reach the model in the same next request (SPEC 13:
+    forge requests per step)."""
+    number = github_forge.open_task("issue", "Add a greeting", "Please add hello.txt.")
+    script = {
+        "replies": [
+            {"tool": "workspace/create", "args": {"path": "hello.txt", "content": "hi\n"}, "comment": "Writing."},
+            {"tool": "workspace/view", "args": {"path": "hello.txt"}, "comment": "Checking it."},
+            {"done": "Done."},
+        ]
+    }
+    with ReplaySandbox(script) as model:
+        setup = steering_config(tmp_path, [github_forge], model, function_calling=function_calling)
+        report = run_cycle(load_for_service(setup))
+        requests = model.requests
+
+    assert [result.status for result in report.results] == ["done"]
+    first, last = requests[0].received_at, requests[-1].received_at
+    records: list[Any] = github_forge.sandbox.state.requests()  # type: ignore[attr-defined]
+    listing = f"/repos/{REPO}/issues/{number}/comments"
+    listings = [r for r in records if r.method == "GET" and r.path == listing and first < r.answered_at < last]
+    assert len(listings) == 2, "one listing for each of the two tool steps"

@@ -99,3 +99,39 @@ def test_a_failing_summary_request_falls_back_to_a_plain_list(tmp_path: Path) ->
     messages = asyncio.run(run())
     assert messages[2]["content"].startswith(SUMMARY_HEADING)
     assert "- assistant: Reading f0.py [called workspace/view]" in messages[2]["content"]
+
+
+def test_each_request_is_weighed_on_the_history_as_it_is_then(tmp_path: Path) -> None:
+    """Compression comes at the first request over the limit, however the history got
+    there: grown step by step, compressed, its last message edited, replaced whole."""
+
+    async def summarize(messages: list[dict]) -> str:  # type: ignore[type-arg]
+        return "SUMMARY"
+
+    async def run() -> list[tuple[bool, bool]]:
+        llm = OpenAICompatibleClient(model="r", base_url="http://127.0.0.1:9/v1", api_key="k", retry=RetryPolicy(retries=0))
+        llm.send_system_prompt("You are a coding agent.")
+        llm.send_user_message("Task: fix the parser.")
+        files = ContextStorage(tmp_path, Redactor([])).start_run("run-4")
+        compressor = Compressor(4 * estimate_tokens(llm.messages) + 400, 0.7, 2, summarize)
+        outcomes: list[tuple[bool, bool]] = []
+
+        async def request() -> None:
+            over = estimate_tokens(llm.messages, llm.tools) > compressor.limit
+            outcomes.append((over, await compressor.maybe_compress(llm, files)))
+
+        for n in range(13):
+            llm.send_user_message(f"step {n}: " + "x = 1\n" * 20)
+            await request()
+        llm.messages[-1]["content"] = "short"  # edited in place: lighter now
+        await request()
+        llm.messages[-1]["content"] = "x = 1\n" * 300  # and heavier
+        await request()
+        llm.messages[:] = [*llm.messages[:2], *({"role": "user", "content": f"y = {n}\n" * 60} for n in range(6))]
+        await request()  # replaced whole
+        await llm.aclose()
+        return outcomes
+
+    outcomes = asyncio.run(run())
+    assert all(over == compressed for over, compressed in outcomes), outcomes
+    assert sum(compressed for _, compressed in outcomes) >= 3, "growth, an edit and a replacement each went over"

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from coding_agent.config import LoggingConfig
+from coding_agent.llm.openai_client import OpenAICompatibleClient
 from coding_agent.logging_setup import configure_logging
 from coding_agent.redaction import Redactor
+from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.replay_model import ReplaySandbox
 
 
 @pytest.fixture
@@ -55,3 +58,19 @@ def test_console_line_only_when_asked(tmp_path: Path, restore_root_logging: None
     logging.getLogger("some.library").info("library chatter")
     err = capsys.readouterr().err
     assert "claimed github:a/b#1" in err and "library chatter" not in err
+
+
+async def test_the_model_clients_requests_are_not_logged_one_by_one(tmp_path: Path, restore_root_logging: None) -> None:
+    """The HTTP libraries' line per request is noise in the file log, and a write per step."""
+    path = configure_logging(LoggingConfig(dir=str(tmp_path)), Redactor([]), console=False)
+    with ReplaySandbox({"replies": [{"text": "Hello."}]}) as model:
+        llm = OpenAICompatibleClient(model="replay", base_url=model.openai_base_url, api_key="k", retry=RetryPolicy(retries=0))
+        llm.send_user_message("Say hello.")
+        reply = await llm.get_response()
+        await llm.aclose()
+    logging.getLogger("coding_agent.test").info("after the request")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    assert reply.content == "Hello."
+    text = path.read_text()
+    assert "after the request" in text and "HTTP Request" not in text, text

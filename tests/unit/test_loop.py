@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from coding_agent.agent.loop import LoopLimits, LoopOutcome, LoopStart, Oversight, run_loop
+from coding_agent.agent.loop import Checkpoint, Decision, LoopLimits, LoopOutcome, LoopStart, Oversight, run_loop
 from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import ProtocolPolicy
 from coding_agent.context.storage import ContextStorage, RunContextFiles
+from coding_agent.llm.base import LLMClient
 from coding_agent.llm.openai_client import OpenAICompatibleClient
 from coding_agent.llm.protocols import create_protocol
 from coding_agent.llm.types import LLMReply, ToolSpec
@@ -146,3 +147,34 @@ async def test_a_continued_run_acts_on_its_pending_reply_first(server: ReplaySan
     assert run.tools.calls == [("workspace/view", {"path": "README.md"})]
     assert len(run.server.requests) == 1, "the pending reply was not asked for again"
     assert outcome == LoopOutcome("done", "Read it.", 5) and steps_seen == [5]
+
+
+class RecordedCheckpoints:
+    """Steering that lets everything through and keeps the checkpoints it was consulted at."""
+
+    def __init__(self) -> None:
+        self.points: list[Checkpoint] = []
+
+    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> Decision:
+        self.points.append(point)
+        return Decision()
+
+
+@pytest.mark.parametrize("function_calling", [False, True], ids=["json_text", "tool_calls"])
+async def test_the_checkpoint_after_a_reply_says_whether_tools_run_next(
+    server: ReplaySandbox, tmp_path: Path, function_calling: bool
+) -> None:
+    """Steering learns at the reply's checkpoint whether AFTER_TOOL follows before the next
+    request (it then leaves new comments to that one), whatever the reply protocol."""
+    script = {"replies": [{"tool": "workspace/view", "args": {"path": "README.md"}}, {"done": "Read it."}]}
+    run = Run(server, script, tmp_path, function_calling)
+    steering = RecordedCheckpoints()
+    outcome = await run.loop(oversight=Oversight(steering=steering))
+    assert outcome.status == "done"
+    assert steering.points == [
+        Checkpoint.ITERATION_START,
+        Checkpoint.BEFORE_TOOLS,
+        Checkpoint.AFTER_TOOL,
+        Checkpoint.ITERATION_START,
+        Checkpoint.AFTER_REPLY,
+    ]

@@ -47,10 +47,15 @@ log = logging.getLogger(__name__)
 
 
 class Checkpoint(str, Enum):
-    """Where steering is consulted (SPEC 8)."""
+    """Where steering is consulted (SPEC 8).
+
+    SPEC 8's checkpoint after a reply and before its action comes in two kinds, so that
+    steering knows whether `AFTER_TOOL` follows before the next request: `BEFORE_TOOLS`
+    after a reply whose tools run next, `AFTER_REPLY` after one that runs none."""
 
     ITERATION_START = "iteration_start"
     AFTER_REPLY = "after_reply"
+    BEFORE_TOOLS = "before_tools"
     AFTER_TOOL = "after_tool"
 
 
@@ -253,7 +258,7 @@ class _Loop:
         """A usable reply past its checkpoint: post its comment, run its tools; the
         outcome when it finishes the run."""
         self.invalid_in_a_row = 0
-        told = await self.consult(Checkpoint.AFTER_REPLY)
+        told = await self.consult(Checkpoint.BEFORE_TOOLS if parsed.actions else Checkpoint.AFTER_REPLY)
         if parsed.done and not parsed.actions and told:
             return None  # comments arrived as the model finished: it answers them first (SPEC 8.1)
         parsed = await self.policy.accept(self.llm, parsed)
@@ -265,7 +270,6 @@ class _Loop:
             await self.run_tool(action)
         if parsed.actions:
             await self.consult(Checkpoint.AFTER_TOOL)
-            self.files.sync_messages(self.llm.messages)
         return LoopOutcome("done", parsed.comment, self.steps) if parsed.done else None
 
     async def run_tool(self, action: ToolAction) -> None:
@@ -280,7 +284,6 @@ class _Loop:
         output = result.text
         verdict = self.guard.tool_call(action.tool, action.args, result.text, result.is_error)
         if verdict is not None and verdict.action == "fail":
-            self.files.sync_messages(self.llm.messages)
             raise self.stuck(verdict.message)
         if verdict is not None:
             output += "\n\n" + verdict.message
@@ -301,6 +304,11 @@ async def run_loop(
 
     `policy` reads the replies (`ProtocolPolicy(protocol)` for the plain loop; planning
     mode adds its phases there); `start` is where a continued run stands.
+
+    The history goes to `files` after each reply, before it is acted on, and as the loop
+    ends; the tool results between are written by the crash checkpoint at the start of
+    the next iteration (steering's), which writes the history first anyway: a second
+    write of the same step would cost two file appends for nothing.
     """
     loop = _Loop(llm, policy, tools, files, reporter, limits, oversight or Oversight(), start or LoopStart())
     try:
@@ -313,6 +321,8 @@ async def run_loop(
                 continue
             outcome = await loop.act(parsed, repeated)
             if outcome is not None:
-                return outcome
+                break
     except _Ended as ended:
-        return ended.outcome
+        outcome = ended.outcome
+    files.sync_messages(llm.messages)
+    return outcome

@@ -102,11 +102,35 @@ class Compressor:
         self._summarize = summarize
         self._clock = clock
         self.compressions = 0
+        # What `_estimate` counted last: how many messages, their tokens, copies of the
+        # first and the last of them, and the tools with their tokens.
+        self._counted = 0
+        self._counted_tokens = 0
+        self._ends: tuple[Message, Message] | None = None
+        self._tools: list[ToolSpec] = []
+        self._tools_tokens = 0
+
+    def _estimate(self, messages: list[Message], tools: list[ToolSpec]) -> int:
+        """`estimate_tokens(messages, tools)`, counting only the messages added since the
+        last call. Between compressions the history only grows at its end, and counting
+        it whole before every request cost O(history) a step (0.9 ms at 80 messages with
+        tool calls). A history that did not just grow (shorter, or its first or last
+        counted message changed: a compression, a restore, a new system prompt) and
+        changed tools are counted afresh. Compared by value: nothing is held by identity."""
+        counted = self._counted
+        if counted > len(messages) or (counted and self._ends != (messages[0], messages[counted - 1])):
+            counted, self._counted_tokens = 0, 0
+        self._counted_tokens += sum(_message_tokens(message) for message in messages[counted:])
+        self._counted = len(messages)
+        self._ends = (dict(messages[0]), dict(messages[-1])) if messages else None
+        if tools != self._tools:
+            self._tools, self._tools_tokens = list(tools), _tools_tokens(tools)
+        return self._counted_tokens + self._tools_tokens
 
     async def maybe_compress(self, llm: LLMClient, files: RunContextFiles) -> bool:
         """Compress `llm.messages` in place when over the limit; True when it did."""
         messages = llm.messages
-        before = estimate_tokens(messages, llm.tools)
+        before = self._estimate(messages, llm.tools)
         if before <= self.limit:
             return False
         head = _head_length(messages)
@@ -124,7 +148,7 @@ class Compressor:
         kept = len(messages) - cut
         compressed = [*messages[:head], {"role": "user", "content": f"{SUMMARY_HEADING}\n{summary}"}, *messages[cut:]]
         llm.messages[:] = compressed
-        after = estimate_tokens(compressed, llm.tools)
+        after = self._estimate(compressed, llm.tools)
         self.compressions += 1
         files.record_summary(
             {

@@ -182,6 +182,7 @@ class RunSteering:
         # Seeded so that the first checkpoint, whichever it is, asks the forge (None: the
         # run's start has just asked, see `begin`).
         self._previous_point: Checkpoint | None = Checkpoint.ITERATION_START
+        self._comments_owed = False  # a checkpoint passed without asking for comments (`_new_comments`)
 
     def _stop_checker(self, source: Source, task: Task) -> StopChecker:
         bot = (source.bot_name or "").casefold()
@@ -336,8 +337,23 @@ class RunSteering:
                 return Decision(Verdict.STOP, ending=RunStopped("unassigned"))
         if point is Checkpoint.ITERATION_START:
             self._saver.checkpoint(llm)
-        if asked_just_now or not _takes_user_message(llm):
+        return await self._new_comments(point, llm, asked_just_now)
+
+    async def _new_comments(self, point: Checkpoint, llm: LLMClient, asked_just_now: bool) -> Decision:
+        """New comments for the model, when this checkpoint is where they can go.
+
+        Not before a reply's tools run: `AFTER_TOOL` comes right after them, and what the
+        forge says then reaches the model in the same next request; asking before as well
+        would cost a listing per step for nothing. Not where a user message would split
+        tool calls from their results (`_takes_user_message`). A checkpoint that passed
+        for either reason leaves the comments owed: the next that can take them asks,
+        even the start of an iteration that otherwise follows a listing at once."""
+        if point is Checkpoint.BEFORE_TOOLS or not _takes_user_message(llm):
+            self._comments_owed = True
             return CONTINUE
+        if asked_just_now and not self._comments_owed:
+            return CONTINUE
+        self._comments_owed = False
         message = await self._detector.message(await self._detector.check())
         return Decision(messages=(message,)) if message is not None else CONTINUE
 
