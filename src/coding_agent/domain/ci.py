@@ -162,10 +162,11 @@ class FailingCheck:
 
 @dataclass(frozen=True)
 class CiFix:
-    """What a CI fix run (SPEC 16) starts from: the checks failing on `sha`, and which of
-    the task's `max_attempts` fix runs it is."""
+    """What a CI fix run (SPEC 16) starts from: the checks failing on `sha` of `branch`,
+    and which of the task's `max_attempts` fix runs it is."""
 
     sha: str
+    branch: str
     attempt: int
     max_attempts: int
     failing: tuple[FailingCheck, ...]

@@ -191,9 +191,12 @@ class FollowUpIntake:
         completion_keywords: Sequence[str],
         allow_untrusted: bool,
         budgets: Budgets | None = None,
+        ci_fix: Callable[[Source, Task], Awaitable[Claim | None]] | None = None,
     ) -> None:
-        """`budgets`: the daily budgets a follow-up run must be within to start (None: none)."""
+        """`budgets`: the daily budgets a follow-up run must be within to start (None: none).
+        `ci_fix`: the claim of a CI fix run (SPEC 16, `CiWatcher.claim_fix`), asked first."""
         self._store = store
+        self._ci_fix = ci_fix
         self._budgets = budgets
         self._records = FollowUpRecords(store.engine)
         self._owner = owner
@@ -206,6 +209,8 @@ class FollowUpIntake:
     async def try_claim(self, source: Source, task: Task) -> Claim | None:
         """Claim `task` for a follow-up run, or return None (nothing new, acknowledged, refused)."""
         key = str(task.key)
+        if self._ci_fix is not None and (fix := await self._ci_fix(source, task)) is not None:
+            return fix
         if not source.bot_name or await asyncio.to_thread(self._records.seen, key, task.updated_at):
             return None
         if task.key.is_change and not task.has_label(source.labels.done_label):

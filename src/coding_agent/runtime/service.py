@@ -29,6 +29,7 @@ from coding_agent.context.storage import ContextStorage
 from coding_agent.llm.base import LLMClient
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
+from coding_agent.runtime.ci_watch import CiWatcher
 from coding_agent.runtime.cleanup import Cleanup
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Intake
@@ -102,6 +103,12 @@ class AgentService:
         self.runner = TaskRunner(
             config, self.store, self.redactor, self.owner, llm_factory, self.controls, memories, workspaces=self.workspaces
         )
+        # CI feedback (SPEC 16): built only when on, so main's behaviour is untouched when off.
+        self.ci = (
+            CiWatcher(config, self.store, self.sources, self.owner, self.redactor, self.budgets)
+            if config.ci.enabled
+            else None
+        )
         self.followups = FollowUpIntake(
             self.store,
             self.owner,
@@ -111,6 +118,7 @@ class AgentService:
             config.comment_handling.completion_keywords,
             config.security.allow_untrusted_triggers,
             self.budgets,
+            self.ci.claim_fix if self.ci is not None else None,
         )
         self.recovery = Recovery(
             config,
@@ -126,7 +134,9 @@ class AgentService:
         scope = f"{config.queue.backend}:{config.queue.name}" if shared else f"memory:{self.owner}"
         # A queued key not picked up in this time is offered again (a lost message).
         self.entries = QueueEntries(self.store.engine, scope, stale_seconds=max(3600.0, 2 * lease))
-        self.producer = Producer(config, self.sources, self.recovery, self.entries, self.redactor, self.store.note_task)
+        self.producer = Producer(
+            config, self.sources, self.recovery, self.entries, self.redactor, self.store.note_task, self.ci
+        )
         self.workers = Workers(
             config,
             self.sources,
@@ -140,6 +150,7 @@ class AgentService:
             self.redactor,
             self.shutdown,
             self.producer.snapshots,
+            self.ci,
         )
         self._queue: TaskQueue | None = None
 
