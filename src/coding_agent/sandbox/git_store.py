@@ -168,6 +168,16 @@ class GitRepoStore:
             self._git(name, "update-ref", f"refs/heads/{branch}", sha, "")
             return sha
 
+    def has_commit(self, name: str, ref: str) -> bool:
+        """Whether `ref` (a sha or a branch) names a commit of `name`."""
+        result = subprocess.run(
+            ["git", "--git-dir", str(self.path(name)), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            capture_output=True,
+            env=sandbox_git_env(self.root),
+            check=False,
+        )
+        return result.returncode == 0
+
     def read_file(self, name: str, ref: str, path: str) -> bytes | None:
         """The file at `path` in `ref`, or None when it is not there."""
         result = subprocess.run(

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from coding_agent.sandbox.faults import FaultInjector
+from coding_agent.sandbox.github.ci_endpoints import BLOB_PREFIX, CiEndpoints
 from coding_agent.sandbox.github.http import ApiError, GitHubMiddleware, api_error_response
 from coding_agent.sandbox.github.issue_endpoints import IssueEndpoints
 from coding_agent.sandbox.github.pull_endpoints import PullEndpoints
@@ -28,8 +29,9 @@ __all__ = ["create_github_app"]
 Endpoint = Callable[[Request], Any]
 
 
-class _Api(IssueEndpoints, PullEndpoints):
-    """The endpoints (endpoints.py and its parts); each reads `request.state.login`, set by the middleware."""
+class _Api(IssueEndpoints, PullEndpoints, CiEndpoints):
+    """The endpoints (endpoints.py and its parts: issues, pulls, CI); each reads
+    `request.state.login`, set by the middleware."""
 
 
 def _routes(api: _Api) -> list[Route]:
@@ -65,6 +67,15 @@ def _routes(api: _Api) -> list[Route]:
         Route(pull, api.update_pull, methods=["PATCH"]),
         Route(pull + "/comments", api.list_review_comments, methods=["GET"]),
         Route(pull + "/comments/{comment_id:int}/replies", api.reply_review_comment, methods=["POST"]),
+        Route(repo + "/commits/{ref:path}/check-runs", api.list_check_runs, methods=["GET"]),
+        Route(repo + "/commits/{ref:path}/status", api.combined_status, methods=["GET"]),
+        Route(repo + "/check-runs/{check_id:int}", api.get_check_run, methods=["GET"]),
+        Route(repo + "/check-runs/{check_id:int}/annotations", api.list_annotations, methods=["GET"]),
+        Route(repo + "/actions/jobs/{job_id:int}", api.get_job, methods=["GET"]),
+        Route(repo + "/actions/jobs/{job_id:int}/logs", api.job_logs, methods=["GET"]),
+        Route(repo + "/actions/runs/{run_id:int}/rerun-failed-jobs", api.rerun_failed_jobs, methods=["POST"]),
+        Route(BLOB_PREFIX + "job-logs/{owner}/{repo}/{job_id:int}", api.job_log_blob, methods=["GET"]),
+        Route("/graphql", api.graphql, methods=["POST"]),
     ]
 
 
@@ -95,7 +106,7 @@ def create_github_app(state: GitHubState, faults: FaultInjector | None = None) -
     """The ASGI app serving `state`; `faults` (if given) is consulted before routing."""
     return Starlette(
         routes=_routes(_Api(state)),
-        middleware=[Middleware(GitHubMiddleware, state=state, faults=faults)],
+        middleware=[Middleware(GitHubMiddleware, state=state, faults=faults, unauthenticated=BLOB_PREFIX)],
         exception_handlers={
             ApiError: _api_error,
             NotFoundError: _not_found,

@@ -130,12 +130,17 @@ class GitHubMiddleware(BaseHTTPMiddleware):
 
     The authenticated login is put on `request.state.login` for the endpoints. 304s and
     injected faults do not count against the rate limit (GitHub does not count 304s).
+    Paths under `unauthenticated` (the signed blob URLs of logs, which GitHub serves from
+    storage outside the API) need no token and count against no limit.
     """
 
-    def __init__(self, app: ASGIApp, state: GitHubState, faults: FaultInjector | None) -> None:
+    def __init__(
+        self, app: ASGIApp, state: GitHubState, faults: FaultInjector | None, unauthenticated: str | None = None
+    ) -> None:
         super().__init__(app)
         self.github = state
         self.faults = faults
+        self.unauthenticated = unauthenticated
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         login: str | None = None
@@ -144,6 +149,8 @@ class GitHubMiddleware(BaseHTTPMiddleware):
         if self.faults is not None:
             response = await self.faults.apply(request)
             fault = response is not None
+        if response is None and self.unauthenticated and request.url.path.startswith(self.unauthenticated):
+            response = await call_next(request)
         if response is None:
             token = _token(request)
             login = self.github.login_for_token(token) if token else None
@@ -177,6 +184,7 @@ class GitHubMiddleware(BaseHTTPMiddleware):
                 login=login,
                 fault=fault,
                 client_port=request.client.port if request.client is not None else None,
+                size=int(response.headers.get("content-length") or 0),
             )
         )
         return response

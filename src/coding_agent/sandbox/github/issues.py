@@ -172,6 +172,13 @@ class Issues(Accounts):
                 draft=draft,
             )
 
+    def head_sha(self, pull: IssueRecord) -> str | None:
+        """Where `pull`'s head branch points now (a push moves it, as on GitHub); the sha it
+        was opened with when the head is another repository's or has no git content."""
+        same_repo = (pull.head_owner or "").lower() in ("", self.repo(pull.repo).owner.lower())
+        live = self.git.branches(pull.repo).get(pull.head or "") if same_repo else None
+        return live or pull.head_sha
+
     def issue(self, repo: str, number: int) -> IssueRecord:
         """The issue or PR as it is now (labels, assignees, state, branches)."""
         with self._lock:
@@ -209,6 +216,14 @@ class Issues(Accounts):
                 changes["state"] = state
                 changes["closed_at"] = self.now() if state == "closed" else None
             return self._touch(issue, **changes)
+
+    def set_draft(self, repo: str, number: int, draft: bool) -> IssueRecord:
+        """Mark pull request `number` a draft again, or ready for review."""
+        with self._lock:
+            pull = self._issue(repo, number)
+            if not pull.is_pull:
+                raise NotFoundError(f"{repo}#{number} is not a pull request")
+            return self._touch(pull, draft=draft) if pull.draft != draft else pull
 
     # ---------------------------------------------------------------- assignees
 

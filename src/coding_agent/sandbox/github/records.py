@@ -22,6 +22,12 @@ __all__ = [
     "EventRecord",
     "RequestRecord",
     "RateLimitRecord",
+    "AnnotationRecord",
+    "CheckRunRecord",
+    "WorkflowRunRecord",
+    "StatusRecord",
+    "ACTIONS_APP",
+    "CiEvent",
 ]
 
 # GitHub's repository roles, weakest first; the index orders them.
@@ -149,6 +155,9 @@ class RequestRecord:
     answered_at: float = field(default_factory=time.monotonic, compare=False)  # for timelines
     client_port: int | None = field(default=None, compare=False)  # one per connection the client opened
 
+    # Body bytes sent (the Content-Length answered): what a ranged read of a log cost.
+    size: int | None = field(default=None, compare=False)
+
     @property
     def not_modified(self) -> bool:
         return self.status == 304
@@ -171,3 +180,92 @@ class RateLimitRecord:
     remaining: int = 5000
     reset: int = 0
     used: int = field(default=0)
+
+
+# The app slug of GitHub Actions' own check runs.
+ACTIONS_APP = "github-actions"
+
+
+@dataclass(frozen=True)
+class AnnotationRecord:
+    """A line a check run points at (`annotation_level`: notice, warning or failure)."""
+
+    path: str
+    start_line: int
+    message: str
+    annotation_level: str = "failure"
+    end_line: int | None = None
+    title: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckRunRecord:
+    """A check run of commit `head_sha`: an Actions job (`run_id` set, the job sharing the
+    check run's id, `log` its log) or another app's check (`output_*`, `annotations`).
+
+    `conclusion` None while it runs; `log` None when GitHub has none (expired: a 404);
+    `rerun` is the conclusion a re-run ends with (None: the same as this time, same log).
+    """
+
+    id: int
+    repo: str
+    head_sha: str
+    name: str
+    app: str
+    status: str
+    conclusion: str | None
+    started_at: datetime
+    completed_at: datetime | None = None
+    run_id: int | None = None
+    run_attempt: int = 1
+    log: bytes | None = b""
+    rerun: str | None = None
+    output_title: str | None = None
+    output_summary: str | None = None
+    output_text: str | None = None
+    annotations: tuple[AnnotationRecord, ...] = ()
+    details_url: str | None = None
+
+    @property
+    def is_actions_job(self) -> bool:
+        return self.run_id is not None
+
+
+@dataclass(frozen=True)
+class WorkflowRunRecord:
+    """An Actions workflow run; its status and conclusion follow from its newest jobs."""
+
+    id: int
+    repo: str
+    head_sha: str
+    head_branch: str | None
+    name: str
+    created_at: datetime
+    run_attempt: int = 1
+
+
+@dataclass(frozen=True)
+class StatusRecord:
+    """A commit status (`state`: error, failure, pending or success) under one `context`."""
+
+    id: int
+    repo: str
+    sha: str
+    context: str
+    state: str
+    creator: str
+    created_at: datetime
+    description: str | None = None
+    target_url: str | None = None
+
+
+@dataclass(frozen=True)
+class CiEvent:
+    """A change of CI the sandbox tells its webhook target about: GitHub's event name
+    (check_run, check_suite, workflow_run, status), its action, and the id of what
+    changed (check run, check suite, workflow run or status)."""
+
+    event: str
+    action: str
+    repo: str
+    id: int

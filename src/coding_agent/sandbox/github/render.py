@@ -4,8 +4,8 @@ githubkit validates every response with pydantic models, so each shape carries e
 field those models require (users with all their `*_url`s, labels with `default`,
 pull requests with `head`/`base`/`_links` ...). `api` is the server's own base URL
 (it plays https://api.github.com); `web` plays https://github.com. The shapes of users
-and repositories are `render_accounts.py`; those of issues, pull requests, labels,
-comments and events are here.
+and repositories are `render_accounts.py`, those of CI `render_ci.py`; those of issues,
+pull requests, labels, comments and events are here.
 """
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ from coding_agent.sandbox.github.records import (
     RepoRecord,
     ReviewCommentRecord,
 )
-from coding_agent.sandbox.github.render_accounts import JSON, AccountShapes, node_id, timestamp
+from coding_agent.sandbox.github.render_accounts import JSON, node_id, timestamp
+from coding_agent.sandbox.github.render_ci import CiShapes
 from coding_agent.sandbox.github.state import GitHubState
 
 __all__ = ["Renderer", "timestamp"]
 
 
 @dataclass(frozen=True)
-class Renderer(AccountShapes):
+class Renderer(CiShapes):
     """Turns records into response bodies for one base URL."""
 
     state: GitHubState
@@ -127,6 +128,7 @@ class Renderer(AccountShapes):
         html = f"{self.web}/{full}/pull/{number}"
         issue = self.issue(record)
         head_owner = record.head_owner or repo.owner
+        head_sha = self.state.head_sha(record)
         head_repo = repo
         if head_owner.lower() != repo.owner.lower():
             try:
@@ -145,7 +147,7 @@ class Renderer(AccountShapes):
             "review_comments_url": f"{api}/comments",
             "review_comment_url": f"{self.api}/repos/{full}/pulls/comments{{/number}}",
             "comments_url": f"{issue_api}/comments",
-            "statuses_url": f"{self.api}/repos/{full}/statuses/{record.head_sha}",
+            "statuses_url": f"{self.api}/repos/{full}/statuses/{head_sha}",
             "number": number,
             "state": record.state,
             "locked": False,
@@ -164,7 +166,7 @@ class Renderer(AccountShapes):
             "assignees": issue["assignees"],
             "requested_reviewers": [],
             "requested_teams": [],
-            "head": self._branch(head_repo, head_owner, record.head or "", record.head_sha or ""),
+            "head": self._branch(head_repo, head_owner, record.head or "", head_sha or ""),
             "base": self._branch(repo, repo.owner, record.base or repo.default_branch, record.base_sha or ""),
             "_links": {
                 "self": {"href": api},
@@ -174,7 +176,7 @@ class Renderer(AccountShapes):
                 "review_comments": {"href": f"{api}/comments"},
                 "review_comment": {"href": f"{self.api}/repos/{full}/pulls/comments{{/number}}"},
                 "commits": {"href": f"{api}/commits"},
-                "statuses": {"href": f"{self.api}/repos/{full}/statuses/{record.head_sha}"},
+                "statuses": {"href": f"{self.api}/repos/{full}/statuses/{head_sha}"},
             },
             "author_association": issue["author_association"],
             "auto_merge": None,

@@ -3,7 +3,9 @@
 Tests, benchmarks and `coding-agent demo` use it; `url` is what githubkit takes as
 `base_url` (it stands in for https://api.github.com). The same port serves the
 repositories' git content over smart HTTP at each repository's `clone_url`, and, given a
-`Playground`, a page for people under `/_playground/` (`playground.py`).
+`Playground`, a page for people under `/_playground/` (`playground.py`). With
+`send_webhooks`, CI changes a test makes (`state.ci_job`, `app_check`, `set_status`, a
+re-run) reach a webhook target as GitHub's signed deliveries.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from coding_agent.sandbox.github.app import create_github_app
 from coding_agent.sandbox.github.git import github_git_backend
 from coding_agent.sandbox.github.playground import Playground, WithPlayground, create_playground_app
 from coding_agent.sandbox.github.state import GitHubState
+from coding_agent.sandbox.github.webhooks import WebhookSender
 from coding_agent.sandbox.http_server import ServedApp
 
 __all__ = ["GitHubSandbox"]
@@ -32,6 +35,7 @@ class GitHubSandbox(ServedApp):
         self.state = state or GitHubState()
         self.faults = faults or FaultInjector()
         self.playground = playground
+        self._webhooks: list[WebhookSender] = []
         api: ASGIApp = create_github_app(self.state, self.faults)
         if playground is not None:
             api = WithPlayground(api, create_playground_app(self.state, playground))
@@ -46,5 +50,13 @@ class GitHubSandbox(ServedApp):
         """The bare repository behind `repo`'s clone URL, for tests that inspect branches."""
         return self.state.git_dir(repo)
 
+    def send_webhooks(self, target: str, secret: str) -> WebhookSender:
+        """POST every CI change from now on to `target`, signed with `secret`."""
+        sender = WebhookSender(self.state, target, secret, self.url)
+        self._webhooks.append(sender)
+        return sender
+
     def _on_stop(self) -> None:
+        for sender in self._webhooks:
+            sender.close()
         self.state.git.close()

@@ -8,6 +8,7 @@ composed of its parts, one module each on the shared tables of `tables.py`.
 
 from __future__ import annotations
 
+from coding_agent.sandbox.github.ci import Ci
 from coding_agent.sandbox.github.comments import Comments
 from coding_agent.sandbox.github.issues import Issues
 from coding_agent.sandbox.github.tables import NotFoundError, ValidationFailed
@@ -16,5 +17,5 @@ from coding_agent.sandbox.github.traffic import Traffic
 __all__ = ["GitHubState", "NotFoundError", "ValidationFailed"]
 
 
-class GitHubState(Issues, Comments, Traffic):
-    """Users, repositories, issues/PRs, labels, comments, events and the request log."""
+class GitHubState(Issues, Comments, Ci, Traffic):
+    """Users, repositories, issues/PRs, labels, comments, events, CI and the request log."""

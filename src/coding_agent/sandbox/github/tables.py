@@ -2,8 +2,8 @@
 
 `GitHubState` (state.py) is this base with its parts, one module each: accounts.py
 (users, repositories, their git content and permissions), issues.py (labels, issues and
-pull requests, assignees), comments.py (comments, review comments, events) and
-traffic.py (the rate limit and the request log). Every method takes the one lock here:
+pull requests, assignees), comments.py (comments, review comments, events), ci.py (check runs, workflow
+runs, commit statuses) and traffic.py (the rate limit and the request log). Every method takes the one lock here:
 the server runs in its own thread.
 """
 
@@ -18,6 +18,8 @@ from datetime import datetime, timezone
 
 from coding_agent.sandbox.git_store import GitRepoStore
 from coding_agent.sandbox.github.records import (
+    CheckRunRecord,
+    CiEvent,
     CommentRecord,
     EventRecord,
     IssueRecord,
@@ -26,7 +28,9 @@ from coding_agent.sandbox.github.records import (
     RepoRecord,
     RequestRecord,
     ReviewCommentRecord,
+    StatusRecord,
     UserRecord,
+    WorkflowRunRecord,
 )
 
 __all__ = ["GitHubTables", "NotFoundError", "ValidationFailed", "fake_sha"]
@@ -75,6 +79,11 @@ class GitHubTables:
         self._review_comments: dict[int, ReviewCommentRecord] = {}
         self._events: list[EventRecord] = []
         self._requests: list[RequestRecord] = []
+        self._check_runs: dict[int, CheckRunRecord] = {}
+        self._workflow_runs: dict[int, WorkflowRunRecord] = {}
+        self._check_suites: dict[tuple[str, str, str], int] = {}
+        self._statuses: list[StatusRecord] = []
+        self._ci_listeners: list[Callable[[CiEvent], None]] = []
         self.rate_limit = RateLimitRecord(limit=rate_limit, remaining=rate_limit, reset=int(time.time()) + 3600)
         # Real git repositories behind the clone URLs, created on first use.
         self.git = GitRepoStore()
