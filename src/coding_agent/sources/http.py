@@ -6,6 +6,9 @@ One place decides, for GitHub and GitLab alike:
   deadline of its own, so no cache or client library in between can drop the timeout
   (githubkit's hishel cache did: it rebuilt each request without httpx's timeout, and a
   hung forge parked a worker for minutes);
+- how much of a log is read: a GET for its last N bytes (`Range: bytes=-N`, how a CI
+  log's tail is asked for) keeps at most N bytes, whatever the server sends, and
+  `tail_lines` makes lines of them;
 - how a repeated GET stays cheap: the last `ETag` of each URL goes out as
   `If-None-Match`, and a 304 (free of GitHub's rate limit) is answered from memory
   (`ETagCache`, bounded in entries and in bytes; SPEC 8.1, 13). Every GET is revalidated, so labels, assignees
@@ -32,7 +35,7 @@ import asyncio
 import ssl
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -59,6 +62,7 @@ __all__ = [
     "rate_limited",
     "retry_after",
     "since_the_hour",
+    "tail_lines",
     "transient_status",
 ]
 
@@ -219,6 +223,28 @@ def retry_after(headers: Mapping[str, str] | None) -> float | None:
     return None
 
 
+def tail_lines(data: bytes, lines: int, *, partial: bool) -> str:
+    """The last `lines` lines of a log's tail `data`, decoded with invalid UTF-8 replaced
+    (a log holds whatever the CI's programs printed). `partial`: `data` starts somewhere
+    inside the log, so its first line is likely cut and is dropped (unless it is all)."""
+    rows = data.decode("utf-8", errors="replace").replace("\r\n", "\n").split("\n")
+    if rows and rows[-1] == "":
+        rows.pop()
+    if partial and len(rows) > 1:
+        rows = rows[1:]
+    return "\n".join(rows[-lines:]) if lines > 0 else ""
+
+
+def _suffix_range(header: str | None) -> int | None:
+    """N of a `Range: bytes=-N` header (the last N bytes), else None."""
+    if not header:
+        return None
+    unit, _, spec = header.strip().partition("=")
+    if unit.strip().lower() != "bytes" or not spec.startswith("-") or not spec[1:].isdigit():
+        return None
+    return int(spec[1:])
+
+
 def _environment_proxy(url: httpx.URL) -> httpx.Proxy | None:
     """The proxy `HTTP_PROXY` / `HTTPS_PROXY` / `ALL_PROXY` name for `url`, unless
     `NO_PROXY` exempts its host (either case, as git, python-gitlab and the model client
@@ -321,6 +347,14 @@ class CachingTransport(httpx.AsyncBaseTransport):
     async def _exchange(self, request: httpx.Request) -> httpx.Response:
         if request.method != "GET":
             return (await self._read(await self._connections(request.url).handle_async_request(request), request))[0]
+        tail = _suffix_range(request.headers.get("range"))
+        if tail is not None:
+            # The tail of a log: never cached, and never more than asked for kept in
+            # memory, whatever the server sends (one that ignores the range included);
+            # unencoded, since the tail of a compressed body cannot be decoded.
+            request.headers["Accept-Encoding"] = "identity"
+            response = await self._connections(request.url).handle_async_request(request)
+            return (await self._read(response, request, keep=tail))[0]
         key = f"{request.url}\n{request.headers.get('accept', '')}"
         cached = self.cache.get(key)
         if cached is not None:
@@ -343,15 +377,29 @@ class CachingTransport(httpx.AsyncBaseTransport):
         return response
 
     @staticmethod
-    async def _read(response: httpx.Response, request: httpx.Request) -> tuple[httpx.Response, bytes]:
-        """The whole (still encoded) body read inside the deadline; the client decodes it."""
+    async def _read(
+        response: httpx.Response, request: httpx.Request, keep: int | None = None
+    ) -> tuple[httpx.Response, bytes]:
+        """The whole (still encoded) body read inside the deadline; the client decodes it.
+        With `keep`, only the body's last `keep` bytes are kept (a ranged read's cap)."""
+        kept: deque[bytes] = deque()
+        size = 0
         try:
-            raw = b"".join([chunk async for chunk in response.aiter_raw()])
+            async for chunk in response.aiter_raw():
+                kept.append(chunk)
+                size += len(chunk)
+                while keep is not None and kept and size - len(kept[0]) >= keep:
+                    size -= len(kept.popleft())
         finally:
             await response.aclose()
+        raw = b"".join(kept)
+        headers = response.headers
+        if keep is not None and len(raw) > keep:
+            raw = raw[len(raw) - keep :]
+            headers = httpx.Headers([(k, v) for k, v in headers.multi_items() if k.lower() != "content-length"])
         read = httpx.Response(
             response.status_code,
-            headers=response.headers,
+            headers=headers,
             stream=httpx.ByteStream(raw),
             extensions=response.extensions,
             request=request,

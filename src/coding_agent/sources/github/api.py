@@ -18,6 +18,7 @@ from urllib.parse import quote, urlsplit
 from githubkit import Response
 
 from coding_agent.config import GitHubConfig, LabelConfig
+from coding_agent.domain.ci import Check, CheckKind, CiReport
 from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
 from coding_agent.errors import ForgeError
@@ -27,6 +28,7 @@ from coding_agent.sources.github.mapping import (
     MAX_BODY_LENGTH,
     MAX_TITLE_LENGTH,
     build_search_query,
+    check_output_text,
     comment_id as parse_comment_id,
     given,
     logins,
@@ -34,17 +36,26 @@ from coding_agent.sources.github.mapping import (
     project_of,
     split_project,
     to_change,
+    to_ci_report,
     to_comment,
     to_task,
     trigger_actor,
 )
-from coding_agent.sources.http import LifetimeAnswers, since_the_hour
+from coding_agent.sources.http import LifetimeAnswers, since_the_hour, tail_lines
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
 __all__ = ["GitHubSource"]
 
 # GitHub serves at most 1000 search results (10 pages of 100).
 _MAX_SEARCH_PAGES = 10
+# A log's tail is asked for by bytes: this many per line wanted, and never more than the cap.
+_LOG_BYTES_PER_LINE = 512
+_MAX_LOG_TAIL_BYTES = 1024 * 1024
+_READY_FOR_REVIEW = """
+mutation($id: ID!) {
+  markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { isDraft } }
+}
+"""
 
 
 class GitHubSource:
@@ -337,6 +348,109 @@ class GitHubSource:
         text = cap_body(body, MAX_BODY_LENGTH)
         response = await self._http.call("PATCH", path, lambda: self._rest.pulls.async_update(owner, repo, number, body=text))
         return to_change(self._http.data(response, "PATCH", path))
+
+    # ------------------------------------------------------------ CI feedback (SPEC 16)
+
+    async def ci_report(self, project: str, sha: str) -> CiReport:
+        """Two conditional GETs, side by side: the check runs (newest of each name) and the
+        combined status. An unknown sha (404, or GitHub's 422 "No commit found") is empty."""
+        owner, repo = split_project(project)
+        checks = self._rest.checks.async_list_for_ref
+        status = self._rest.repos.async_get_combined_status_for_ref
+        try:
+            runs, combined = await asyncio.gather(
+                self._http.get_json(
+                    f"/repos/{project}/commits/{sha}/check-runs",
+                    lambda: checks(owner, repo, sha, per_page=PER_PAGE),
+                ),
+                self._http.get_json(
+                    f"/repos/{project}/commits/{sha}/status",
+                    lambda: status(owner, repo, sha, per_page=PER_PAGE),
+                ),
+            )
+        except GitHubNotFoundError:
+            return CiReport(project, sha)
+        except ForgeError as error:
+            if "HTTP 422" in str(error):
+                return CiReport(project, sha)
+            raise
+        return to_ci_report(project, sha, runs, combined)
+
+    async def ci_log_tail(self, project: str, check: Check, lines: int) -> str | None:
+        if check.kind is CheckKind.GITHUB_ACTIONS_JOB:
+            return await self._job_log_tail(project, check, lines)
+        if check.kind is not CheckKind.GITHUB_CHECK_RUN:
+            return None
+        owner, repo = split_project(project)
+        where = f"/repos/{project}/check-runs/{check.id}"
+        try:
+            run = await self._json_object(where, lambda: self._rest.checks.async_get(owner, repo, int(check.id)))
+            notes: Any = []
+            if ((run.get("output") or {}).get("annotations_count") or 0) > 0:
+                notes = await self._http.get_json(
+                    f"{where}/annotations",
+                    lambda: self._rest.checks.async_list_annotations(owner, repo, int(check.id), per_page=PER_PAGE),
+                )
+        except GitHubNotFoundError:
+            return None
+        return tail_lines(check_output_text(run, notes).encode(), lines, partial=False)
+
+    async def _job_log_tail(self, project: str, check: Check, lines: int) -> str | None:
+        """The job log's last `lines` lines: GitHub redirects to the log's blob, which is
+        asked for its last bytes only (a line of CI output is rarely over 512 bytes)."""
+        owner, repo = split_project(project)
+        budget = min(max(lines, 1) * _LOG_BYTES_PER_LINE, _MAX_LOG_TAIL_BYTES)
+        download = self._rest.actions.async_download_job_logs_for_workflow_run
+        try:
+            response = await self._http.call(
+                "GET",
+                f"/repos/{project}/actions/jobs/{check.id}/logs",
+                lambda: download(owner, repo, int(check.id), headers={"Range": f"bytes=-{budget}"}),
+            )
+        except GitHubNotFoundError:
+            return None
+        except ForgeError as error:
+            if "HTTP 410" in str(error):  # expired
+                return None
+            raise
+        raw = response.raw_response
+        whole = raw.status_code == 206 and raw.headers.get("content-range", "").startswith("bytes 0-")
+        return tail_lines(raw.content, lines, partial=not whole and len(raw.content) >= budget)
+
+    async def ci_rerun(self, project: str, check: Check) -> bool:
+        """Re-run the failed jobs of the check's workflow run (read from its job when the
+        check's URL did not name it); False for what is no Actions job, or a refusal."""
+        if check.kind is not CheckKind.GITHUB_ACTIONS_JOB:
+            return False
+        owner, repo = split_project(project)
+        try:
+            run_id = check.rerun_id or await self._job_run_id(project, check.id)
+            path = f"/repos/{project}/actions/runs/{run_id}/rerun-failed-jobs"
+            rerun = self._rest.actions.async_re_run_workflow_failed_jobs
+            await self._http.call("POST", path, lambda: rerun(owner, repo, int(run_id)))
+        except (ForgeError, ValueError):  # refused, or no such job or run (a TransientError goes up)
+            return False
+        return True
+
+    async def _job_run_id(self, project: str, job_id: str) -> str:
+        owner, repo = split_project(project)
+        where = f"/repos/{project}/actions/jobs/{job_id}"
+        job = await self._json_object(where, lambda: self._rest.actions.async_get_job_for_workflow_run(owner, repo, int(job_id)))
+        if not isinstance(job.get("run_id"), int):
+            raise ForgeError(f"github GET {where}: the job has no run_id")
+        return str(job["run_id"])
+
+    async def mark_change_ready(self, project: str, number: int) -> None:
+        """GitHub's REST API cannot undraft a PR: one GraphQL mutation does, on the PR's node id."""
+        owner, repo = split_project(project)
+        pull = await self._json_object(
+            f"/repos/{project}/pulls/{number}", lambda: self._rest.pulls.async_get(owner, repo, number)
+        )
+        if not pull.get("draft"):
+            return
+        if not isinstance(pull.get("node_id"), str):
+            raise ForgeError(f"github GET /repos/{project}/pulls/{number}: the pull request has no node_id")
+        await self._http.graphql(_READY_FOR_REVIEW, {"id": pull["node_id"]})
 
     # ------------------------------------------------------------ labels
 

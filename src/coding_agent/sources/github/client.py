@@ -1,7 +1,8 @@
 """The GitHub request path: githubkit over the shared `CachingTransport`, under the retry policy.
 
-Every call goes through `call` (reads and idempotent writes: `retry_async`) or `create`
-(a POST that creates something: `write_once`, which checks before it retries). 5xx,
+Every call goes through `call` (reads and idempotent writes: `retry_async`), `create`
+(a POST that creates something: `write_once`, which checks before it retries) or
+`graphql` (an idempotent mutation REST has no endpoint for). 5xx,
 429, a rate-limit 403, timeouts and dropped connections become `TransientError` (with
 the server's wait hint); anything else is a `ForgeError` naming the method, path and
 status, never the token.
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 
 import httpx
 from githubkit import GitHub, Response
-from githubkit.exception import RequestError, RequestFailed, RequestTimeout
+from githubkit.exception import GraphQLFailed, RequestError, RequestFailed, RequestTimeout
 from githubkit.versions import RestVersionSwitcher
 from pydantic import ValidationError
 
@@ -120,8 +121,8 @@ class GitHubClient:
         message = self.redact(f"{what} failed: HTTP {status}" + (f": {detail}" if detail else ""))
         return GitHubNotFoundError(message) if status == 404 else ForgeError(message)
 
-    async def _attempt(self, method: str, path: str, send: Callable[[], Awaitable[Response[T]]]) -> Response[T]:
-        """One REST request; githubkit's errors become ours."""
+    async def _attempt(self, method: str, path: str, send: Callable[[], Awaitable[T]]) -> T:
+        """One REST or GraphQL request; githubkit's errors become ours."""
         what = f"github {method} {path}"
         try:
             return await send()
@@ -129,6 +130,10 @@ class GitHubClient:
             raise self._failure(method, path, error.response.raw_response) from None
         except RequestTimeout:
             raise TransientError(f"{what} timed out") from None
+        except GraphQLFailed as failed:
+            first = (failed.response.errors or [None])[0]
+            detail = f"{first.type or 'error'}: {first.message}"[:200] if first is not None else "error"
+            raise ForgeError(self.redact(f"{what} failed: {detail}")) from None
         except RequestError as error:
             cause = type(error.exc).__name__
             if isinstance(error.exc, httpx.TransportError):
@@ -219,6 +224,16 @@ class GitHubClient:
             if not has_next_page(response, len(chunk)):
                 return items
             page += 1
+
+    async def graphql(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+        """One GraphQL request (for what REST cannot do), retried as REST calls are: only
+        idempotent mutations go through here. An answer with errors is a `ForgeError`."""
+        return await retry_async(
+            lambda: self._attempt("POST", "/graphql", lambda: self._github.graphql.arequest(query, variables)),
+            self._retry,
+            "github POST /graphql",
+            sleep=self._sleep,
+        )
 
     async def aclose(self) -> None:
         await self._transport.close_pool()

@@ -1,17 +1,21 @@
 """GitHub's REST shapes (githubkit models, event JSON) mapped to the domain's types.
 
 No I/O here: what a search item, issue, pull request, comment or permission answer
-means for a `Task`, a `Comment` or a `Permission`, and the one search query of a poll.
+means for a `Task`, a `Comment` or a `Permission`, the one search query of a poll, and
+what check runs and commit statuses (read as plain JSON: GitHub adds conclusions faster
+than a model's enum follows) mean for a `CiReport`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from githubkit.utils import UNSET
 
 from coding_agent.config import GitHubConfig
+from coding_agent.domain.ci import Check, CheckKind, CheckState, CiReport
 from coding_agent.domain.delivery import ChangeRequest
 from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, TaskKind
 from coding_agent.errors import ForgeError
@@ -23,6 +27,7 @@ __all__ = [
     "MAX_TITLE_LENGTH",
     "author",
     "build_search_query",
+    "check_output_text",
     "comment_id",
     "given",
     "label_names",
@@ -31,6 +36,7 @@ __all__ = [
     "project_of",
     "split_project",
     "to_change",
+    "to_ci_report",
     "to_comment",
     "to_task",
     "trigger_actor",
@@ -147,6 +153,7 @@ def to_change(pull: Any) -> ChangeRequest:
         base_branch=pull.base.ref,
         body=given(pull.body) or "",
         draft=bool(given(pull.draft)),
+        head_sha=given(pull.head.sha) or None,
     )
 
 
@@ -169,3 +176,72 @@ def trigger_actor(events: list[dict[str, Any]], bot_label: str, bot_name: str | 
         if event.get("event") == "assigned" and bot and assignee == bot:
             return str(actor)
     return None
+
+
+ACTIONS_APP = "github-actions"
+_PASSED = frozenset({"success", "neutral", "skipped"})
+_STATUS_STATES = {"success": CheckState.PASSED, "pending": CheckState.PENDING}
+# An Actions job's page: /{owner}/{repo}/actions/runs/{run_id}/job/{job_id}
+_ACTIONS_JOB_URL = re.compile(r"/actions/runs/(\d+)/job/(\d+)")
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _check_run(run: dict[str, Any]) -> Check | None:
+    """A check run as a `Check`: an Actions job (its id is the job's, its workflow run is
+    what a re-run asks for) or another app's; None for what is no check run at all.
+
+    Anything that is not a known conclusion of a completed run counts as failed: a new
+    word GitHub adds must not read as green."""
+    number = run.get("id")
+    if not isinstance(number, int) or isinstance(number, bool):
+        return None
+    status, conclusion = _text(run.get("status")), _text(run.get("conclusion"))
+    if status != "completed" or not conclusion:
+        state, word = CheckState.PENDING, status or "pending"
+    else:
+        state, word = (CheckState.PASSED if conclusion in _PASSED else CheckState.FAILED), conclusion
+    url = _text(run.get("html_url")) or _text(run.get("details_url")) or None
+    slug = _text((run.get("app") or {}).get("slug")) if isinstance(run.get("app"), dict) else ""
+    job = _ACTIONS_JOB_URL.search(_text(run.get("details_url")) or _text(run.get("html_url")))
+    if slug == ACTIONS_APP:
+        kind, rerun = CheckKind.GITHUB_ACTIONS_JOB, job.group(1) if job else None
+    else:
+        kind, rerun = CheckKind.GITHUB_CHECK_RUN, None
+    return Check(str(number), _text(run.get("name")) or str(number), kind, state, word, url, rerun)
+
+
+def _status(status: dict[str, Any]) -> Check | None:
+    """A commit status: its context is its id and name (GitHub keeps one per context)."""
+    context, state = _text(status.get("context")), _text(status.get("state"))
+    if not context or not state:
+        return None
+    folded = _STATUS_STATES.get(state, CheckState.FAILED)
+    return Check(context, context, CheckKind.GITHUB_STATUS, folded, state, _text(status.get("target_url")) or None)
+
+
+def to_ci_report(project: str, sha: str, check_runs: Any, combined: Any) -> CiReport:
+    """Commit `sha`'s check runs (the list endpoint's body) and combined status, as one report."""
+    runs = check_runs.get("check_runs") if isinstance(check_runs, dict) else None
+    statuses = combined.get("statuses") if isinstance(combined, dict) else None
+    checks = [_check_run(run) for run in runs or () if isinstance(run, dict)]
+    checks += [_status(status) for status in statuses or () if isinstance(status, dict)]
+    return CiReport(project, sha, tuple(check for check in checks if check is not None))
+
+
+def check_output_text(run: Any, annotations: Any) -> str:
+    """Another app's check run in words: its output (title, summary, text) and annotations,
+    one line each (`path:line: level: title: message`)."""
+    output = run.get("output") if isinstance(run, dict) else None
+    output = output if isinstance(output, dict) else {}
+    parts = [_text(output.get(field)).strip() for field in ("title", "summary", "text")]
+    lines = [part for part in parts if part]
+    for note in annotations if isinstance(annotations, list) else ():
+        if not isinstance(note, dict):
+            continue
+        place = f"{_text(note.get('path'))}:{note.get('start_line')}"
+        words = [_text(note.get(field)) for field in ("annotation_level", "title", "message")]
+        lines.append(": ".join([place, *(word for word in words if word)]))
+    return "\n".join(lines)
