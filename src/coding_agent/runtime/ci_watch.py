@@ -28,12 +28,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from sqlalchemy.exc import OperationalError
+
 from coding_agent.agent.markdown import inert_markdown
 from coding_agent.agent.runner import RunResult
 from coding_agent.config import AgentConfig
 from coding_agent.domain.ci import Check, CheckState, CiFix, CiReport, CiWatch, FailingCheck, WatchState
 from coding_agent.domain.tasks import Task, TaskKey, TaskKind, ThreadRef
-from coding_agent.errors import AgentError
+from coding_agent.errors import AgentError, QueueUnavailable
 from coding_agent.prompts.notices import notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
@@ -164,7 +166,12 @@ class CiWatcher:
             if watch.state is WatchState.FIX:
                 await offer(watch.task_key)
             elif watch.state in (WatchState.WATCHING, WatchState.RERUN):
-                await self._drive(source, watch.task_key, offer)
+                try:
+                    await self._drive(source, watch.task_key, offer)
+                except (QueueUnavailable, OperationalError):
+                    raise  # the cycle's own outage handling
+                except Exception:  # one watch's bug is not the poll's end
+                    log.exception("%s: the CI watch failed; the next poll looks again", watch.task_key)
 
     def hint(self, forge: str, project: str, sha: str, offer: Offer) -> None:
         """A CI webhook about commit `sha` of `project`: its watches are looked at now, in
@@ -312,7 +319,7 @@ class CiWatcher:
             notice(
                 "ci_check",
                 language,
-                name=inert_markdown(check.name),
+                check=inert_markdown(check.name),
                 conclusion=inert_markdown(check.conclusion),
                 url=f" ({check.url})" if check.url else "",
             )
