@@ -16,7 +16,7 @@ from coding_agent.runtime.tables.ci_watches import CiWatches
 from coding_agent.sandbox.replay_model import ReplaySandbox
 
 from ._steering import run_cycle, user_messages
-from .conftest import BOT, REPO, GitHubForge, llm_section, load_for_service, write_config
+from .conftest import BOT, MAINTAINER, REPO, GitHubForge, llm_section, load_for_service, write_config
 
 FAILING_LOG = (
     "collected 3 items\n"
@@ -171,3 +171,86 @@ def test_rerun_flaky_reports_a_pass_on_rerun_without_a_fix_run(github_forge: Git
         assert fix_requests(model) == [], "no fix run"
     flaky = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith("CI passed")]
     assert len(flaky) == 1 and "after re-running tests" in flaky[0] and "flaky" in flaky[0]
+
+
+@pytest.mark.parametrize("end", ["human push", "stop label", "closed PR"])
+def test_a_human_push_a_stop_or_a_closed_pr_ends_the_watch(github_forge: GitHubForge, tmp_path: Path, end: str) -> None:
+    """Checked only before acting: the failure that would start a fix run finds the watch
+    over, and nothing runs or is said."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    with ReplaySandbox(calc_script()) as model:
+        config = ci_config(tmp_path, forge, model)
+        assert run_cycle(config).errors == ()
+        pull, sha = the_pull(forge), head(forge)
+        if end == "human push":
+            state.git.commit_files(REPO, str(pull.head), {"NOTES.md": "mine\n"}, "a maintainer's own commit")
+        elif end == "stop label":
+            state.add_label(REPO, number, "coding agent stopped", actor=MAINTAINER)
+        else:
+            state.update_issue(REPO, pull.number, state="closed")
+        state.ci_job(REPO, sha, "tests", conclusion="failure", log=FAILING_LOG)
+        assert run_cycle(config).errors == ()
+        assert run_cycle(config).errors == ()
+        assert fix_requests(model) == []
+    assert watch_state(tmp_path, f"github:{REPO}#{number}") == "ended"
+    assert not [body for body in bot_comments(forge, pull.number) if body.startswith("CI ")]
+
+
+def test_a_watch_leased_by_another_worker_is_left_to_it_until_its_lease_runs_out(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """Two workers never act on one watch: while another worker holds the task's lease
+    this one does nothing; once that worker is gone (its lease ran out) this one carries
+    the watch on, exactly once."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(calc_script()) as model:
+        config = ci_config(tmp_path, forge, model)
+        assert run_cycle(config).errors == ()
+        state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
+        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+        try:
+            assert store.acquire_lease(key, "other-worker", 3600)
+            assert run_cycle(config).errors == ()
+            assert fix_requests(model) == [] and watch_state(tmp_path, key) == "watching"
+            store.renew_lease(key, "other-worker", -1)  # that worker stopped: its lease runs out
+        finally:
+            store.close()
+        assert run_cycle(config).errors == ()
+        assert run_cycle(config).errors == ()
+        assert len(fix_requests(model)) == 1, "carried on once"
+
+
+def test_fix_runs_count_toward_the_daily_budget(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """SPEC 11.5: the fix run is a run of the task, paid by its requester; over the budget
+    it waits like any follow-up (one comment), and starts once the budget allows it."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    with ReplaySandbox(calc_script()) as model:
+        setup = write_config(
+            tmp_path, [forge], llm_section(model), memory={"enabled": False}, ci={"enabled": True},
+            budget={"per_requester": {"runs_per_day": 1}},
+        )  # fmt: skip
+        assert run_cycle(load_for_service(setup)).errors == ()
+        state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert fix_requests(model) == [], "the first run used the requester's one run of the day"
+        held = [body for author, body in forge.comments("issue", number) if author == BOT and "daily budget" in body]
+        assert len(held) == 1 and "runs_per_day" in held[0]
+
+        raised = write_config(
+            tmp_path, [forge], llm_section(model), memory={"enabled": False}, ci={"enabled": True},
+            budget={"per_requester": {"runs_per_day": 2}},
+        )  # fmt: skip
+        assert run_cycle(load_for_service(raised)).errors == ()
+        assert len(fix_requests(model)) == 1
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        runs = store.runs(f"github:{REPO}#{number}")
+    finally:
+        store.close()
+    assert [run.requester for run in runs] == [MAINTAINER, MAINTAINER], "the fix run is the requester's"
+    labels = forge.labels("issue", number)
+    assert "coding agent done" in labels and "coding agent paused" not in labels
