@@ -6,17 +6,22 @@ instead of fixed."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.runtime.tables.ci_watches import CiWatches
 from coding_agent.sandbox.replay_model import ReplaySandbox
 
+from tests.support.waiting import wait_for
+
 from ._steering import run_cycle, user_messages
 from .conftest import BOT, MAINTAINER, REPO, GitHubForge, llm_section, load_for_service, write_config
+from .test_runtime_webhooks import _serve_with_webhooks
 
 FAILING_LOG = (
     "collected 3 items\n"
@@ -254,3 +259,41 @@ def test_fix_runs_count_toward_the_daily_budget(github_forge: GitHubForge, tmp_p
     assert [run.requester for run in runs] == [MAINTAINER, MAINTAINER], "the fix run is the requester's"
     labels = forge.labels("issue", number)
     assert "coding agent done" in labels and "coding agent paused" not in labels
+
+
+SECRET = "whsec-" + "ci0123456789abcdef"
+
+
+def test_ci_webhooks_start_the_fix_run_and_report_the_pass_without_a_poll(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """`serve` with webhooks: the sandbox's own check_run / check_suite / workflow_run
+    deliveries for the failing job start the fix run, and those of the passing one bring
+    the "CI passed" comment, with no poll after the first."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(calc_script()) as model:
+        setup = write_config(
+            tmp_path, [forge], llm_section(model), memory={"enabled": False}, ci={"enabled": True},
+            scheduling={"interval_seconds": 3600}, webhooks={"github_secret": SECRET},
+        )  # fmt: skip
+        config = load_for_service(setup)
+
+        def set_ci(service: AgentService, url: str) -> None:
+            wait_for(lambda: watch_state(tmp_path, key) == "watching", 120, "the first run's push watched")
+            forge.sandbox.send_webhooks(f"{url}/webhooks/github", SECRET)
+            first = head(forge)
+            state.ci_job(REPO, first, "tests", conclusion="failure", log=FAILING_LOG)
+            wait_for(lambda: head(forge) != first and watch_state(tmp_path, key) == "watching", 120, "the fix pushed")
+            state.ci_job(REPO, head(forge), "tests", conclusion="success", log="3 passed\n")
+
+        service = asyncio.run(
+            asyncio.wait_for(
+                _serve_with_webhooks(config, lambda s: watch_state(tmp_path, key) == "passed", set_ci), 300
+            )
+        )
+    assert service.producer.cycles == 1, "no poll after the first: the webhooks did it"
+    assert len(fix_requests(model)) == 1
+    passed = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith("CI passed")]
+    assert passed == [f"CI passed: 1 checks on `{head(forge)[:12]}`."]
