@@ -82,7 +82,8 @@ class CiEndpoints(Endpoints):
             checks = [c for c in checks if c.status == params["status"]]
         page, link = paginate(request, checks)
         render = self._render(request)
-        payload = {"total_count": len(checks), "check_runs": [render.check_run(c) for c in page]}
+        pulls = render.ci_pulls(repo.full_name, sha)
+        payload = {"total_count": len(checks), "check_runs": [render.check_run(c, pulls) for c in page]}
         return json_reply(request, payload, link=link)
 
     async def get_check_run(self, request: Request) -> Response:

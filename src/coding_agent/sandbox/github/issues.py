@@ -172,12 +172,14 @@ class Issues(Accounts):
                 draft=draft,
             )
 
-    def head_sha(self, pull: IssueRecord) -> str | None:
+    def head_sha(self, pull: IssueRecord, branches: dict[str, str] | None = None) -> str | None:
         """Where `pull`'s head branch points now (a push moves it, as on GitHub); the sha it
-        was opened with when the head is another repository's or has no git content."""
-        same_repo = (pull.head_owner or "").lower() in ("", self.repo(pull.repo).owner.lower())
-        live = self.git.branches(pull.repo).get(pull.head or "") if same_repo else None
-        return live or pull.head_sha
+        was opened with when the head is another repository's or has no git content.
+        `branches`: the repository's, when the caller has read them already."""
+        if (pull.head_owner or "").lower() not in ("", self.repo(pull.repo).owner.lower()):
+            return pull.head_sha
+        branches = self.git.branches(pull.repo) if branches is None else branches
+        return branches.get(pull.head or "") or pull.head_sha
 
     def issue(self, repo: str, number: int) -> IssueRecord:
         """The issue or PR as it is now (labels, assignees, state, branches)."""

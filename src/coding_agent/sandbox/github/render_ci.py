@@ -60,7 +60,8 @@ class CiShapes(AccountShapes):
         api = f"{self.api}/repos/{repo}"
         record = self.state.repo(repo)
         short = {"id": record.id, "url": api, "name": record.name}
-        pulls = [p for p in self.state.pulls(repo) if p.state == "open" and self.state.head_sha(p) == sha]
+        branches = self.state.branches(repo)
+        pulls = [p for p in self.state.pulls(repo) if p.state == "open" and self.state.head_sha(p, branches) == sha]
         return [
             {"id": p.pull_id or p.id, "number": p.number, "url": f"{api}/pulls/{p.number}",
              "head": {"ref": p.head, "sha": sha, "repo": short},
@@ -74,7 +75,8 @@ class CiShapes(AccountShapes):
             return f"{self.web}/{record.repo}/actions/runs/{record.run_id}/job/{record.id}"
         return f"{self.web}/{record.repo}/runs/{record.id}"
 
-    def check_run(self, record: CheckRunRecord) -> JSON:
+    def check_run(self, record: CheckRunRecord, pulls: list[JSON] | None = None) -> JSON:
+        """`pulls`: `ci_pulls` of its commit, when the caller lists several of its check runs."""
         api = f"{self.api}/repos/{record.repo}/check-runs/{record.id}"
         html = self.check_run_html(record)
         return {
@@ -99,7 +101,7 @@ class CiShapes(AccountShapes):
             "name": record.name,
             "check_suite": {"id": self.state.check_suite_id(record.repo, record.head_sha, record.app)},
             "app": self.app(record.app),
-            "pull_requests": self.ci_pulls(record.repo, record.head_sha),
+            "pull_requests": self.ci_pulls(record.repo, record.head_sha) if pulls is None else pulls,
         }
 
     def annotation(self, check: CheckRunRecord, record: AnnotationRecord) -> JSON:
@@ -270,7 +272,8 @@ class CiShapes(AccountShapes):
         ]
         shape = self.status(record)
         return {
-            **{key: shape[key] for key in ("id", "target_url", "context", "description", "state", "created_at", "updated_at")},
+            **{key: shape[key] for key in ("id", "target_url", "context", "description", "state")},
+            **{key: shape[key] for key in ("created_at", "updated_at")},
             "sha": record.sha,
             "name": record.repo,
             "commit": {"sha": record.sha, "url": commit, "html_url": f"{self.web}/{record.repo}/commit/{record.sha}"},

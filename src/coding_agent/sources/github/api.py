@@ -435,7 +435,8 @@ class GitHubSource:
     async def _job_run_id(self, project: str, job_id: str) -> str:
         owner, repo = split_project(project)
         where = f"/repos/{project}/actions/jobs/{job_id}"
-        job = await self._json_object(where, lambda: self._rest.actions.async_get_job_for_workflow_run(owner, repo, int(job_id)))
+        get_job = self._rest.actions.async_get_job_for_workflow_run
+        job = await self._json_object(where, lambda: get_job(owner, repo, int(job_id)))
         if not isinstance(job.get("run_id"), int):
             raise ForgeError(f"github GET {where}: the job has no run_id")
         return str(job["run_id"])

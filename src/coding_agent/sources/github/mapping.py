@@ -204,7 +204,8 @@ def _check_run(run: dict[str, Any]) -> Check | None:
     else:
         state, word = (CheckState.PASSED if conclusion in _PASSED else CheckState.FAILED), conclusion
     url = _text(run.get("html_url")) or _text(run.get("details_url")) or None
-    slug = _text((run.get("app") or {}).get("slug")) if isinstance(run.get("app"), dict) else ""
+    app = run.get("app")
+    slug = _text(app.get("slug")) if isinstance(app, dict) else ""
     job = _ACTIONS_JOB_URL.search(_text(run.get("details_url")) or _text(run.get("html_url")))
     if slug == ACTIONS_APP:
         kind, rerun = CheckKind.GITHUB_ACTIONS_JOB, job.group(1) if job else None
