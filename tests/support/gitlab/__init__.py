@@ -5,6 +5,7 @@ inspect; `create_gitlab_app` gives the bare ASGI app for other hosts.
 """
 
 from tests.support.gitlab.app import API_PREFIX, GitLabApp, create_gitlab_app
+from tests.support.gitlab.hooks import HookDelivery
 from tests.support.gitlab.models import (
     DEVELOPER,
     GUEST,
@@ -14,9 +15,11 @@ from tests.support.gitlab.models import (
     Discussion,
     Group,
     Item,
+    Job,
     Label,
     LabelEvent,
     Note,
+    Pipeline,
     Project,
     RequestRecord,
     User,
@@ -37,10 +40,13 @@ __all__ = [
     "create_gitlab_app",
     "Discussion",
     "Group",
+    "HookDelivery",
     "Item",
+    "Job",
     "Label",
     "LabelEvent",
     "Note",
+    "Pipeline",
     "Project",
     "RequestRecord",
     "User",

@@ -18,6 +18,14 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from coding_agent.sandbox.faults import FaultInjector
+from tests.support.gitlab.ci_endpoints import (
+    get_job,
+    get_pipeline,
+    get_trace,
+    list_pipeline_jobs,
+    list_pipelines,
+    retry_job,
+)
 from tests.support.gitlab.endpoints import (
     Handler,
     create_label,
@@ -83,6 +91,12 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", _P + "/labels", create_label),
     ("GET", _P + "/members/all", list_members_all),
     ("GET", _P + "/members/all/{uid}", get_member_all),
+    ("GET", _P + "/pipelines", list_pipelines),
+    ("GET", _P + "/pipelines/{pipeline_id}", get_pipeline),
+    ("GET", _P + "/pipelines/{pipeline_id}/jobs", list_pipeline_jobs),
+    ("GET", _P + "/jobs/{job_id}", get_job),
+    ("GET", _P + "/jobs/{job_id}/trace", get_trace),
+    ("POST", _P + "/jobs/{job_id}/retry", retry_job),
 ]
 
 _SEGMENT_PATTERNS = {"kind": "issues|merge_requests"}
@@ -132,6 +146,7 @@ class GitLabApp:
                 request.url.query,
                 response.status_code,
                 user.username if user else None,
+                bytes_sent=int(response.headers.get("content-length") or 0),
             )
         )
         await response(scope, receive, send)

@@ -1,4 +1,5 @@
-"""Records of the GitLab testing server's world: users, groups, projects, items, notes.
+"""Records of the GitLab testing server's world: users, groups, projects, items, notes,
+pipelines and their jobs.
 
 Plain mutable dataclasses: only `GitLabState` changes them, under its lock, and its
 readers hand out deep copies.
@@ -28,6 +29,9 @@ __all__ = [
     "Discussion",
     "LabelEvent",
     "Item",
+    "Pipeline",
+    "Job",
+    "pipeline_status",
     "RequestRecord",
     "Clock",
 ]
@@ -148,6 +152,61 @@ class Item:
 
 
 @dataclass
+class Job:
+    """A CI job of a pipeline; a retry marks it `retried` and makes a new job of its name."""
+
+    id: int
+    project_id: int
+    pipeline_id: int
+    name: str
+    stage: str
+    status: str  # created, pending, running, success, failed, canceled, skipped, manual
+    created_at: datetime
+    allow_failure: bool = False
+    trace: bytes = b""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    retried: bool = False
+    # What a retry of this job becomes ("success", "failed", "pending"...): a flaky test
+    # is a failed job whose retry succeeds.
+    on_retry: str = "failed"
+
+
+@dataclass
+class Pipeline:
+    id: int
+    iid: int
+    project_id: int
+    sha: str
+    ref: str
+    source: str  # push, merge_request_event, ...
+    created_at: datetime
+    updated_at: datetime
+    job_ids: list[int] = field(default_factory=list)
+
+
+_RUNNING = ("running", "pending", "created", "preparing", "waiting_for_resource", "scheduled")
+
+
+def pipeline_status(jobs: list[Job]) -> str:
+    """GitLab's composite status of a pipeline's latest jobs, simplified: running before
+    failed before canceled; an allowed failure counts as a success."""
+    statuses = {job.status for job in jobs if not job.retried}
+    if "running" in statuses:
+        return "running"
+    for status in _RUNNING[1:]:
+        if status in statuses:
+            return status
+    if any(job.status == "failed" and not job.allow_failure for job in jobs if not job.retried):
+        return "failed"
+    if "canceled" in statuses:
+        return "canceled"
+    if "success" in statuses or "failed" in statuses:
+        return "success"
+    return "manual" if "manual" in statuses else "skipped"
+
+
+@dataclass
 class Project:
     id: int
     path_with_namespace: str
@@ -159,6 +218,8 @@ class Project:
     labels: dict[str, Label] = field(default_factory=dict)
     issues: dict[int, Item] = field(default_factory=dict)
     merge_requests: dict[int, Item] = field(default_factory=dict)
+    pipelines: dict[int, Pipeline] = field(default_factory=dict)
+    jobs: dict[int, Job] = field(default_factory=dict)
 
     @property
     def path(self) -> str:
@@ -178,6 +239,7 @@ class RequestRecord:
     status: int
     username: str | None
     answered_at: float = field(default_factory=time.monotonic, compare=False)  # for timelines
+    bytes_sent: int = field(default=0, compare=False)  # the answer's Content-Length
 
     @property
     def not_modified(self) -> bool:

@@ -39,5 +39,10 @@ class GitLabSandbox(ServedApp):
         """The bare repository behind the project's clone URL, for tests that inspect branches."""
         return self.state.git_dir(project)
 
+    def send_hooks_to(self, url: str, token: str | None = None) -> None:
+        """Deliver the CI webhooks (Pipeline Hook, Job Hook) to `url`, linking to this server."""
+        self.state.send_hooks_to(url, token, base_url=self.url)
+
     def _on_stop(self) -> None:
+        self.state.close_hooks()
         self.state.git.close()

@@ -8,12 +8,13 @@ whatever port the server landed on. Callers hold the state lock.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.support.gitlab.models import Discussion, Group, Item, Label, LabelEvent, Note, Project, User
-from tests.support.gitlab.state import GitLabState
+
+if TYPE_CHECKING:  # the state's CI part builds webhook payloads with these shapes
+    from tests.support.gitlab.state import GitLabState
 
 __all__ = [
     "timestamp",
@@ -168,7 +169,8 @@ def issue_json(state: GitLabState, item: Item, base: str) -> JSON:
 
 
 def merge_request_json(state: GitLabState, item: Item, base: str) -> JSON:
-    sha = hashlib.sha1(f"{item.project_id}:{item.source_branch}".encode()).hexdigest()
+    # The source branch's head commit, as GitLab reports it (the CI watch compares it).
+    sha = state.branches(item.project_id).get(item.source_branch or "")
     return {
         **_item_common(state, item, base),
         "merged_by": None,

@@ -8,6 +8,7 @@ composed of its parts, one module each on the shared tables of `tables.py`.
 
 from __future__ import annotations
 
+from tests.support.gitlab.ci import Ci
 from tests.support.gitlab.issues import Issues
 from tests.support.gitlab.readers import Readers
 from tests.support.gitlab.traffic import Traffic
@@ -15,8 +16,9 @@ from tests.support.gitlab.traffic import Traffic
 __all__ = ["GitLabState"]
 
 
-class GitLabState(Issues, Readers, Traffic):
-    """Users, groups, projects, issues, MRs, notes, discussions, labels and the request log.
+class GitLabState(Issues, Readers, Traffic, Ci):
+    """Users, groups, projects, issues, MRs, notes, discussions, labels, pipelines and
+    jobs (ci.py, with the webhooks they send) and the request log.
 
     Every public method takes the lock; `lock` is public so the HTTP layer can read a
     consistent picture while it serialises a response. Methods that name an issue or MR

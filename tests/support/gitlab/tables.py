@@ -2,7 +2,8 @@
 
 `GitLabState` (state.py) is this base with its parts, one module each: accounts.py
 (users, groups, projects, members, their git content), issues.py (issues and merge
-requests, their labels and assignees), notes.py (notes and discussions), readers.py
+requests, their labels and assignees), notes.py (notes and discussions), ci.py
+(pipelines, jobs, traces and the webhooks they send), readers.py
 (copies for tests to keep) and traffic.py (the request log). Every public method takes
 the one lock; `lock` is public so the HTTP layer can read a consistent picture while it
 serialises a response.

@@ -25,6 +25,7 @@ from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
+from coding_agent.sources.gitlab.ci import GitLabCi
 from coding_agent.sources.gitlab.client import PER_PAGE, GitLabClient
 from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
 from coding_agent.sources.http import LifetimeAnswers, since_the_hour
@@ -52,8 +53,10 @@ def _body(text: str) -> str:
     return cap_body(neutralise_quick_actions(text), MAX_BODY_LENGTH)
 
 
-class GitLabSource:
-    """`Source` over one GitLab scope: a group (and its subgroups) or one project."""
+class GitLabSource(GitLabCi):
+    """`Source` over one GitLab scope: a group (and its subgroups) or one project.
+
+    The CI methods (SPEC 16) are its base `GitLabCi` (ci.py)."""
 
     forge: Forge = "gitlab"
 
@@ -410,7 +413,8 @@ class GitLabSource:
         async def find() -> JSON | None:
             found = await self.find_open_change(project, head_branch)
             return {"iid": found.number, "web_url": found.url, "source_branch": found.head_branch,
-                    "target_branch": found.base_branch, "description": found.body, "draft": found.draft} if found else None
+                    "target_branch": found.base_branch, "description": found.body, "draft": found.draft,
+                    "sha": found.head_sha} if found else None
 
         return to_change(await self._http.create(f"POST {path}", create, find))
 

@@ -15,6 +15,8 @@ already hold unchanged, so a long thread costs one request, not one per page.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from coding_agent.domain.tasks import TaskKey, TaskKind
 from coding_agent.errors import ForgeError, TransientError
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy, retry_async
+from coding_agent.sources.ci_logs import TailBuffer
 from coding_agent.sources.gitlab.mapping import JSON
 from coding_agent.sources.http import ETagCache, count_request, rate_limited, retry_after, transient_status
 from coding_agent.sources.writes import write_once
@@ -40,6 +43,8 @@ T = TypeVar("T")
 
 PER_PAGE = 100  # GitLab's maximum
 _TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
+_CHUNK = 64 * 1024
+_RANGE_START = re.compile(r"bytes\s+(\d+)-")
 
 
 class _Client(gitlab.Gitlab):
@@ -157,6 +162,28 @@ class GitLabClient:
             next_page = page.headers.get("X-Next-Page") or ""
             page_number = int(next_page) if next_page.isdigit() else None
         return items
+
+    def tail(self, path: str, limit: int) -> tuple[bytes, bool] | None:
+        """The last `limit` bytes of a plain-text answer (a job trace), and whether they
+        start inside it; None for a 404 (blocking).
+
+        Asks for `Range: bytes=-limit`. GitLab's trace endpoint itself ignores the header
+        and sends the whole trace (a proxy in front may honour it: then a 206 carries
+        only the tail); either way the answer is streamed and only its last `limit`
+        bytes are kept, so a 50 MB trace never sits in memory. A 416 is an empty trace.
+        """
+        try:
+            response = self.gl.http_get(path, streamed=True, raw=True, extra_headers={"Range": f"bytes=-{limit}"})
+        except GitlabError as error:
+            if error.response_code in (404, 416):
+                return None if error.response_code == 404 else (b"", False)
+            raise
+        with contextlib.closing(response):
+            buffer = TailBuffer(limit)
+            for chunk in response.iter_content(chunk_size=_CHUNK):
+                buffer.feed(chunk)
+            start = _RANGE_START.match(response.headers.get("Content-Range", "")) if response.status_code == 206 else None
+        return buffer.data, buffer.cut or (start is not None and int(start[1]) > 0)
 
     def manager(self, key: TaskKey) -> Any:
         project = self.gl.projects.get(key.project, lazy=True)

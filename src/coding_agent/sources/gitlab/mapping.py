@@ -1,15 +1,18 @@
-"""GitLab's JSON (issues, merge requests, notes, members) mapped to the domain's types.
+"""GitLab's JSON (issues, merge requests, notes, members, pipelines, jobs) mapped to the
+domain's types.
 
-No I/O here: what an answer means for a `Task`, a `Comment`, a `ChangeRequest` or a
-`Permission`, and the API paths of an item.
+No I/O here: what an answer means for a `Task`, a `Comment`, a `ChangeRequest`, a
+`Permission` or a `Check`, and the API paths of an item.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from coding_agent.domain.ci import Check, CheckKind, CheckState
 from coding_agent.domain.delivery import ChangeRequest
 from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, TaskKind
 from coding_agent.errors import ForgeError
@@ -22,6 +25,9 @@ __all__ = [
     "THREAD_NOTE_TYPES",
     "assignees",
     "chronological",
+    "job_checks",
+    "newest_pipelines",
+    "ready_title",
     "instance_url",
     "item_path",
     "permission_for_access_level",
@@ -142,4 +148,63 @@ def to_change(data: JSON) -> ChangeRequest:
         base_branch=str(data.get("target_branch") or ""),
         body=restore_quick_actions(str(data.get("description") or "")),
         draft=bool(data.get("draft") or data.get("work_in_progress")),
+        head_sha=str(data["sha"]) if data.get("sha") else None,
+    )
+
+
+# GitLab's draft marks, as its own `draftless_title` strips them (`WIP:` went in 14.0).
+_DRAFT_PREFIX = re.compile(r"\A\s*(?:\[draft\]|\(draft\)|draft:)\s*", re.IGNORECASE)
+
+
+def ready_title(title: str) -> str:
+    """An MR title without its draft marks: GitLab has no draft flag to write, the title is it."""
+    while (match := _DRAFT_PREFIX.match(title)) is not None:
+        title = title[match.end() :]
+    return title
+
+
+# A job's status folded into the three states (SPEC 16). `manual` and `skipped` jobs are
+# left out of the report: a manual job waits for a person (a deploy button), and counting
+# it as pending would hold the watch until `ci.watch_seconds`; a skipped job never ran.
+# A status GitLab adds later counts as pending: the watch waits rather than guesses.
+_JOB_STATES = {
+    "success": CheckState.PASSED,
+    "failed": CheckState.FAILED,
+    "canceled": CheckState.FAILED,
+}
+_NOT_COUNTED = frozenset({"manual", "skipped"})
+
+
+def newest_pipelines(pipelines: list[JSON]) -> list[JSON]:
+    """The newest pipeline of each `source` (push, merge_request_event, parent_pipeline...):
+    an older pipeline of the same source was superseded, another source's still counts."""
+    newest: dict[str, JSON] = {}
+    for pipeline in sorted(pipelines, key=lambda p: int(p.get("id") or 0), reverse=True):
+        newest.setdefault(str(pipeline.get("source") or ""), pipeline)
+    return list(newest.values())
+
+
+def job_checks(jobs: list[JSON]) -> list[Check]:
+    """A pipeline's jobs as checks, the newest job of each name only (a retried job is
+    listed again under a new id), manual and skipped jobs left out."""
+    latest: dict[str, JSON] = {}
+    for job in sorted(jobs, key=lambda j: int(j.get("id") or 0)):
+        latest[str(job.get("name") or job.get("id"))] = job
+    return [_job_check(job) for job in latest.values() if job.get("status") not in _NOT_COUNTED]
+
+
+def _job_check(job: JSON) -> Check:
+    status = str(job.get("status") or "")
+    state = _JOB_STATES.get(status, CheckState.PENDING)
+    conclusion = status
+    if state is CheckState.FAILED and status == "failed" and job.get("allow_failure"):
+        state, conclusion = CheckState.PASSED, "failed (allowed to fail)"
+    return Check(
+        id=str(job["id"]),
+        name=str(job.get("name") or job["id"]),
+        kind=CheckKind.GITLAB_JOB,
+        state=state,
+        conclusion=conclusion,
+        url=str(job["web_url"]) if job.get("web_url") else None,
+        rerun_id=str(job["id"]),
     )
