@@ -349,3 +349,63 @@ def test_gitlab_a_failing_job_gets_a_fix_run_whose_push_passes(gitlab_forge: Git
     assert passed == [f"CI passed: 2 checks on `{second[:12]}`.\n\nThe draft is marked ready for review."]
     assert not mr.draft
     assert watch_state(tmp_path, key) == "passed"
+
+
+def test_a_fix_run_that_changes_nothing_ends_the_watch_with_one_comment(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    script = calc_script()
+    script["conversations"][0]["replies"] = [{"done": "I could not find anything to change."}]
+    with ReplaySandbox(script) as model:
+        config = ci_config(tmp_path, forge, model)
+        assert run_cycle(config).errors == ()
+        sha = head(forge)
+        state.ci_job(REPO, sha, "tests", conclusion="failure", log=FAILING_LOG)
+        assert run_cycle(config).errors == ()
+        assert run_cycle(config).errors == ()
+        assert len(fix_requests(model)) == 1 and head(forge) == sha
+    still = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith("The CI fix run changed nothing")]
+    assert len(still) == 1 and "- tests: failure" in still[0]
+    assert watch_state(tmp_path, f"github:{REPO}#{number}") == "failed"
+
+
+def test_the_pause_signal_holds_the_watch(github_forge: GitHubForge, tmp_path: Path) -> None:
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    with ReplaySandbox(calc_script()) as model:
+        config = ci_config(tmp_path, forge, model)
+        assert run_cycle(config).errors == ()
+        state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
+        signal = tmp_path / "contexts" / "pause_signal"
+        signal.write_text("")
+        assert run_cycle(config).errors == ()
+        assert fix_requests(model) == [] and watch_state(tmp_path, f"github:{REPO}#{number}") == "watching"
+        signal.unlink()
+        assert run_cycle(config).errors == ()
+        assert len(fix_requests(model)) == 1, "held, not dropped"
+
+
+@pytest.mark.parametrize("ci", ["none", "never finishes"])
+def test_no_ci_ends_the_watch_silently_and_ci_pending_past_watch_seconds_with_one_note(
+    github_forge: GitHubForge, tmp_path: Path, ci: str
+) -> None:
+    """`appear_seconds` and `watch_seconds` far below the time a run takes, so that both
+    have passed by the next poll."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    with ReplaySandbox(calc_script()) as model:
+        config = ci_config(tmp_path, forge, model, appear_seconds=0.01, watch_seconds=0.01)
+        assert run_cycle(config).errors == ()
+        if ci == "never finishes":
+            state.ci_job(REPO, head(forge), "tests", conclusion=None)
+        assert run_cycle(config).errors == ()
+        assert run_cycle(config).errors == ()
+        assert fix_requests(model) == []
+    said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith("CI")]
+    if ci == "none":
+        assert said == [] and watch_state(tmp_path, f"github:{REPO}#{number}") == "no_ci"
+    else:
+        assert len(said) == 1 and "was still running" in said[0], said
+        assert watch_state(tmp_path, f"github:{REPO}#{number}") == "timed_out"

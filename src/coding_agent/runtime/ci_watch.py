@@ -32,6 +32,7 @@ from sqlalchemy.exc import OperationalError
 
 from coding_agent.agent.markdown import inert_markdown
 from coding_agent.agent.runner import RunResult
+from coding_agent.agent.steering import pause_signal_path
 from coding_agent.config import AgentConfig
 from coding_agent.domain.ci import Check, CheckState, CiFix, CiReport, CiWatch, FailingCheck, WatchState
 from coding_agent.domain.tasks import Task, TaskKey, TaskKind, ThreadRef
@@ -89,6 +90,7 @@ class CiWatcher:
         self._redactor = redactor
         self._budgets = budgets
         self._clock = clock
+        self._signal_file = pause_signal_path(config) if config.pause_resume.enabled else None
         self._background: set[asyncio.Task[None]] = set()
         self.reports = 0  # ci_report calls made (observed by the benchmark)
 
@@ -200,7 +202,10 @@ class CiWatcher:
         return next((source for source in self._sources if task_key.startswith(f"{source.forge}:")), None)
 
     async def _drive(self, source: Source, task_key: str, offer: Offer) -> None:
-        """One look at one watch under its task's lease (busy: the next look decides)."""
+        """One look at one watch under its task's lease (busy: the next look decides);
+        none while the pause signal holds every task (SPEC 8.3)."""
+        if self._signal_file is not None and self._signal_file.exists():
+            return
         lease_seconds = self._config.scheduling.lease_seconds
         if not await asyncio.to_thread(self._store.acquire_lease, task_key, self._owner, lease_seconds):
             return
