@@ -7,11 +7,13 @@ instead of fixed."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from coding_agent.domain.ci import Check, CheckKind, CheckState, WatchState
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.runtime.tables.ci_watches import CiWatches
@@ -409,3 +411,37 @@ def test_no_ci_ends_the_watch_silently_and_ci_pending_past_watch_seconds_with_on
     else:
         assert len(said) == 1 and "was still running" in said[0], said
         assert watch_state(tmp_path, f"github:{REPO}#{number}") == "timed_out"
+
+
+def test_a_fix_run_whose_worker_died_after_its_claim_is_started_by_the_takeover(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """The worker that claimed the fix (labels swapped, watch `fixing`) died before its run
+    began: its lease runs out, and the next cycle starts that fix run, once, with the
+    failing checks in its first turn."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(calc_script()) as model:
+        config = ci_config(tmp_path, forge, model)
+        assert run_cycle(config).errors == ()
+        state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
+        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+        try:  # as the dead worker left it
+            watches = CiWatches(store.engine)
+            watch = watches.watch(key)
+            assert watch is not None
+            job = str(state.check_runs(REPO, head(forge))[0].id)
+            failing = (Check(job, "tests", CheckKind.GITHUB_ACTIONS_JOB, CheckState.FAILED, "failure"),)
+            watches.update_watch(watch, state=WatchState.FIXING, attempts=1, acted_at=time.time(), failing=failing)
+            state.remove_label(REPO, number, "coding agent done", actor=BOT)
+            state.add_label(REPO, number, "coding agent processing", actor=BOT)
+            assert store.acquire_lease(key, "dead-worker", -1)
+        finally:
+            store.close()
+        assert run_cycle(config).errors == ()
+        assert run_cycle(config).errors == ()
+        fixes = fix_requests(model)
+    assert len(fixes) == 1 and "FAILED tests/test_calc.py::test_add" in fixes[0] and "fix attempt 1 of 2" in fixes[0]
+    assert watch_state(tmp_path, key) == "watching", "its push is watched"
+    assert "coding agent done" in forge.labels("issue", number)

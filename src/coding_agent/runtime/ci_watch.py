@@ -380,19 +380,42 @@ class CiWatcher:
         fresh = await source.get_task(TaskKey.parse(key))
         if self._budgets is not None and await self._budgets.held(source, fresh, watch.requester):
             return None  # the budget's comment said so; the next poll offers it again
+        attempt = watch.attempts + 1
+        fix = await self._fix_of(source, watch, attempt)
+        present = [label for label in fresh.labels if label in lifecycle_labels(source)]
+        await transition(source, fresh.key, source.labels.processing_label, present)
+        now = self._clock()
+        await asyncio.to_thread(self._watches.update_watch, watch, state=WatchState.FIXING, attempts=attempt, acted_at=now)
+        log.info("%s: CI fix run %d of %d claimed for %s", key, attempt, fix.max_attempts, watch.sha[:12])
+        return self._claim(fresh, watch, fix)
+
+    async def claim_cut_short(self, source: Source, task: Task) -> Claim | None:
+        """The CI fix run of `task` whose worker died after the label swap, before its run
+        began (the caller holds the lease and saw `processing`); None when the cut-short
+        claim was not a CI fix's."""
+        key = str(task.key)
+        watch = await asyncio.to_thread(self._watches.watch, key) if self.enabled else None
+        if watch is None or watch.state is not WatchState.FIXING:
+            return None
+        latest = await asyncio.to_thread(self._store.latest_run, key)
+        if latest is not None and latest.started_at >= watch.acted_at:
+            return None  # its run began (and is taken over as a run)
+        log.warning("%s: a CI fix run's worker stopped before its run began; starting it", key)
+        return self._claim(task, watch, await self._fix_of(source, watch, watch.attempts))
+
+    async def _fix_of(self, source: Source, watch: CiWatch, attempt: int) -> CiFix:
+        """What fix run `attempt` starts from: each failing check with its log's tail."""
         lines = self._settings.log_tail_lines
         failing = []
         for check in watch.failing:
             tail = await source.ci_log_tail(watch.project, check, lines)
             failing.append(FailingCheck(check, _last_lines(tail, lines)))
-        attempt = watch.attempts + 1
-        fix = CiFix(watch.sha, watch.head_branch, attempt, self._settings.max_fix_attempts, tuple(failing))
-        present = [label for label in fresh.labels if label in lifecycle_labels(source)]
-        await transition(source, fresh.key, source.labels.processing_label, present)
-        await asyncio.to_thread(self._watches.update_watch, watch, state=WatchState.FIXING, attempts=attempt)
-        log.info("%s: CI fix run %d of %d claimed for %s", key, attempt, fix.max_attempts, watch.sha[:12])
+        return CiFix(watch.sha, watch.head_branch, attempt, self._settings.max_fix_attempts, tuple(failing))
+
+    @staticmethod
+    def _claim(task: Task, watch: CiWatch, fix: CiFix) -> CiFixClaim:
         reply_to = ThreadRef.parse(watch.reply_to) if watch.reply_to else None
-        return CiFixClaim(task=fresh, requester=watch.requester, reply_to=reply_to, ci_fix=fix)
+        return CiFixClaim(task=task, requester=watch.requester, reply_to=reply_to, ci_fix=fix)
 
 
 def _last_lines(text: str | None, lines: int) -> str | None:

@@ -118,7 +118,7 @@ class AgentService:
             config.comment_handling.completion_keywords,
             config.security.allow_untrusted_triggers,
             self.budgets,
-            self.ci.claim_fix if self.ci is not None else None,
+            self.ci,
         )
         self.recovery = Recovery(
             config,
