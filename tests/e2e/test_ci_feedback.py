@@ -17,13 +17,16 @@ from coding_agent.domain.ci import Check, CheckKind, CheckState, WatchState
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.state_store import StateStore
 from coding_agent.runtime.tables.ci_watches import CiWatches
+from coding_agent.redaction import Redactor
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.web.views import task_detail, task_list
 
 from tests.support.waiting import wait_for
 
 from ._steering import run_cycle, user_messages
 from .conftest import (
     BOT,
+    AgentSetup,
     MAINTAINER,
     REPO,
     ForgeUnderTest,
@@ -31,6 +34,7 @@ from .conftest import (
     GitLabForge,
     llm_section,
     load_for_service,
+    run_cli,
     write_config,
 )
 from .test_runtime_webhooks import _serve_with_webhooks
@@ -69,11 +73,12 @@ def calc_script() -> dict[str, Any]:
     }
 
 
+def ci_setup(tmp_path: Path, forge: ForgeUnderTest, model: ReplaySandbox, **ci: Any) -> AgentSetup:
+    return write_config(tmp_path, [forge], llm_section(model), memory={"enabled": False}, ci={"enabled": True, **ci})
+
+
 def ci_config(tmp_path: Path, forge: ForgeUnderTest, model: ReplaySandbox, **ci: Any) -> Any:
-    setup = write_config(
-        tmp_path, [forge], llm_section(model), memory={"enabled": False}, ci={"enabled": True, **ci}
-    )
-    return load_for_service(setup)
+    return load_for_service(ci_setup(tmp_path, forge, model, **ci))
 
 
 def the_pull(forge: GitHubForge) -> Any:
@@ -150,6 +155,13 @@ def test_a_failing_check_gets_a_fix_run_whose_push_passes(github_forge: GitHubFo
     assert passed == [f"CI passed: 2 checks on `{second_head[:12]}`.\n\nThe draft is marked ready for review."]
     assert not the_pull(forge).draft, "ready_when_green marked the draft ready"
     assert watch_state(tmp_path, key) == "passed"
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        assert [row["ci"] for row in task_list(store, Redactor([])) if row["task"] == key] == ["passed"]
+        detail = task_detail(store, key, Redactor([]))
+        assert detail is not None and detail["ci"] == "passed"
+    finally:
+        store.close()
     issue_comments = [body for author, body in forge.comments("issue", number) if author == BOT]
     assert any(body.startswith("FIX-1: changed calc.py") for body in issue_comments), "the fix run says what it changed"
     assert "coding agent done" in forge.labels("issue", number)
@@ -160,12 +172,17 @@ def test_fix_runs_stop_at_max_fix_attempts_with_one_comment(github_forge: GitHub
     forge, state = github_forge, github_forge.sandbox.state
     number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
     with ReplaySandbox(calc_script()) as model:
-        config = ci_config(tmp_path, forge, model, max_fix_attempts=2)
+        setup = ci_setup(tmp_path, forge, model, max_fix_attempts=2)
+        config = load_for_service(setup)
         assert run_cycle(config).errors == ()
-        for _ in range(4):  # CI fails on every commit the agent pushes
+        for attempt in range(4):  # CI fails on every commit the agent pushes
             state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
             assert run_cycle(config).errors == ()
+            if attempt == 0:
+                assert "CI: waiting (1/2 fix attempts)" in run_cli(setup, "status").stdout
         assert len(fix_requests(model)) == 2, "exactly max_fix_attempts fix runs"
+        status = run_cli(setup, "status")
+        assert status.returncode == 0 and "CI: failed (2/2 fix attempts)" in status.stdout, status.stdout
     pull = the_pull(forge)
     failed = [body for body in bot_comments(forge, pull.number) if body.startswith("CI still fails")]
     assert len(failed) == 1, bot_comments(forge, pull.number)

@@ -154,3 +154,21 @@ def test_checks_survive_the_store_s_json() -> None:
 
     assert checks_from_json(checks_to_json((FAIL, PASS))) == (FAIL, PASS)
     assert checks_from_json("not json") == ()
+
+
+@pytest.mark.parametrize(
+    ("state", "attempts", "shown"),
+    [
+        (WatchState.WATCHING, 0, "waiting"),
+        (WatchState.WATCHING, 1, "waiting (1/2 fix attempts)"),
+        (WatchState.FIXING, 1, "fixing (1/2 fix attempts)"),
+        (WatchState.PASSED, 1, "passed"),
+        (WatchState.FLAKY, 0, "passed (flaky)"),
+        (WatchState.FAILED, 2, "failed (2/2 fix attempts)"),
+        (WatchState.NO_CI, 0, "no CI"),
+        (WatchState.TIMED_OUT, 0, "timed out"),
+        (WatchState.ENDED, 0, "ended"),
+    ],
+)
+def test_the_ci_state_as_status_and_the_dashboard_show_it(state: WatchState, attempts: int, shown: str) -> None:
+    assert watch(state=state, attempts=attempts, max_attempts=2).shown == shown

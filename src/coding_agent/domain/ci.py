@@ -129,9 +129,10 @@ class WatchState(StrEnum):
 class CiWatch:
     """The watch of one task's PR/MR head, as the store keeps it.
 
-    `sha` is what the agent pushed; `attempts` the fix runs already used for the task;
-    `acted_at` when its state last changed (a re-run's request, a fix's decision);
-    `failing` the checks that failed at the last look that found failures.
+    `sha` is what the agent pushed; `attempts` the fix runs already used for the task, of
+    `max_attempts` (`ci.max_fix_attempts` when the watch began); `acted_at` when its state
+    last changed (a re-run's request, a fix's claim); `failing` the checks that failed at
+    the last look that found failures.
     """
 
     task_key: str
@@ -144,11 +145,26 @@ class CiWatch:
     acted_at: float
     appeared_at: float | None = None
     attempts: int = 0
+    max_attempts: int = 0
     reran: bool = False
     requester: str | None = None
     reply_to: str | None = None
     bot_assigned: bool = False
     failing: tuple[Check, ...] = field(default=())
+
+    @property
+    def shown(self) -> str:
+        """The task's CI state as `status` and the dashboard show it."""
+        tried = f"{self.attempts}/{self.max_attempts} fix attempts"
+        if self.state in (WatchState.WATCHING, WatchState.RERUN):
+            return f"waiting ({tried})" if self.attempts else "waiting"
+        if self.state in (WatchState.FIX, WatchState.FIXING):
+            return f"fixing ({tried})"
+        if self.state is WatchState.FAILED:
+            return f"failed ({tried})"
+        return {WatchState.FLAKY: "passed (flaky)", WatchState.NO_CI: "no CI", WatchState.TIMED_OUT: "timed out"}.get(
+            self.state, self.state.value
+        )
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,7 @@ class CiWatcher:
             started_at=now,
             acted_at=now,
             attempts=attempts,
+            max_attempts=self._settings.max_fix_attempts,
             requester=claim.requester,
             reply_to=reply_to,
             bot_assigned=bool(bot) and any(name.casefold() == bot for name in claim.task.assignees),
@@ -410,7 +411,7 @@ class CiWatcher:
         for check in watch.failing:
             tail = await source.ci_log_tail(watch.project, check, lines)
             failing.append(FailingCheck(check, _last_lines(tail, lines)))
-        return CiFix(watch.sha, watch.head_branch, attempt, self._settings.max_fix_attempts, tuple(failing))
+        return CiFix(watch.sha, watch.head_branch, attempt, watch.max_attempts, tuple(failing))
 
     @staticmethod
     def _claim(task: Task, watch: CiWatch, fix: CiFix) -> CiFixClaim:

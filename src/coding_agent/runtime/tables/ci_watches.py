@@ -30,6 +30,7 @@ class _CiWatch(StateTables):
     appeared_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     acted_at: Mapped[float] = mapped_column(Float)
     attempts: Mapped[int] = mapped_column(Integer)
+    max_attempts: Mapped[int] = mapped_column(Integer)
     reran: Mapped[bool] = mapped_column(Boolean)
     requester: Mapped[str | None] = mapped_column(String(200), nullable=True)
     reply_to: Mapped[str | None] = mapped_column(String(400), nullable=True)
@@ -49,6 +50,7 @@ def _watch(row: _CiWatch) -> CiWatch:
         acted_at=row.acted_at,
         appeared_at=row.appeared_at,
         attempts=row.attempts,
+        max_attempts=row.max_attempts,
         reran=row.reran,
         requester=row.requester,
         reply_to=row.reply_to,
@@ -68,6 +70,7 @@ def _columns(watch: CiWatch) -> dict[str, Any]:
         "appeared_at": watch.appeared_at,
         "acted_at": watch.acted_at,
         "attempts": watch.attempts,
+        "max_attempts": watch.max_attempts,
         "reran": watch.reran,
         "requester": watch.requester,
         "reply_to": watch.reply_to,
@@ -108,6 +111,11 @@ class CiWatches(TableStore):
                 for name, value in _columns(changed).items():
                     setattr(row, name, value)
         return changed
+
+    def every_watch(self) -> dict[str, CiWatch]:
+        """Each task's watch, live or ended, by task key (`status`, the dashboard)."""
+        with self._session() as session:
+            return {row.task_key: _watch(row) for row in session.scalars(select(_CiWatch))}
 
     def live_watches(self) -> list[CiWatch]:
         """Every watch still going (watching, re-running, a fix to start or running)."""

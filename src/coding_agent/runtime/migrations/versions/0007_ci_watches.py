@@ -23,6 +23,7 @@ def upgrade() -> None:
         sa.Column("appeared_at", sa.Float, nullable=True),
         sa.Column("acted_at", sa.Float, nullable=False),
         sa.Column("attempts", sa.Integer, nullable=False),
+        sa.Column("max_attempts", sa.Integer, nullable=False),
         sa.Column("reran", sa.Boolean, nullable=False),
         sa.Column("requester", sa.String(200), nullable=True),
         sa.Column("reply_to", sa.String(400), nullable=True),
