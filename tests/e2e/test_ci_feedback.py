@@ -462,3 +462,20 @@ def test_a_fix_run_whose_worker_died_after_its_claim_is_started_by_the_takeover(
     assert len(fixes) == 1 and "FAILED tests/test_calc.py::test_add" in fixes[0] and "fix attempt 1 of 2" in fixes[0]
     assert watch_state(tmp_path, key) == "watching", "its push is watched"
     assert "coding agent done" in forge.labels("issue", number)
+
+
+def test_a_pr_that_is_the_task_has_its_own_head_watched(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """A PR labelled for the agent: its run pushes to the PR's own branch, and that head's
+    CI passing is reported in the PR."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("change", "Add a calculator", "Please add calc.py with add().")
+    with ReplaySandbox(calc_script()) as model:
+        config = ci_config(tmp_path, forge, model)
+        assert run_cycle(config).errors == ()
+        sha = head(forge)
+        assert watch_state(tmp_path, f"github:{REPO}!{number}") == "watching"
+        state.ci_job(REPO, sha, "tests", conclusion="success", log="3 passed\n")
+        assert run_cycle(config).errors == ()
+    assert [body for body in bot_comments(forge, number) if body.startswith("CI passed")] == [
+        f"CI passed: 1 checks on `{sha[:12]}`."
+    ]

@@ -92,15 +92,10 @@ class CiWatcher:
         self._clock = clock
         self._signal_file = pause_signal_path(config) if config.pause_resume.enabled else None
         self._background: set[asyncio.Task[None]] = set()
-        self.reports = 0  # ci_report calls made (observed by the benchmark)
 
     @property
     def enabled(self) -> bool:
         return self._settings.enabled
-
-    def watch(self, task_key: str) -> CiWatch | None:
-        """The task's newest watch, live or ended (status and dashboard)."""
-        return self._watches.watch(task_key)
 
     # -- started and moved on by runs' ends (the worker) -----------------------------
 
@@ -194,11 +189,6 @@ class CiWatcher:
         except Exception:  # a hint is a hint: the next poll looks again
             log.exception("%s: a CI webhook's look at %s failed; the next poll looks again", project, sha[:12])
 
-    async def settled(self) -> None:
-        """Wait for the looks webhooks started (tests, shutdown)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
-
     def _source(self, task_key: str) -> Source | None:
         return next((source for source in self._sources if task_key.startswith(f"{source.forge}:")), None)
 
@@ -215,7 +205,6 @@ class CiWatcher:
             if watch is None or watch.state not in (WatchState.WATCHING, WatchState.RERUN):
                 return  # another look acted on it meanwhile
             report = await source.ci_report(watch.project, watch.sha)
-            self.reports += 1
             await self._decide_and_act(source, watch, report, offer)
         except AgentError as error:
             log.error("%s: CI watch: %s; the next poll looks again", task_key, self._redactor.text(str(error)))
