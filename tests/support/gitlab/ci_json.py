@@ -191,7 +191,8 @@ def pipeline_hook(tables: GitLabTables, pipeline: Pipeline, base: str) -> JSON:
         "user": user,
         "project": _hook_project(tables, project, base),
         "commit": {"id": pipeline.sha, "message": "Commit", "title": "Commit", "timestamp": None,
-                   "url": f"{web_url}/-/commit/{pipeline.sha}", "author": {"name": "Sandbox", "email": "[REDACTED]"}},  # fmt: skip
+                   "url": f"{web_url}/-/commit/{pipeline.sha}",
+                   "author": {"name": "Sandbox", "email": "[REDACTED]"}},  # fmt: skip
         "source_pipeline": None,
         "builds": [_hook_build(job, user) for job in jobs],
     }

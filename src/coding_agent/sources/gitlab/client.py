@@ -182,7 +182,8 @@ class GitLabClient:
             buffer = TailBuffer(limit)
             for chunk in response.iter_content(chunk_size=_CHUNK):
                 buffer.feed(chunk)
-            start = _RANGE_START.match(response.headers.get("Content-Range", "")) if response.status_code == 206 else None
+            ranged = response.status_code == 206
+            start = _RANGE_START.match(response.headers.get("Content-Range", "")) if ranged else None
         return buffer.data, buffer.cut or (start is not None and int(start[1]) > 0)
 
     def manager(self, key: TaskKey) -> Any:
