@@ -73,9 +73,8 @@ def _seed_watches(database_url: str, forge: str, shas: list[str]) -> None:
         watches, now = CiWatches(store.engine), time.time()
         for number, sha in enumerate(shas, start=1):
             key = f"{forge}:{REPO}#{number}"
-            watches.save_watch(
-                CiWatch(key, REPO, number, f"coding-agent/{number}-x", sha, WatchState.WATCHING, now, now, max_attempts=2)
-            )
+            branch = f"coding-agent/{number}-x"
+            watches.save_watch(CiWatch(key, REPO, number, branch, sha, WatchState.WATCHING, now, now, max_attempts=2))
     finally:
         store.close()
 

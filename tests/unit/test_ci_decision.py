@@ -27,11 +27,14 @@ def report(*checks: Check) -> CiReport:
 
 
 def watch(**changes: object) -> CiWatch:
-    base = CiWatch("github:owner/repo#1", "owner/repo", 2, "coding-agent/1-x", "a" * 40, WatchState.WATCHING, START, START)
+    key, branch = "github:owner/repo#1", "coding-agent/1-x"
+    base = CiWatch(key, "owner/repo", 2, branch, "a" * 40, WatchState.WATCHING, START, START)
     return replace(base, **changes)
 
 
-PASS, FAIL, PEND = (check("lint", CheckState.PASSED), check("tests", CheckState.FAILED), check("build", CheckState.PENDING))
+PASS = check("lint", CheckState.PASSED)
+FAIL = check("tests", CheckState.FAILED)
+PEND = check("build", CheckState.PENDING)
 
 
 def test_nothing_appeared_yet_waits() -> None:
@@ -101,7 +104,8 @@ def test_right_after_a_rerun_the_old_failures_are_waited_out() -> None:
 
 
 @pytest.mark.parametrize(
-    "state", [WatchState.FIX, WatchState.FIXING, WatchState.PASSED, WatchState.FAILED, WatchState.ENDED, WatchState.NO_CI]
+    "state",
+    [WatchState.FIX, WatchState.FIXING, WatchState.PASSED, WatchState.FAILED, WatchState.ENDED, WatchState.NO_CI],
 )
 def test_a_watch_not_waiting_on_ci_is_never_acted_on(state: WatchState) -> None:
     assert decide(watch(state=state), report(FAIL), START + 10_000, CONFIG).action == "wait"
@@ -140,7 +144,8 @@ def test_decisions_keep_the_limits(
 
 def test_ci_config_defaults_follow_the_spec() -> None:
     config = CiConfig()
-    assert (config.enabled, config.appear_seconds, config.watch_seconds, config.max_fix_attempts) == (False, 300, 3600, 2)
+    timing = (config.appear_seconds, config.watch_seconds)
+    assert (config.enabled, timing, config.max_fix_attempts) == (False, (300, 3600), 2)
     assert (config.log_tail_lines, config.ready_when_green, config.rerun_flaky) == (200, False, False)
 
 

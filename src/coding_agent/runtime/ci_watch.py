@@ -148,7 +148,8 @@ class CiWatcher:
             bot_assigned=bool(bot) and any(name.casefold() == bot for name in claim.task.assignees),
         )
         await asyncio.to_thread(self._watches.save_watch, watch)
-        log.info("%s: watching CI of %s on %s (fix attempts used: %d)", watch.task_key, pushed.sha[:12], pushed.branch, attempts)
+        sha, branch = pushed.sha[:12], pushed.branch
+        log.info("%s: watching CI of %s on %s (fix attempts used: %d)", watch.task_key, sha, branch, attempts)
 
     # -- driven by the producer's polls and by webhooks ------------------------------
 
@@ -184,7 +185,8 @@ class CiWatcher:
         try:
             for watch in await asyncio.to_thread(self._watches.watches_of, project, sha):
                 source = self._source(watch.task_key)
-                if source is not None and source.forge == forge and watch.state in (WatchState.WATCHING, WatchState.RERUN):
+                waiting = watch.state in (WatchState.WATCHING, WatchState.RERUN)
+                if source is not None and source.forge == forge and waiting:
                     await self._drive(source, watch.task_key, offer)
         except Exception:  # a hint is a hint: the next poll looks again
             log.exception("%s: a CI webhook's look at %s failed; the next poll looks again", project, sha[:12])
@@ -270,7 +272,12 @@ class CiWatcher:
                     asked.add(check.rerun_id)
         if asked:
             watch = await asyncio.to_thread(
-                self._watches.update_watch, watch, state=WatchState.RERUN, reran=True, acted_at=now, failing=decision.checks
+                self._watches.update_watch,
+                watch,
+                state=WatchState.RERUN,
+                reran=True,
+                acted_at=now,
+                failing=decision.checks,
             )
             log.info("%s: re-running %d failed check(s) of %s", watch.task_key, len(asked), watch.sha[:12])
             return watch, CiDecision("wait")
@@ -375,7 +382,8 @@ class CiWatcher:
         present = [label for label in fresh.labels if label in lifecycle_labels(source)]
         await transition(source, fresh.key, source.labels.processing_label, present)
         now = self._clock()
-        await asyncio.to_thread(self._watches.update_watch, watch, state=WatchState.FIXING, attempts=attempt, acted_at=now)
+        changes = {"state": WatchState.FIXING, "attempts": attempt, "acted_at": now}
+        await asyncio.to_thread(self._watches.update_watch, watch, **changes)
         log.info("%s: CI fix run %d of %d claimed for %s", key, attempt, fix.max_attempts, watch.sha[:12])
         return self._claim(fresh, watch, fix)
 

@@ -103,8 +103,9 @@ class AgentService:
         self.runner = TaskRunner(
             config, self.store, self.redactor, self.owner, llm_factory, self.controls, memories, workspaces=self.workspaces
         )
-        # CI feedback (SPEC 16): none when off, so nothing of it runs.
-        self.ci = CiWatcher(config, self.store, self.sources, self.owner, self.redactor, self.budgets) if config.ci.enabled else None
+        self.ci: CiWatcher | None = None
+        if config.ci.enabled:  # CI feedback (SPEC 16): nothing of it runs when off
+            self.ci = CiWatcher(config, self.store, self.sources, self.owner, self.redactor, self.budgets)
         self.followups = FollowUpIntake(
             self.store,
             self.owner,
@@ -130,7 +131,9 @@ class AgentService:
         scope = f"{config.queue.backend}:{config.queue.name}" if shared else f"memory:{self.owner}"
         # A queued key not picked up in this time is offered again (a lost message).
         self.entries = QueueEntries(self.store.engine, scope, stale_seconds=max(3600.0, 2 * lease))
-        self.producer = Producer(config, self.sources, self.recovery, self.entries, self.redactor, self.store.note_task, self.ci)
+        self.producer = Producer(
+            config, self.sources, self.recovery, self.entries, self.redactor, self.store.note_task, self.ci
+        )
         self.workers = Workers(
             config,
             self.sources,

@@ -150,7 +150,12 @@ async def serving_http(
             await asyncio.to_thread(warm_up)
         queue = await service.queue()
         sink = RuntimeWebhookSink(
-            DeliveryLog(service.store.engine), service.controls, service.store, service.producer, lambda: queue, service.ci
+            DeliveryLog(service.store.engine),
+            service.controls,
+            service.store,
+            service.producer,
+            lambda: queue,
+            service.ci,
         )
         route_lists.append(webhook_routes(config, sink))
     if not route_lists:
