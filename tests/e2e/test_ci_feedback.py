@@ -482,3 +482,39 @@ def test_a_pr_that_is_the_task_has_its_own_head_watched(github_forge: GitHubForg
     assert [body for body in bot_comments(forge, number) if body.startswith("CI passed")] == [
         f"CI passed: 1 checks on `{sha[:12]}`."
     ]
+
+
+def test_gitlab_pipeline_and_job_hooks_start_the_fix_run_without_a_poll(
+    gitlab_forge: GitLabForge, tmp_path: Path
+) -> None:
+    forge, state = gitlab_forge, gitlab_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"gitlab:{REPO}#{number}"
+
+    def mr_head() -> str:
+        (mr,) = state.require_project(REPO).merge_requests.values()
+        return str(state.git.branches(REPO)[mr.source_branch])
+
+    with ReplaySandbox(calc_script()) as model:
+        setup = write_config(
+            tmp_path, [forge], llm_section(model), memory={"enabled": False}, ci={"enabled": True},
+            scheduling={"interval_seconds": 3600}, webhooks={"gitlab_token": SECRET},
+        )  # fmt: skip
+
+        def set_ci(service: AgentService, url: str) -> None:
+            wait_for(lambda: watch_state(tmp_path, key) == "watching", 120, "the first run's push watched")
+            state.send_hooks_to(f"{url}/webhooks/gitlab", SECRET, base_url=forge.url)
+            first = mr_head()
+            state.set_ci(REPO, first, "failed", trace=FAILING_LOG)
+            wait_for(lambda: mr_head() != first and watch_state(tmp_path, key) == "watching", 120, "the fix pushed")
+            state.set_ci(REPO, mr_head(), "passed")
+
+        def passed(_: AgentService) -> bool:
+            return watch_state(tmp_path, key) == "passed"
+
+        try:
+            service = asyncio.run(asyncio.wait_for(_serve_with_webhooks(load_for_service(setup), passed, set_ci), 300))
+        finally:
+            state.close_hooks()
+    assert service.producer.cycles == 1, "no poll after the first: the hooks did it"
+    assert len(fix_requests(model)) == 1

@@ -18,7 +18,7 @@ from coding_agent.domain.runs import RunRecord
 from coding_agent.domain.tasks import Task
 from coding_agent.llm.protocols import ReplyProtocol
 from coding_agent.prompts.prompting import text
-from coding_agent.prompts.untrusted import UntrustedWrapper
+from coding_agent.prompts.untrusted import UntrustedWrapper, neutralise_tags
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 
@@ -82,13 +82,15 @@ def first_turn_for(
 def ci_fix_turn(fix: CiFix | None, wrapper: UntrustedWrapper, lines: int) -> str:
     """A CI fix run's part of the first turn (SPEC 16): each failing check with its log's
     tail inside the run's untrusted-content block (the log is the branch's code's output,
-    SPEC 15), and what the fix may and may not do. Empty for any other run."""
+    SPEC 15), and what the fix may and may not do. Empty for any other run. A check's name
+    and conclusion come from the CI's configuration on the branch too: kept short, and
+    unable to close the block."""
     if fix is None:
         return ""
     checks = [
         {
-            "name": failing.check.name,
-            "conclusion": failing.check.conclusion,
+            "name": neutralise_tags(" ".join(failing.check.name.split())[:200]),
+            "conclusion": neutralise_tags(" ".join(failing.check.conclusion.split())[:50]),
             "url": failing.check.url,
             "log": wrapper.wrap("ci-log", failing.log_tail) if failing.log_tail and failing.log_tail.strip() else None,
         }
