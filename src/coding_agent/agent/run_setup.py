@@ -91,7 +91,7 @@ def ci_fix_turn(fix: CiFix | None, wrapper: UntrustedWrapper, lines: int) -> str
         {
             "name": neutralise_tags(" ".join(failing.check.name.split())[:200]),
             "conclusion": neutralise_tags(" ".join(failing.check.conclusion.split())[:50]),
-            "url": failing.check.url,
+            "url": neutralise_tags(" ".join(failing.check.url.split())[:500]) if failing.check.url else None,
             "log": wrapper.wrap("ci-log", failing.log_tail) if failing.log_tail and failing.log_tail.strip() else None,
         }
         for failing in fix.failing
