@@ -13,13 +13,16 @@ from coding_agent.agent.trust import Conversation
 from coding_agent.config import AgentConfig
 from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
 from coding_agent.context.memory import MemoryKeeper
+from coding_agent.domain.ci import CiFix
 from coding_agent.domain.runs import RunRecord
 from coding_agent.domain.tasks import Task
 from coding_agent.llm.protocols import ReplyProtocol
+from coding_agent.prompts.prompting import text
+from coding_agent.prompts.untrusted import UntrustedWrapper, neutralise_tags
 from coding_agent.redaction import Redactor
 from coding_agent.sources.base import Source
 
-__all__ = ["planner_for", "first_turn_for"]
+__all__ = ["planner_for", "first_turn_for", "ci_fix_turn"]
 
 
 def planner_for(
@@ -73,4 +76,32 @@ def first_turn_for(
     recalled = memories.recall(task.key) if memories is not None else None
     return build_first_turn(
         task, conversation.comments, conversation.threads, conversation.trust, settings, recalled, followup, branch_rules
+    )
+
+
+def ci_fix_turn(fix: CiFix | None, wrapper: UntrustedWrapper, lines: int) -> str:
+    """A CI fix run's part of the first turn (SPEC 16): each failing check with its log's
+    tail inside the run's untrusted-content block (the log is the branch's code's output,
+    SPEC 15), and what the fix may and may not do. Empty for any other run. A check's name
+    and conclusion come from the CI's configuration on the branch too: kept short, and
+    unable to close the block."""
+    if fix is None:
+        return ""
+    checks = [
+        {
+            "name": neutralise_tags(" ".join(failing.check.name.split())[:200]),
+            "conclusion": neutralise_tags(" ".join(failing.check.conclusion.split())[:50]),
+            "url": neutralise_tags(" ".join(failing.check.url.split())[:500]) if failing.check.url else None,
+            "log": wrapper.wrap("ci-log", failing.log_tail) if failing.log_tail and failing.log_tail.strip() else None,
+        }
+        for failing in fix.failing
+    ]
+    return text(
+        "ci_fix.j2",
+        sha=fix.sha,
+        branch=fix.branch,
+        attempt=fix.attempt,
+        max_attempts=fix.max_attempts,
+        checks=checks,
+        lines=lines,
     )

@@ -30,13 +30,15 @@ from coding_agent.agent.loop_policy import LoopPolicy, ProtocolPolicy
 from coding_agent.agent.planning import PlanningPolicy, render_instructions
 from coding_agent.agent.reporter import IssueReporter
 from coding_agent.agent.run_libraries import RunLibraries
-from coding_agent.agent.run_setup import first_turn_for, planner_for
+from coding_agent.agent.run_setup import ci_fix_turn, first_turn_for, planner_for
 from coding_agent.agent.steering import Continuation, LeaseLost, RunControls, RunInterrupted, RunSteering
 from coding_agent.agent.trust import read_conversation
 from coding_agent.config import AgentConfig
 from coding_agent.context.compression import Compressor, model_summarizer
 from coding_agent.context.memory import MemoryKeeper
 from coding_agent.context.storage import ContextStorage, RunContextFiles
+from coding_agent.domain.ci import CiFix
+from coding_agent.domain.delivery import PushedHead
 from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.ports import RunCheckout, RunStore, Workspaces
 from coding_agent.domain.tasks import Task, ThreadRef
@@ -63,6 +65,8 @@ class RunResult:
     status: str
     steps: int
     context_dir: Path
+    # A done run's push to its PR/MR branch, which the CI watch (SPEC 16) watches.
+    pushed: PushedHead | None = None
 
 
 @dataclass(frozen=True)
@@ -80,13 +84,15 @@ class _Run:
     ledger: RunLedger
     reporter: IssueReporter
     steering: RunSteering
+    ci_fix: CiFix | None = None
 
     @property
     def key(self) -> str:
         return str(self.task.key)
 
     def result(self, status: str, steps: int, context_dir: Path) -> RunResult:
-        return RunResult(self.files.run_uuid, self.key, status, steps, context_dir)
+        pushed = self.clone.pushed_head() if status == "done" else None
+        return RunResult(self.files.run_uuid, self.key, status, steps, context_dir, pushed)
 
 
 class TaskRunner:
@@ -130,6 +136,7 @@ class TaskRunner:
         picked_at: float | None = None,
         *,
         writers: frozenset[str] = frozenset(),
+        ci_fix: CiFix | None = None,
     ) -> RunResult:
         """Work `task` (already claimed by this worker) to its end; release its lease.
 
@@ -140,8 +147,10 @@ class TaskRunner:
         so a continued run answers there too). `picked_at`: when the worker took the task (`time.monotonic()`); its clone holds
         every push made before then. `writers`: who the claim of this run found to have
         write access moments ago (`Claim.writers`); the run's trust starts from them.
+        `ci_fix`: the failing checks a CI fix run (SPEC 16) is to fix, for its first turn.
         """
         run = await self._start(source, task, requester, continuation, lease, reply_to, picked_at, writers)
+        run = replace(run, ci_fix=ci_fix)
         outcome, llm, interruption = await self._attempt(run)
         try:
             if interruption is None:
@@ -338,7 +347,9 @@ class TaskRunner:
                 first_turn_for,
                 config, self._memories, run.source, task, conversation, run.files.run_uuid, branch_rules, previous,
             )
-            llm.send_user_message("\n\n".join(part for part in (first_turn, environment.first_turn_note()) if part))
+            ci_part = ci_fix_turn(run.ci_fix, conversation.trust.wrapper, config.ci.log_tail_lines)
+            parts = (first_turn, ci_part, environment.first_turn_note())
+            llm.send_user_message("\n\n".join(part for part in parts if part))
         policy.prepare(llm, tool_specs)
         await run.steering.begin(conversation.comments, conversation.threads, conversation.trust)
         if (setup_note := environment.progress_note()) is not None:

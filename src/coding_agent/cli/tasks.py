@@ -70,6 +70,8 @@ def _status_lines(row: dict[str, Any]) -> list[str]:
         lines.append(f"    PR/MR: {row['change_url']}")
     if row["reason"]:
         lines.append(f"    reason: {_printable(row['reason'])}")
+    if row["ci"]:
+        lines.append(f"    CI: {row['ci']}")
     return lines
 
 

@@ -60,6 +60,7 @@ from coding_agent.config.run_sections import (
     PlanningRevisionConfig,
     PlanningVerificationConfig,
     PlanningConfig,
+    CiConfig,
 )
 from coding_agent.config.model import (
     AgentConfig,
@@ -117,6 +118,7 @@ __all__ = [
     "PlanningRevisionConfig",
     "PlanningVerificationConfig",
     "PlanningConfig",
+    "CiConfig",
     "DashboardConfig",
     "SourceName",
     "MAX_CONFIG_BYTES",

@@ -14,6 +14,7 @@ from coding_agent.config.forges import GitHubConfig, GitLabConfig
 from coding_agent.config.llm import LLMConfig
 from coding_agent.config.run_sections import (
     BudgetConfig,
+    CiConfig,
     CommentDetectionConfig,
     CommentHandlingConfig,
     ContextStorageConfig,
@@ -69,6 +70,7 @@ class AgentConfig(_Strict):
     queue: QueueConfig = Field(default_factory=QueueConfig)
     webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    ci: CiConfig = Field(default_factory=CiConfig)
     security: SecurityConfig = Field(default_factory=SecurityConfig)
     setup: SetupConfig = Field(default_factory=SetupConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)

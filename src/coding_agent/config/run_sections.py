@@ -1,5 +1,6 @@
 """The sections of what a run does: workspace, context storage and comments, memory,
-budget, egress, security, setup, stopping, pausing, progress, the loop guard, planning.
+budget, egress, security, setup, stopping, pausing, progress, the loop guard, planning,
+CI feedback.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "PlanningRevisionConfig",
     "PlanningVerificationConfig",
     "PlanningConfig",
+    "CiConfig",
 ]
 
 
@@ -250,3 +252,31 @@ class PlanningConfig(_Strict):
     reflection: PlanningReflectionConfig = Field(default_factory=PlanningReflectionConfig)
     revision: PlanningRevisionConfig = Field(default_factory=PlanningRevisionConfig)
     verification: PlanningVerificationConfig = Field(default_factory=PlanningVerificationConfig)
+
+
+class CiConfig(_Strict):
+    """CI feedback (SPEC 16): after a run pushes to its PR/MR branch, watch the head
+    commit's checks; report a pass, and hand what fails to a fix run on the same branch.
+
+    Off by default: a fix run spends the task's budget on work nobody asked for by name.
+    """
+
+    enabled: bool = False
+    # No check at all within this long after the push: the repository has no CI for it.
+    appear_seconds: float = Field(default=300, gt=0)
+    # Still pending this long after the push: stop watching, with one note.
+    watch_seconds: float = Field(default=3600, gt=0)
+    # Fix runs per task; 0 only reports (a pass, or what fails).
+    max_fix_attempts: int = Field(default=2, ge=0, le=20)
+    # Lines of each failing check's log the fix run is shown.
+    log_tail_lines: int = Field(default=200, ge=1, le=5000)
+    # Mark the draft PR/MR ready for review once all its checks pass.
+    ready_when_green: bool = False
+    # Re-run failed checks once before a fix run; a pass on re-run is reported as flaky.
+    rerun_flaky: bool = False
+
+    @model_validator(mode="after")
+    def _watch_outlasts_appearance(self) -> CiConfig:
+        if self.watch_seconds < self.appear_seconds:
+            raise ValueError("ci.watch_seconds must be at least ci.appear_seconds")
+        return self

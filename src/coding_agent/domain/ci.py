@@ -8,10 +8,22 @@ forge's own word (`conclusion`) for what the model and the PR are told.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 
-__all__ = ["CheckState", "CheckKind", "Check", "CiReport"]
+__all__ = [
+    "CheckState",
+    "CheckKind",
+    "Check",
+    "CiReport",
+    "WatchState",
+    "CiWatch",
+    "FailingCheck",
+    "CiFix",
+    "checks_to_json",
+    "checks_from_json",
+]
 
 
 class CheckState(StrEnum):
@@ -76,3 +88,101 @@ class CiReport:
     @property
     def failed(self) -> tuple[Check, ...]:
         return tuple(check for check in self.checks if check.state is CheckState.FAILED)
+
+
+def checks_to_json(checks: tuple[Check, ...]) -> str:
+    """Checks as the store keeps them (a watch's failing checks, for its fix run)."""
+    return json.dumps([asdict(check) for check in checks])
+
+
+def checks_from_json(text: str | None) -> tuple[Check, ...]:
+    """The checks `checks_to_json` wrote; () for nothing or for what it did not write."""
+    try:
+        rows = json.loads(text or "[]")
+        return tuple(
+            replace(Check(**row), kind=CheckKind(row["kind"]), state=CheckState(row["state"])) for row in rows
+        )
+    except (ValueError, TypeError, KeyError):
+        return ()
+
+
+class WatchState(StrEnum):
+    """Where a CI watch (SPEC 16) stands. The first four are live; the rest are ends."""
+
+    WATCHING = "watching"  # waiting for the pushed head's checks to appear and finish
+    RERUN = "rerun"  # failed checks asked to run again; waiting to see them run
+    FIX = "fix"  # a fix run is decided, waiting for a worker to claim it
+    FIXING = "fixing"  # the fix run is working (its push starts the next watch)
+    PASSED = "passed"
+    FLAKY = "flaky"  # passed once the failed checks ran again
+    FAILED = "failed"  # still failing when no fix attempt was left, or a fix changed nothing
+    NO_CI = "no_ci"  # nothing appeared within ci.appear_seconds
+    TIMED_OUT = "timed_out"  # still pending after ci.watch_seconds
+    ENDED = "ended"  # a human push, a stop, a closed or merged PR/MR, a fix run that failed
+
+    @property
+    def live(self) -> bool:
+        return self in (WatchState.WATCHING, WatchState.RERUN, WatchState.FIX, WatchState.FIXING)
+
+
+@dataclass(frozen=True)
+class CiWatch:
+    """The watch of one task's PR/MR head, as the store keeps it.
+
+    `sha` is what the agent pushed; `attempts` the fix runs already used for the task, of
+    `max_attempts` (`ci.max_fix_attempts` when the watch began); `acted_at` when its state
+    last changed (a re-run's request, a fix's claim); `failing` the checks that failed at
+    the last look that found failures.
+    """
+
+    task_key: str
+    project: str
+    number: int
+    head_branch: str
+    sha: str
+    state: WatchState
+    started_at: float
+    acted_at: float
+    appeared_at: float | None = None
+    attempts: int = 0
+    max_attempts: int = 0
+    reran: bool = False
+    requester: str | None = None
+    reply_to: str | None = None
+    bot_assigned: bool = False
+    failing: tuple[Check, ...] = field(default=())
+
+    @property
+    def shown(self) -> str:
+        """The task's CI state as `status` and the dashboard show it."""
+        tried = f"{self.attempts}/{self.max_attempts} fix attempts"
+        if self.state in (WatchState.WATCHING, WatchState.RERUN):
+            return f"waiting ({tried})" if self.attempts else "waiting"
+        if self.state in (WatchState.FIX, WatchState.FIXING):
+            return f"fixing ({tried})"
+        if self.state is WatchState.FAILED:
+            return f"failed ({tried})"
+        return {WatchState.FLAKY: "passed (flaky)", WatchState.NO_CI: "no CI", WatchState.TIMED_OUT: "timed out"}.get(
+            self.state, self.state.value
+        )
+
+
+@dataclass(frozen=True)
+class FailingCheck:
+    """A failing check as the fix run is shown it: the tail of its log, None when the
+    forge has none (its name, conclusion and URL still go to the model)."""
+
+    check: Check
+    log_tail: str | None
+
+
+@dataclass(frozen=True)
+class CiFix:
+    """What a CI fix run (SPEC 16) starts from: the checks failing on `sha` of `branch`,
+    and which of the task's `max_attempts` fix runs it is."""
+
+    sha: str
+    branch: str
+    attempt: int
+    max_attempts: int
+    failing: tuple[FailingCheck, ...]

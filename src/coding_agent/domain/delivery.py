@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["GitIdentity", "ChangeRequest"]
+__all__ = ["GitIdentity", "ChangeRequest", "PushedHead"]
 
 
 @dataclass(frozen=True)
@@ -50,3 +50,14 @@ class ChangeRequest:
     # The commit the head branch points at, as the forge last saw it: the CI watch
     # (SPEC 16) compares it with what the agent pushed to tell a human push.
     head_sha: str | None = None
+
+
+@dataclass(frozen=True)
+class PushedHead:
+    """What a run's delivery pushed: commit `sha` at the head of PR/MR `number` of
+    `project`, on `branch`. The CI watch (SPEC 16) watches it."""
+
+    project: str
+    number: int
+    branch: str
+    sha: str

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from coding_agent.domain.delivery import PushedHead
 from coding_agent.domain.memories import ChannelRecord, ThreadRecord
 from coding_agent.domain.runs import PausedWork, RunMarks, RunRecord
 from coding_agent.domain.tasks import Task, TaskKey
@@ -135,6 +136,11 @@ class RunCheckout(Protocol):
 
     def change_url(self) -> str | None:
         """After `deliver`: the link of the PR/MR it opened or updated (None: none)."""
+        ...
+
+    def pushed_head(self) -> PushedHead | None:
+        """After `deliver`: the commit it pushed to a PR/MR's branch (None: no push, or
+        no PR/MR to watch)."""
         ...
 
     async def pause(self, run_uuid: str, steps: int) -> PausedWork | None:

@@ -41,6 +41,7 @@ from coding_agent.domain.tasks import Comment, Task, TaskKey, TaskKind, Thread, 
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
+from coding_agent.runtime.ci_watch import CiWatcher
 from coding_agent.runtime.intake import Claim
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
@@ -116,9 +117,12 @@ class FollowUpIntake:
         completion_keywords: Sequence[str],
         allow_untrusted: bool,
         budgets: Budgets | None = None,
+        ci: CiWatcher | None = None,
     ) -> None:
-        """`budgets`: the daily budgets a follow-up run must be within to start (None: none)."""
+        """`budgets`: the daily budgets a follow-up run must be within to start (None: none).
+        `ci`: the CI watches (SPEC 16), whose fix runs are claimed here first (None: off)."""
         self._store = store
+        self._ci = ci
         self._budgets = budgets
         self._records = FollowUpRecords(store.engine)
         self._owner = owner
@@ -131,6 +135,8 @@ class FollowUpIntake:
     async def try_claim(self, source: Source, task: Task) -> Claim | None:
         """Claim `task` for a follow-up run, or return None (nothing new, acknowledged, refused)."""
         key = str(task.key)
+        if self._ci is not None and (fix := await self._ci.claim_fix(source, task)) is not None:
+            return fix
         if not source.bot_name or await asyncio.to_thread(self._records.seen, key, task.updated_at):
             return None
         if task.key.is_change and not task.has_label(source.labels.done_label):
@@ -264,11 +270,14 @@ class FollowUpIntake:
         latest = await asyncio.to_thread(self._store.runs.latest_run, run_key)
         return latest.started_at if latest is not None else float("-inf")
 
-    async def claim_cut_short(self, task: Task) -> Claim | None:
+    async def claim_cut_short(self, source: Source, task: Task) -> Claim | None:
         """The follow-up claim of `task` whose worker died after the label swap, before its
-        run began (the caller holds the lease and saw `processing`): the newest "run"
-        decision that no run of the task followed, as a claim of who asked and where to
-        answer; None when the cut-short claim was not a follow-up's. Trust is read afresh."""
+        run began (the caller holds the lease and saw `processing`): a CI fix run's, else
+        the newest "run" decision that no run of the task followed, as a claim of who asked
+        and where to answer; None when the cut-short claim was not a follow-up's. Trust is
+        read afresh."""
+        if self._ci is not None and (fix := await self._ci.claim_cut_short(source, task)) is not None:
+            return fix
         key = str(task.key)
         decided = await asyncio.to_thread(self._records.run_decided_after, key, await self._last_run_start(key))
         if decided is None:

@@ -25,6 +25,7 @@ from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError, QueueUnavailable
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.ci_watch import CiWatcher
 from coding_agent.runtime.queue import QueuedTask, Reason, TaskQueue
 from coding_agent.runtime.recovery import Recovery
 from coding_agent.sources.base import Source
@@ -56,10 +57,13 @@ class Producer:
         entries: QueueEntries,
         redactor: Redactor,
         note_task: Callable[[str, str, str | None], None] = lambda key, title, url: None,
+        ci: CiWatcher | None = None,
     ) -> None:
         """`note_task(key, title, url)`: records what a queued task is (the state store's
-        `note_task`), so the dashboard names a waiting task before any run starts."""
+        `note_task`), so the dashboard names a waiting task before any run starts. `ci`:
+        the CI watches (SPEC 16) each poll looks at (None: CI feedback off)."""
         self._config = config
+        self._ci = ci
         self._note_task = note_task
         self._sources = sources
         self._recovery = recovery
@@ -100,6 +104,8 @@ class Producer:
             for task in candidates:
                 if str(task.key) not in pending:
                     await self._offer(queue, str(task.key), "followup", enqueued, task)
+            if self._ci is not None:  # the watched PRs/MRs' CI: one request each
+                await self._ci.poll(lambda key: self._offer(queue, key, "followup", enqueued))
         except (QueueUnavailable, OperationalError) as error:
             # The broker or the state store is away (a restart, a network blip, a failover):
             # what is not enqueued is offered again by the next cycle, once it is back (the

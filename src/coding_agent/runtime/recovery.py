@@ -149,7 +149,7 @@ class Recovery:
             return await self._intake.claim_leased(source, task, requester)
         if task.has_label(source.labels.bot_label):  # the claim's label swap was cut short
             await source.remove_label(task.key, source.labels.bot_label)
-        followup = await self._followups.claim_cut_short(task)
+        followup = await self._followups.claim_cut_short(source, task)
         if followup is not None:
             return followup
         log.warning("%s: claimed by a worker that stopped before its run began; starting it", key)

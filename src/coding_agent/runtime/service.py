@@ -29,6 +29,7 @@ from coding_agent.context.storage import ContextStorage
 from coding_agent.llm.base import LLMClient
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
+from coding_agent.runtime.ci_watch import CiWatcher
 from coding_agent.runtime.cleanup import Cleanup
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Intake
@@ -79,6 +80,9 @@ class AgentService:
         self.sources = sources if sources is not None else create_sources(config)
         self.owner = new_owner_id()
         self.budgets = Budgets(config, self.store.spend, self.redactor)
+        self.ci: CiWatcher | None = None
+        if config.ci.enabled:  # CI feedback (SPEC 16): nothing of it runs when off
+            self.ci = CiWatcher(config, self.store, self.sources, self.owner, self.redactor, self.budgets)
         self.intake, self.followups = self._intakes()
         self.shutdown = ShutdownSignal()
         self.controls = RunControls(config, self.store, self.redactor, self.owner, self.shutdown)
@@ -102,7 +106,9 @@ class AgentService:
         )
         self.cleanup = Cleanup(config, self.store)
         self.entries = self._queue_entries()
-        self.producer = Producer(config, self.sources, self.recovery, self.entries, self.redactor, self.store.tasks.note_task)
+        self.producer = Producer(
+            config, self.sources, self.recovery, self.entries, self.redactor, self.store.tasks.note_task, self.ci
+        )
         self.workers = Workers(
             config,
             self.sources,
@@ -116,6 +122,7 @@ class AgentService:
             self.redactor,
             self.shutdown,
             self.producer.snapshots,
+            self.ci,
         )
         self._queue: TaskQueue | None = None
 
@@ -141,6 +148,7 @@ class AgentService:
             config.comment_handling.completion_keywords,
             config.security.allow_untrusted_triggers,
             self.budgets,
+            self.ci,
         )
         return intake, followups
 

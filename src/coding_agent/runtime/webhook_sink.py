@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 
 from coding_agent.agent.steering import RunControls
+from coding_agent.runtime.ci_watch import CiWatcher
 from coding_agent.runtime.producer import Producer
 from coding_agent.runtime.queue import TaskQueue
 from coding_agent.store.deliveries import DeliveryLog
@@ -30,7 +31,10 @@ class RuntimeWebhookSink:
         steering: RunSteering,
         producer: Producer,
         queue: Callable[[], TaskQueue],
+        ci: CiWatcher | None = None,
     ) -> None:
+        """`ci`: the CI watches a CI event makes look at once (None: CI feedback off)."""
+        self._ci = ci
         self._deliveries = deliveries
         self._controls = controls
         self._steering = steering
@@ -41,6 +45,12 @@ class RuntimeWebhookSink:
         return await asyncio.to_thread(self._deliveries.first, delivery_id)
 
     async def accept(self, key: str, kind: str) -> None:
+        if kind == "ci":
+            if self._ci is not None:
+                forge, _, rest = key.partition(":")
+                project, _, sha = rest.rpartition("@")
+                self._ci.hint(forge, project, sha, lambda task: self._producer.offer(self._queue(), task, "followup"))
+            return
         if kind == "steer":
             if self._controls.nudge(key):
                 log.info("%s: webhook: its run checks the forge at its next checkpoint", key)

@@ -28,6 +28,7 @@ from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import Task, TaskKey
 from coding_agent.errors import AgentError, QueueUnavailable
 from coding_agent.redaction import Redactor
+from coding_agent.runtime.ci_watch import CiFixClaim, CiWatcher
 from coding_agent.runtime.followups import FollowUpIntake, ReviewClaim
 from coding_agent.runtime.intake import Claim, Intake
 from coding_agent.runtime.lease import LeaseHeartbeat
@@ -65,8 +66,11 @@ class Workers:
         redactor: Redactor,
         shutdown: ShutdownSignal,
         snapshots: dict[str, Task],
+        ci: CiWatcher | None = None,
     ) -> None:
+        """`ci`: the CI watches (SPEC 16) a done run's push starts (None: CI feedback off)."""
         self._config = config
+        self._ci = ci
         self._sources = sources
         self._store = store
         self._owner = owner
@@ -192,7 +196,7 @@ class Workers:
         try:
             lease_seconds = self._config.scheduling.lease_seconds
             async with LeaseHeartbeat(self._store.leases, held, self._owner, lease_seconds) as lease:
-                return await self._runner.run(
+                result = await self._runner.run(
                     source,
                     claimed.task,
                     claimed.requester,
@@ -201,7 +205,11 @@ class Workers:
                     reply_to,
                     picked_at,
                     writers=claimed.writers,
+                    ci_fix=claimed.ci_fix if isinstance(claimed, CiFixClaim) else None,
                 )
+            if self._ci is not None:
+                await self._ci.after_run(source, claimed, result)
+            return result
         except Exception:  # a bug in one run must not end `serve` or the other runs (SPEC 15)
             log.exception("%s: the run ended with an internal error", key)
             return f"{key}: the run ended with an internal error (see the agent's log)"

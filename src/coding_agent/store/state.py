@@ -17,6 +17,7 @@ from sqlalchemy.exc import OperationalError
 
 from coding_agent.redaction import Redactor
 from coding_agent.store.budget_spend import BudgetSpend
+from coding_agent.store.ci_watches import CiWatches
 from coding_agent.store.engine import open_engine
 from coding_agent.store.leases import Leases
 from coding_agent.store.run_steering import RunSteering
@@ -43,6 +44,7 @@ class StateStore:
         self.tasks = TaskFacts(self.engine, clock)
         self.rejections = TriggerRejections(self.engine, clock)
         self.spend = BudgetSpend(self.engine, clock)
+        self.ci_watches = CiWatches(self.engine, clock)
 
     def close(self) -> None:
         self.engine.dispose()

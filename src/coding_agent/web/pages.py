@@ -123,7 +123,7 @@ _ROWS = """{% for t in tasks %}
 {% if t.change_url and t.kind == "issue" %} · <a class="change" href="{{ t.change_url }}" rel="noreferrer">{{ "PR" if t.forge == "github" else "MR" }}</a>{% endif %}</div></td>
 <td class="repo">{{ t.repository }}</td>
 <td><span class="pill s-{{ t.state }}">{{ t.state }}</span>
-{% if t.queue_position %}<div class="sub queue">#{{ t.queue_position }} in queue</div>{% endif %}{% if t.reason %}<div class="reason" title="{{ t.reason }}">{{ t.reason }}</div>{% endif %}</td>
+{% if t.queue_position %}<div class="sub queue">#{{ t.queue_position }} in queue</div>{% endif %}{% if t.ci %}<div class="sub ci">CI {{ t.ci }}</div>{% endif %}{% if t.reason %}<div class="reason" title="{{ t.reason }}">{{ t.reason }}</div>{% endif %}</td>
 <td class="doing">{{ t.doing if t.doing and t.state != "waiting" else "" }}</td>
 <td class="requester">{{ t.requester or "" }}</td>
 <td class="time">{% if t.state == "waiting" %}<span title="{{ t.queued_at }}">queued {{ ago(t.queued, now) }}</span>
@@ -171,6 +171,7 @@ _SUMMARY = """<dl class="facts">
 <div><dt>Started</dt><dd>{% if t.started %}<span title="{{ t.started_at }}">{{ ago(t.started, now) }}</span>{% else %}—{% endif %}
 {% if t.finished_at and t.state in ("done", "failed", "stopped", "abandoned") %} · ended <span title="{{ t.finished_at }}">{{ ago(t.finished, now) }}</span>{% endif %}</dd></div>
 <div><dt>Budget left</dt><dd id="budget">{{ t.budget_left if t.budget_left is not none else "—" }}</dd></div>
+<div><dt>CI</dt><dd id="ci">{{ t.ci or "—" }}</dd></div>
 </dl>
 {% if t.reason %}<p id="reason" class="reason">{{ t.reason }}</p>{% endif %}
 <p id="error" hidden>{{ t.error or "" }}</p>"""

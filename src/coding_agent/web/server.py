@@ -151,7 +151,12 @@ async def serving_http(
             await asyncio.to_thread(warm_up)
         queue = await service.queue()
         sink = RuntimeWebhookSink(
-            DeliveryLog(service.store.engine), service.controls, service.store.steering, service.producer, lambda: queue
+            DeliveryLog(service.store.engine),
+            service.controls,
+            service.store.steering,
+            service.producer,
+            lambda: queue,
+            service.ci,
         )
         route_lists.append(webhook_routes(config, sink))
     if not route_lists:

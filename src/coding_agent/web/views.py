@@ -124,6 +124,7 @@ def _task(
         "started_at": None, "finished_at": None, "started": None, "finished": None, "error": None,
         "reason": None, "doing": None, "queue_position": None, "queued_at": None, "queued": None,
         "budget_left": None,  # the task page's: what its requester and repository have left today
+        "ci": None,  # its CI watch (SPEC 16): waiting, passed, failed N/M fix attempts ...
     }  # fmt: skip
     if record is not None:
         row.update(_run(record, redactor))
@@ -157,6 +158,7 @@ def task_list(
     waiting = {key: (place, at) for place, (key, at) in enumerate(store.tasks.queued_tasks(), start=1)}
     keys = list(dict.fromkeys([*waiting, *latest]))
     rows = [_task(key, latest.get(key), facts.get(key), redactor, now, waiting.get(key)) for key in keys]
+    _add_ci(rows, store)
     shown = [row for row in rows if only.admits(row)]
     ended = [row["run"] for row in shown if row["state"] in ("stopped", "failed", "abandoned") and not row["error"]]
     bodies = store.steering.final_bodies(ended) if ended else {}
@@ -166,6 +168,14 @@ def task_list(
             row["doing"] = activity.doing(row["run"])
     shown.sort(key=_order)
     return shown
+
+
+def _add_ci(rows: list[dict[str, Any]], store: StateStore) -> None:
+    """Each task's CI state (SPEC 16), from one read of the watches."""
+    watches = store.ci_watches.every_watch()
+    for row in rows:
+        watch = watches.get(row["task"])
+        row["ci"] = watch.shown if watch is not None else None
 
 
 def _order(row: dict[str, Any]) -> tuple[int, float]:
@@ -206,6 +216,7 @@ def task_detail(
         return None
     latest = runs[0] if runs else None
     detail = _task(key, latest, store.tasks.task_facts().get(key), redactor, now, queued)
+    _add_ci([detail], store)
     marks = store.steering.run_marks(latest.uuid) if latest is not None else None
     detail["reason"] = _reason(detail, marks.final_body if marks else None)
     detail["runs"] = [_run(record, redactor) for record in runs]

@@ -49,10 +49,14 @@ log = logging.getLogger(__name__)
 
 GITHUB_EVENTS = frozenset({"issues", "issue_comment", "pull_request", "pull_request_review_comment"})
 GITLAB_EVENTS = frozenset({"Issue Hook", "Merge Request Hook", "Note Hook"})
+# CI feedback (SPEC 16): used only with `ci.enabled`.
+GITHUB_CI_EVENTS = frozenset({"check_suite", "check_run", "workflow_run", "status"})
+GITLAB_CI_EVENTS = frozenset({"Pipeline Hook", "Job Hook"})
 
 # new: a task that may carry the trigger label; followup: a comment on a task that may be
-# done; steer: a comment or an (un)assignment that a running run should see now.
-HintKind = Literal["new", "followup", "steer"]
+# done; steer: a comment or an (un)assignment that a running run should see now; ci: a
+# commit's CI changed (the key is `forge:project@sha`: the watches of that commit look now).
+HintKind = Literal["new", "followup", "steer", "ci"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,8 @@ class WebhookSink(Protocol):
 
     async def accept(self, key: str, kind: HintKind) -> None:
         """`steer`: the running run of `key` looks at the forge at its next checkpoint;
-        `new` / `followup`: enqueue the key (deduplicated)."""
+        `new` / `followup`: enqueue the key (deduplicated); `ci`: the CI watches of the
+        commit `key` names look at its checks now."""
         ...
 
 
@@ -103,11 +108,31 @@ def _field(data: Any, *path: str) -> Any:
     return data
 
 
+def _ci_hint(forge: str, project: str, sha: Any) -> list[Hint]:
+    """A hint for the watches of commit `sha`; [] for anything that is not a commit id."""
+    if not isinstance(sha, str) or not 7 <= len(sha) <= 64 or not sha.isalnum():
+        return []
+    return [Hint(f"{forge}:{project}@{sha.lower()}", "ci")]
+
+
+def _github_ci_hints(full_name: str, event: str, payload: Any) -> list[Hint]:
+    """A check or status that finished: the commit's watches look now (a start changes
+    nothing the watch decides on)."""
+    if event == "status":
+        finished = _field(payload, "state") in ("success", "failure", "error")
+        return _ci_hint("github", full_name, _field(payload, "sha")) if finished else []
+    if _field(payload, "action") != "completed":
+        return []
+    return _ci_hint("github", full_name, _field(payload, event, "head_sha"))
+
+
 def github_hints(config: GitHubConfig, event: str, payload: Any) -> list[Hint]:
     """What a (verified) GitHub event means for the agent; [] for anything unexpected."""
     full_name = _field(payload, "repository", "full_name")
     if not isinstance(full_name, str) or "/" not in full_name or not _github_in_scope(config, full_name):
         return []
+    if event in GITHUB_CI_EVENTS:
+        return _github_ci_hints(full_name, event, payload)
     action = _field(payload, "action")
     if event in ("issues", "issue_comment"):
         number = _field(payload, "issue", "number")
@@ -150,7 +175,7 @@ async def _github(request: Request, config: AgentConfig, sink: WebhookSink, read
     if not verify(secret, body, signature):
         return _answer(401, "missing or wrong X-Hub-Signature-256")
     event = request.headers.get("x-github-event", "")
-    if event not in GITHUB_EVENTS:
+    if event not in GITHUB_EVENTS and not (config.ci.enabled and event in GITHUB_CI_EVENTS):
         return _answer(202, f"event {event[:40]!r} is not used")
     if not await sink.first_delivery(f"github:{delivery[:150]}"):
         return _answer(200, "duplicate delivery ignored")
@@ -174,15 +199,26 @@ def _gitlab_in_scope(config: GitLabConfig, project: dict[str, Any]) -> bool:
     return isinstance(path, str) and path.casefold().startswith(f"{(config.group or '').casefold()}/")
 
 
+_GITLAB_FINISHED = frozenset({"success", "failed", "canceled", "skipped"})
+
+
 def gitlab_hints(config: GitLabConfig, event: str, payload: Any) -> list[Hint]:
     """What a (verified) GitLab event means for the agent; [] for anything unexpected."""
     if not isinstance(payload, dict):
         return []
     project = payload.get("project")
+    if event == "Job Hook":  # a job's own fields are top-level
+        if not isinstance(project, dict) or not _gitlab_in_scope(config, project):
+            return []
+        finished = payload.get("build_status") in _GITLAB_FINISHED
+        return _ci_hint("gitlab", project["path_with_namespace"], payload.get("sha")) if finished else []
     attributes = payload.get("object_attributes")
     if not isinstance(project, dict) or not isinstance(attributes, dict) or not _gitlab_in_scope(config, project):
         return []
     path = project["path_with_namespace"]
+    if event == "Pipeline Hook":
+        finished = attributes.get("status") in _GITLAB_FINISHED
+        return _ci_hint("gitlab", path, attributes.get("sha")) if finished else []
     if event == "Note Hook":
         noteable = attributes.get("noteable_type")
         target = payload.get("issue") if noteable == "Issue" else payload.get("merge_request")
@@ -215,7 +251,7 @@ async def _gitlab(request: Request, config: AgentConfig, sink: WebhookSink, read
     if not delivery:
         return _refuse(400, "no X-Gitlab-Event-UUID header: a delivery without an id is refused")
     event = request.headers.get("x-gitlab-event", "")
-    if event not in GITLAB_EVENTS:
+    if event not in GITLAB_EVENTS and not (config.ci.enabled and event in GITLAB_CI_EVENTS):
         return _refuse(202, f"event {event[:40]!r} is not used")
     try:
         body = await reader.read(request)

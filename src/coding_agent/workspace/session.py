@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 
 from coding_agent.config import WorkspaceConfig
+from coding_agent.domain.delivery import PushedHead
 from coding_agent.domain.tasks import Task
 from coding_agent.errors import AgentError
 from coding_agent.prompts.notices import Language
@@ -140,6 +141,16 @@ class RunWorkspace:
     def change_url(self) -> str | None:
         change = self.delivery.change if self.delivery is not None else None
         return change.url if change is not None else None
+
+    def pushed_head(self) -> PushedHead | None:
+        delivery = self.delivery
+        if delivery is None or delivery.action == "none" or not delivery.commit or not delivery.branch:
+            return None
+        if delivery.change is not None:
+            return PushedHead(self.checkout.project, delivery.change.number, delivery.branch, delivery.commit)
+        if self._task.key.is_change:  # the task is the PR/MR: its own branch was pushed
+            return PushedHead(self._task.key.project, self._task.key.number, delivery.branch, delivery.commit)
+        return None
 
 
 class RunWorkspaces:

@@ -1,0 +1,422 @@
+"""CI feedback (SPEC 16): the watch of the head commit a run pushed to its PR/MR, carried
+out. `ci_decision.decide` says what to do; this module reads what it needs and does it.
+
+- Started by the worker when a run ends done having pushed to a PR/MR branch
+  (`after_run`); a newer push replaces the task's watch, so only the newest head is
+  watched. A CI fix run's own end moves its watch on: its push is watched with one more
+  attempt used, a fix that changed nothing says what still fails.
+- Driven by each producer poll (`poll`: one `ci_report` per live watch) and, at once, by
+  a CI webhook about its commit (`hint`). A watch is acted on only under its task's
+  lease, so two workers never act on one watch, and a run of the task (a follow-up)
+  keeps the watch waiting until it ends.
+- Before acting (never at every poll, so a poll stays one request) the task and the
+  PR/MR are read: a push by someone else, a stop (stop label, unassign), a closed or
+  merged PR/MR end the watch; a pause holds it.
+- A fix run is claimed through the follow-up claim (`claim_fix`, asked by
+  `FollowUpIntake`): the label swap done -> processing, the run answering where the task's
+  runs answer, its first turn listing the failing checks with their logs' tails.
+
+Every forge call here is through `Source`; the state is the store's (`CiWatches`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlalchemy.exc import OperationalError
+
+from coding_agent.agent.markdown import inert_markdown
+from coding_agent.agent.runner import RunResult
+from coding_agent.agent.steering import pause_signal_path
+from coding_agent.config import AgentConfig
+from coding_agent.domain.ci import Check, CheckState, CiFix, CiReport, CiWatch, FailingCheck, WatchState
+from coding_agent.domain.tasks import Task, TaskKey, TaskKind, ThreadRef
+from coding_agent.errors import AgentError, QueueUnavailable
+from coding_agent.prompts.notices import notice
+from coding_agent.redaction import Redactor
+from coding_agent.runtime.budgets import Budgets
+from coding_agent.runtime.ci_decision import CiDecision, decide
+from coding_agent.runtime.intake import Claim
+from coding_agent.runtime.review_followups import ReviewClaim
+from coding_agent.store.state import StateStore
+from coding_agent.sources.base import Source
+from coding_agent.sources.lifecycle import lifecycle_labels, transition
+
+__all__ = ["CiWatcher", "CiFixClaim", "Offer"]
+
+log = logging.getLogger(__name__)
+
+# Enqueue a task key for a (CI fix) follow-up run; False when it is queued or running.
+Offer = Callable[[str], Awaitable[bool]]
+
+
+@dataclass(frozen=True)
+class CiFixClaim(ReviewClaim):
+    """A CI fix run claimed: it answers in `reply_to` (None: on the task) and starts from
+    the failing checks of `ci_fix`."""
+
+    ci_fix: CiFix | None = None
+
+
+def _change_key(task_key: str, watch: CiWatch) -> TaskKey:
+    return TaskKey(TaskKey.parse(task_key).forge, watch.project, TaskKind.CHANGE, watch.number)
+
+
+class CiWatcher:
+    """The CI watches of one process's sources, over the state store."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        store: StateStore,
+        sources: list[Source],
+        owner: str,
+        redactor: Redactor,
+        budgets: Budgets | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._settings = config.ci
+        self._store = store
+        self._watches = store.ci_watches
+        self._sources = sources
+        self._owner = owner
+        self._redactor = redactor
+        self._budgets = budgets
+        self._clock = clock
+        self._signal_file = pause_signal_path(config) if config.pause_resume.enabled else None
+        self._background: set[asyncio.Task[None]] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return self._settings.enabled
+
+    # -- started and moved on by runs' ends (the worker) -----------------------------
+
+    async def after_run(self, source: Source, claim: Claim, result: RunResult) -> None:
+        """A run of `claim.task` ended as `result`: watch its push, or end a fix's watch.
+        Never raises: the run is over whatever happens to its watch."""
+        if not self.enabled or result.status == "paused":
+            return
+        try:
+            await self._after_run(source, claim, result)
+        except Exception:
+            log.exception("%s: the CI watch of this run's push could not be started", claim.task.key)
+
+    async def _after_run(self, source: Source, claim: Claim, result: RunResult) -> None:
+        key = str(claim.task.key)
+        previous = await asyncio.to_thread(self._watches.watch, key)
+        fixing = previous is not None and previous.state is WatchState.FIXING
+        if result.status == "done" and result.pushed is not None:
+            await self._start(source, claim, result, previous if fixing else None)
+        elif fixing and previous is not None:
+            if result.status != "done":  # failed or stopped: it said so itself
+                await asyncio.to_thread(self._watches.update_watch, previous, state=WatchState.ENDED)
+                return
+            await asyncio.to_thread(self._watches.update_watch, previous, state=WatchState.FAILED)
+            await self._comment(source, key, previous, "ci_unchanged", checks=self._listing(previous.failing))
+
+    async def _start(self, source: Source, claim: Claim, result: RunResult, fixed: CiWatch | None) -> None:
+        """Watch `result`'s push; `fixed`: the watch a CI fix run ended (its attempts and
+        thread carry on; a taken-over fix run's claim knows no thread)."""
+        pushed = result.pushed
+        assert pushed is not None
+        now = self._clock()
+        attempts = fixed.attempts if fixed is not None else 0
+        thread = claim.reply_to if isinstance(claim, ReviewClaim) else None
+        reply_to = str(thread) if thread is not None else (fixed.reply_to if fixed is not None else None)
+        bot = (source.bot_name or "").casefold()
+        watch = CiWatch(
+            task_key=str(claim.task.key),
+            project=pushed.project,
+            number=pushed.number,
+            head_branch=pushed.branch,
+            sha=pushed.sha,
+            state=WatchState.WATCHING,
+            started_at=now,
+            acted_at=now,
+            attempts=attempts,
+            max_attempts=self._settings.max_fix_attempts,
+            requester=claim.requester,
+            reply_to=reply_to,
+            bot_assigned=bool(bot) and any(name.casefold() == bot for name in claim.task.assignees),
+        )
+        await asyncio.to_thread(self._watches.save_watch, watch)
+        sha, branch = pushed.sha[:12], pushed.branch
+        log.info("%s: watching CI of %s on %s (fix attempts used: %d)", watch.task_key, sha, branch, attempts)
+
+    # -- driven by the producer's polls and by webhooks ------------------------------
+
+    async def poll(self, offer: Offer) -> None:
+        """Look at every live watch once: one `ci_report` per watch waiting on CI; a fix
+        decided but not claimed yet (its message lost) is offered again."""
+        if not self.enabled:
+            return
+        for watch in await asyncio.to_thread(self._watches.live_watches):
+            source = self._source(watch.task_key)
+            if source is None:
+                continue
+            if watch.state is WatchState.FIX:
+                await offer(watch.task_key)
+            elif watch.state in (WatchState.WATCHING, WatchState.RERUN):
+                try:
+                    await self._drive(source, watch.task_key, offer)
+                except (QueueUnavailable, OperationalError):
+                    raise  # the cycle's own outage handling
+                except Exception:  # one watch's bug is not the poll's end
+                    log.exception("%s: the CI watch failed; the next poll looks again", watch.task_key)
+
+    def hint(self, forge: str, project: str, sha: str, offer: Offer) -> None:
+        """A CI webhook about commit `sha` of `project`: its watches are looked at now, in
+        the background (the webhook is answered at once)."""
+        if not self.enabled:
+            return
+        task = asyncio.create_task(self._drive_commit(forge, project, sha, offer))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _drive_commit(self, forge: str, project: str, sha: str, offer: Offer) -> None:
+        try:
+            for watch in await asyncio.to_thread(self._watches.watches_of, project, sha):
+                source = self._source(watch.task_key)
+                waiting = watch.state in (WatchState.WATCHING, WatchState.RERUN)
+                if source is not None and source.forge == forge and waiting:
+                    await self._drive(source, watch.task_key, offer)
+        except Exception:  # a hint is a hint: the next poll looks again
+            log.exception("%s: a CI webhook's look at %s failed; the next poll looks again", project, sha[:12])
+
+    def _source(self, task_key: str) -> Source | None:
+        return next((source for source in self._sources if task_key.startswith(f"{source.forge}:")), None)
+
+    async def _drive(self, source: Source, task_key: str, offer: Offer) -> None:
+        """One look at one watch under its task's lease (busy: the next look decides);
+        none while the pause signal holds every task (SPEC 8.3)."""
+        if self._signal_file is not None and self._signal_file.exists():
+            return
+        lease_seconds = self._config.scheduling.lease_seconds
+        if not await asyncio.to_thread(self._store.leases.acquire_lease, task_key, self._owner, lease_seconds):
+            return
+        try:
+            watch = await asyncio.to_thread(self._watches.watch, task_key)
+            if watch is None or watch.state not in (WatchState.WATCHING, WatchState.RERUN):
+                return  # another look acted on it meanwhile
+            report = await source.ci_report(watch.project, watch.sha)
+            await self._decide_and_act(source, watch, report, offer)
+        except AgentError as error:
+            log.error("%s: CI watch: %s; the next poll looks again", task_key, self._redactor.text(str(error)))
+        finally:
+            await asyncio.to_thread(self._store.leases.release_lease, task_key, self._owner)
+
+    async def _decide_and_act(self, source: Source, watch: CiWatch, report: CiReport, offer: Offer) -> None:
+        now = self._clock()
+        if report.appeared and watch.appeared_at is None:
+            watch = await asyncio.to_thread(self._watches.update_watch, watch, appeared_at=now)
+        if watch.state is WatchState.RERUN and report.state is CheckState.PENDING:
+            watch = await asyncio.to_thread(self._watches.update_watch, watch, state=WatchState.WATCHING)
+        decision = decide(watch, report, now, self._settings)
+        if decision.action == "wait":
+            return
+        if decision.action == "no_ci":  # nothing to say, nothing to check
+            await asyncio.to_thread(self._watches.update_watch, watch, state=WatchState.NO_CI, acted_at=now)
+            log.info("%s: no CI appeared for %s; not watched any more", watch.task_key, watch.sha[:12])
+            return
+        verdict = await self._still_ours(source, watch)
+        if verdict == "hold":
+            return
+        if verdict == "end":
+            await asyncio.to_thread(self._watches.update_watch, watch, state=WatchState.ENDED, acted_at=now)
+            return
+        if decision.action == "rerun":
+            watch, decision = await self._rerun(source, watch, decision, report, now)
+        await self._act(source, watch, decision, offer, now)
+
+    async def _still_ours(self, source: Source, watch: CiWatch) -> Literal["go", "hold", "end"]:
+        """Whether the watch may act now: the task not stopped, paused or closed, and the
+        PR/MR open with the agent's push still its head."""
+        key = watch.task_key
+        task = await source.get_task(TaskKey.parse(key))
+        labels = source.labels
+        bot = (source.bot_name or "").casefold()
+        if task.state != "open" or task.has_label(labels.stopped_label) or task.has_label(labels.failed_label):
+            log.info("%s: closed or stopped; its CI watch ends", key)
+            return "end"
+        if watch.bot_assigned and bot and not any(name.casefold() == bot for name in task.assignees):
+            log.info("%s: the bot was unassigned; its CI watch ends", key)
+            return "end"
+        if not task.has_label(labels.done_label):
+            return "hold"  # paused, or being worked again: looked at again later
+        change = await source.find_open_change(watch.project, watch.head_branch)
+        if change is None or change.number != watch.number:
+            log.info("%s: its PR/MR is closed or merged; its CI watch ends", key)
+            return "end"
+        if change.head_sha is not None and change.head_sha != watch.sha:
+            log.info("%s: someone else pushed %s; its CI watch ends", key, change.head_sha[:12])
+            return "end"
+        return "go"
+
+    async def _rerun(
+        self, source: Source, watch: CiWatch, decision: CiDecision, report: CiReport, now: float
+    ) -> tuple[CiWatch, CiDecision]:
+        """Ask for the failed checks to run again, once per thing to re-run; when the forge
+        re-runs none of them, the failures are decided on as they are."""
+        asked: set[str] = set()
+        for check in decision.checks:
+            if check.rerun_id is not None and check.rerun_id not in asked:
+                if await source.ci_rerun(watch.project, check):
+                    asked.add(check.rerun_id)
+        if asked:
+            watch = await asyncio.to_thread(
+                self._watches.update_watch,
+                watch,
+                state=WatchState.RERUN,
+                reran=True,
+                acted_at=now,
+                failing=decision.checks,
+            )
+            log.info("%s: re-running %d failed check(s) of %s", watch.task_key, len(asked), watch.sha[:12])
+            return watch, CiDecision("wait")
+        watch = await asyncio.to_thread(self._watches.update_watch, watch, reran=True)
+        return watch, decide(watch, report, now, self._settings)
+
+    async def _act(self, source: Source, watch: CiWatch, decision: CiDecision, offer: Offer, now: float) -> None:
+        key, sha = watch.task_key, watch.sha[:12]
+        update = self._watches.update_watch
+        if decision.action == "timed_out":
+            await asyncio.to_thread(update, watch, state=WatchState.TIMED_OUT, acted_at=now)
+            await self._comment(source, key, watch, "ci_timed_out", seconds=int(self._settings.watch_seconds))
+        elif decision.action == "passed":
+            state = WatchState.FLAKY if decision.flaky else WatchState.PASSED
+            await asyncio.to_thread(update, watch, state=state, acted_at=now)
+            names = ", ".join(inert_markdown(check.name) for check in watch.failing) or "?"
+            extra = {"names": names} if decision.flaky else {}
+            ready = self._settings.ready_when_green and await self._mark_ready(source, watch)
+            name = "ci_flaky" if decision.flaky else "ci_passed"
+            await self._comment(source, key, watch, name, ready, count=decision.total, **extra)
+        elif decision.action == "fix":
+            await asyncio.to_thread(update, watch, state=WatchState.FIX, acted_at=now, failing=decision.checks)
+            log.info("%s: CI failed on %s (%d check(s)); a fix run is offered", key, sha, len(decision.checks))
+            await offer(key)
+        elif decision.action == "give_up":
+            await asyncio.to_thread(update, watch, state=WatchState.FAILED, acted_at=now, failing=decision.checks)
+            listing = self._listing(decision.checks)
+            await self._comment(source, key, watch, "ci_failed", attempts=watch.attempts, checks=listing)
+
+    async def _mark_ready(self, source: Source, watch: CiWatch) -> bool:
+        try:
+            await source.mark_change_ready(watch.project, watch.number)
+        except AgentError as error:
+            log.error("%s: the draft could not be marked ready: %s", watch.task_key, self._redactor.text(str(error)))
+            return False
+        return True
+
+    def _listing(self, checks: tuple[Check, ...]) -> str:
+        language = self._config.language
+        return "\n".join(
+            notice(
+                "ci_check",
+                language,
+                check=inert_markdown(check.name),
+                conclusion=inert_markdown(check.conclusion),
+                url=f" ({check.url})" if check.url else "",
+            )
+            for check in checks
+        )
+
+    async def _comment(
+        self, source: Source, task_key: str, watch: CiWatch, name: str, ready: bool = False, **values: object
+    ) -> None:
+        """The watch's one comment, in the PR/MR; recorded first, so a crash loses it
+        rather than posting it twice."""
+        language = self._config.language
+        body = notice(name, language, sha=watch.sha[:12], **values)
+        if ready:
+            body += "\n\n" + notice("ci_ready", language)
+        try:
+            await source.post_comment(_change_key(task_key, watch), self._redactor.text(body))
+        except AgentError as error:
+            log.error("%s: the CI comment could not be posted: %s", task_key, self._redactor.text(str(error)))
+
+    # -- the fix run's claim (asked by the follow-up intake) ------------------------
+
+    async def claim_fix(self, source: Source, task: Task) -> Claim | None:
+        """A CI fix run of `task` when its watch decided one: lease, fresh re-read, daily
+        budget, the failing checks' logs read, label swap done -> processing. None when no
+        fix is waiting (the follow-up claim goes on), or it cannot start now."""
+        key = str(task.key)
+        if not self.enabled:
+            return None
+        watch = await asyncio.to_thread(self._watches.watch, key)
+        if watch is None or watch.state is not WatchState.FIX:
+            return None
+        lease_seconds = self._config.scheduling.lease_seconds
+        if not await asyncio.to_thread(self._store.leases.acquire_lease, key, self._owner, lease_seconds):
+            return None
+        claim: Claim | None = None
+        try:
+            claim = await self._claim_leased(source, key)
+        finally:
+            if claim is None:
+                await asyncio.to_thread(self._store.leases.release_lease, key, self._owner)
+        return claim
+
+    async def _claim_leased(self, source: Source, key: str) -> Claim | None:
+        watch = await asyncio.to_thread(self._watches.watch, key)
+        if watch is None or watch.state is not WatchState.FIX:
+            return None  # claimed meanwhile
+        verdict = await self._still_ours(source, watch)
+        if verdict != "go":
+            if verdict == "end":
+                await asyncio.to_thread(self._watches.update_watch, watch, state=WatchState.ENDED)
+            return None
+        fresh = await source.get_task(TaskKey.parse(key))
+        if self._budgets is not None and await self._budgets.held(source, fresh, watch.requester):
+            return None  # the budget's comment said so; the next poll offers it again
+        attempt = watch.attempts + 1
+        fix = await self._fix_of(source, watch, attempt)
+        present = [label for label in fresh.labels if label in lifecycle_labels(source)]
+        await transition(source, fresh.key, source.labels.processing_label, present)
+        now = self._clock()
+        changes = {"state": WatchState.FIXING, "attempts": attempt, "acted_at": now}
+        await asyncio.to_thread(self._watches.update_watch, watch, **changes)
+        log.info("%s: CI fix run %d of %d claimed for %s", key, attempt, fix.max_attempts, watch.sha[:12])
+        return self._claim(fresh, watch, fix)
+
+    async def claim_cut_short(self, source: Source, task: Task) -> Claim | None:
+        """The CI fix run of `task` whose worker died after the label swap, before its run
+        began (the caller holds the lease and saw `processing`); None when the cut-short
+        claim was not a CI fix's."""
+        key = str(task.key)
+        watch = await asyncio.to_thread(self._watches.watch, key) if self.enabled else None
+        if watch is None or watch.state is not WatchState.FIXING:
+            return None
+        latest = await asyncio.to_thread(self._store.runs.latest_run, key)
+        if latest is not None and latest.started_at >= watch.acted_at:
+            return None  # its run began (and is taken over as a run)
+        log.warning("%s: a CI fix run's worker stopped before its run began; starting it", key)
+        return self._claim(task, watch, await self._fix_of(source, watch, watch.attempts))
+
+    async def _fix_of(self, source: Source, watch: CiWatch, attempt: int) -> CiFix:
+        """What fix run `attempt` starts from: each failing check with its log's tail."""
+        lines = self._settings.log_tail_lines
+        failing = []
+        for check in watch.failing:
+            tail = await source.ci_log_tail(watch.project, check, lines)
+            failing.append(FailingCheck(check, _last_lines(tail, lines)))
+        return CiFix(watch.sha, watch.head_branch, attempt, watch.max_attempts, tuple(failing))
+
+    @staticmethod
+    def _claim(task: Task, watch: CiWatch, fix: CiFix) -> CiFixClaim:
+        reply_to = ThreadRef.parse(watch.reply_to) if watch.reply_to else None
+        return CiFixClaim(task=task, requester=watch.requester, reply_to=reply_to, ci_fix=fix)
+
+
+def _last_lines(text: str | None, lines: int) -> str | None:
+    """At most the last `lines` lines of `text` (a forge may hand back more than asked)."""
+    if text is None:
+        return None
+    return "\n".join(text.splitlines()[-lines:])
