@@ -41,8 +41,7 @@ from coding_agent.prompts.notices import notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.ci_decision import CiDecision, decide
-from coding_agent.runtime.intake import Claim
-from coding_agent.runtime.review_followups import ReviewClaim
+from coding_agent.runtime.intake import Claim, ReviewClaim
 from coding_agent.store.state import StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition

@@ -42,14 +42,14 @@ from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.ci_watch import CiWatcher
-from coding_agent.runtime.intake import Claim
+from coding_agent.runtime.intake import Claim, ReviewClaim
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
 from coding_agent.store.followups import FollowUpRecords
 from coding_agent.store.state import StateStore
 from coding_agent.workspace.checkout import BRANCH_PREFIX
 
-__all__ = ["FollowUpIntake", "ReviewClaim", "agents_issue", "find_followup_comment", "mentions", "thread_triggers"]
+__all__ = ["FollowUpIntake", "agents_issue", "find_followup_comment", "mentions", "thread_triggers"]
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +80,6 @@ def find_followup_comment(comments: Sequence[Comment], bot_name: str) -> Comment
         if mentions(comment.body, bot_name):
             return comment
     return None
-
-
-@dataclass(frozen=True)
-class ReviewClaim(Claim):
-    """A follow-up claimed from a review thread: the run answers in `reply_to`."""
-
-    reply_to: ThreadRef | None = None
 
 
 def agents_issue(change: Task, bot_name: str) -> TaskKey | None:

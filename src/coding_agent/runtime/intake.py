@@ -12,7 +12,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from coding_agent.domain.tasks import Permission, Task
+from coding_agent.domain.tasks import Permission, Task, ThreadRef
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
@@ -20,7 +20,7 @@ from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
 from coding_agent.store.state import StateStore
 
-__all__ = ["Claim", "Intake"]
+__all__ = ["Claim", "ReviewClaim", "Intake"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,13 @@ class Claim:
     task: Task
     requester: str | None
     writers: frozenset[str] = field(default_factory=frozenset, kw_only=True)
+
+
+@dataclass(frozen=True)
+class ReviewClaim(Claim):
+    """A follow-up claimed from a review thread: the run answers in `reply_to`."""
+
+    reply_to: ThreadRef | None = None
 
 
 class Intake:

@@ -29,8 +29,8 @@ from coding_agent.domain.tasks import Task, TaskKey
 from coding_agent.errors import AgentError, QueueUnavailable
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.ci_watch import CiFixClaim, CiWatcher
-from coding_agent.runtime.followups import FollowUpIntake, ReviewClaim
-from coding_agent.runtime.intake import Claim, Intake
+from coding_agent.runtime.followups import FollowUpIntake
+from coding_agent.runtime.intake import Claim, Intake, ReviewClaim
 from coding_agent.runtime.lease import LeaseHeartbeat
 from coding_agent.runtime.producer import source_for
 from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
