@@ -94,6 +94,11 @@ class Producer:
             # this poll goes on (with a real forge, each search takes a while).
             for task in found:
                 await self._offer(queue, str(task.key), "new", enqueued, task)
+            # The watched PRs/MRs' CI, one request each; looked at before the follow-up
+            # candidates are offered, whose examination holds the same task's lease (a
+            # watch finding its lease busy waits for the next poll).
+            if self._ci is not None:
+                await self._ci.poll(lambda key: self._offer(queue, key, "followup", enqueued))
             since = datetime.now(timezone.utc) - timedelta(days=self._config.comment_handling.followup_days)
             pending = {str(task.key) for task in found}
             candidates = await self._discover("follow-up discovery", lambda source: source.discover_followups(since), errors)
@@ -104,8 +109,6 @@ class Producer:
             for task in candidates:
                 if str(task.key) not in pending:
                     await self._offer(queue, str(task.key), "followup", enqueued, task)
-            if self._ci is not None:  # the watched PRs/MRs' CI: one request each
-                await self._ci.poll(lambda key: self._offer(queue, key, "followup", enqueued))
         except (QueueUnavailable, OperationalError) as error:
             # The broker or the state store is away (a restart, a network blip, a failover):
             # what is not enqueued is offered again by the next cycle, once it is back (the
