@@ -22,7 +22,9 @@ __all__ = ["RunStore", "MemoryRepository", "RunCheckout", "Workspaces"]
 class RunStore(Protocol):
     """The runs, leases and run marks a run reads and writes while it works."""
 
-    def start_run(self, run_uuid: str, task_key: str, owner: str, requester: str | None) -> None: ...
+    def start_run(
+        self, run_uuid: str, task_key: str, owner: str, requester: str | None, lease_seconds: float | None = None
+    ) -> bool: ...
 
     def heartbeat(
         self,
@@ -37,6 +39,8 @@ class RunStore(Protocol):
     def record_usages(self, run_uuid: str, task_key: str, usages: Sequence[tuple[int, int]]) -> None: ...
 
     def finish_run(self, run_uuid: str, status: str, steps: int, error: str | None = None) -> None: ...
+
+    def abandon_own_run(self, run_uuid: str, owner: str, steps: int, reason: str) -> bool: ...
 
     def release_lease(self, task_key: str, owner: str) -> None: ...
 
