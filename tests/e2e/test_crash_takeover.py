@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from coding_agent.context.storage import ContextStorage
 from coding_agent.redaction import Redactor
@@ -139,3 +140,39 @@ def test_a_worker_dead_while_publishing_a_stop(github_forge: GitHubForge, tmp_pa
     assert [body for author, body in github_forge.comments("issue", number) if author == BOT] == [stop]
     lifecycle = [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")]
     assert lifecycle == ["coding agent stopped"]
+
+
+def test_a_run_left_running_behind_a_newer_finished_run_is_closed(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """A stalled worker's lease ran out, another worker started a run of its own and
+    finished the task; the stalled one had recorded a run meanwhile and was killed before
+    it noticed. That older run is `running` without a lease, so the task is offered as
+    orphaned at every poll: the next one closes it `abandoned`, and runs nothing again."""
+    number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt.")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = steering_config(tmp_path, [github_forge], model)
+        assert [result.status for result in run_cycle(load_for_service(setup)).results] == ["done"]
+        store = _store(tmp_path)
+        try:
+            [done] = store.runs.all(key)
+            store.runs.start_run("stalled-run", key, "stalled-worker", MAINTAINER)
+            with store.engine.begin() as connection:  # it began just before the finished run
+                connection.execute(
+                    text("UPDATE runs SET started_at = :at WHERE uuid = 'stalled-run'"), {"at": done.started_at - 1}
+                )
+            assert store.runs.orphaned_tasks() == [key]
+            report = run_cycle(load_for_service(setup))
+            runs = {run.uuid: run.status for run in store.runs.all(key)}
+            orphaned = store.runs.orphaned_tasks()
+        finally:
+            store.close()
+        requests = len(model.requests)
+
+    assert report.results == (), "nothing is run again"
+    assert runs == {done.uuid: "done", "stalled-run": "abandoned"}
+    assert orphaned == []
+    assert requests == len(HELLO_SCRIPT["replies"]), "no model request after the first run's"
+    bodies = [body for author, body in github_forge.comments("issue", number) if author == BOT]
+    assert len([body for body in bodies if body not in progress_comments(bodies)]) == 1
+    lifecycle = [label for label in github_forge.labels("issue", number) if label.startswith("coding agent")]
+    assert lifecycle == ["coding agent done"]

@@ -147,6 +147,35 @@ def test_orphans_are_expired_leases_and_running_runs_without_a_lease(store: Stat
     assert sorted(store.runs.orphaned_tasks()) == ["crashed", "lost"]
 
 
+def _check_a_run_starts_and_is_abandoned_only_under_its_own_lease(store: StateStore, clock: FakeClock) -> None:
+    assert store.leases.acquire_lease("k", "stalled", 10)
+    clock.now += 11  # the stalled worker's claim outlasted its lease
+    assert store.leases.acquire_lease("k", "other", 10)
+    assert not store.runs.start_run("late", "k", "stalled", None, 10), "a claim whose lease was taken starts no run"
+    assert store.runs.start_run("fresh", "k", "other", None, 10)
+    assert store.leases.live_lease("k") == ("other", 10), "renewed as the run was recorded"
+    assert [run.uuid for run in store.runs.all("k")] == ["fresh"]
+
+    store.runs.start_run("lost", "k", "stalled", None)  # recorded before its lease was taken
+    store.runs.claim_run("fresh", "taker", "running")  # taken over: the row is the taker's now
+    assert not store.runs.abandon_own_run("fresh", "other", 4, "lease lost"), "another's row is left alone"
+    assert store.runs.abandon_own_run("lost", "stalled", 4, "lease lost")
+    assert not store.runs.abandon_own_run("lost", "stalled", 5, "lease lost"), "closed once"
+    assert {run.uuid: (run.status, run.steps) for run in store.runs.all("k")} == {
+        "fresh": ("running", 0),
+        "lost": ("abandoned", 4),
+    }
+
+
+def test_a_run_starts_and_is_abandoned_only_under_its_own_lease_sqlite(store: StateStore, clock: FakeClock) -> None:
+    _check_a_run_starts_and_is_abandoned_only_under_its_own_lease(store, clock)
+
+
+def test_a_run_starts_and_is_abandoned_only_under_its_own_lease_postgres(clock: FakeClock) -> None:
+    with _postgres_store(clock) as store:
+        _check_a_run_starts_and_is_abandoned_only_under_its_own_lease(store, clock)
+
+
 def test_operator_requests_and_final_marks(store: StateStore) -> None:
     store.steering.request_control("k", "stop")
     store.steering.request_control("k", "pause")

@@ -50,6 +50,7 @@ from coding_agent.llm.types import ToolSpec
 from coding_agent.prompts.notices import notice
 from coding_agent.prompts.prompting import render_system_prompt
 from coding_agent.redaction import Redactor
+from coding_agent.retry import through_store_outage
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import retry_policy
 
@@ -150,6 +151,8 @@ class TaskRunner:
         `ci_fix`: the failing checks a CI fix run (SPEC 16) is to fix, for its first turn.
         """
         run = await self._start(source, task, requester, continuation, lease, reply_to, picked_at, writers)
+        if isinstance(run, RunResult):
+            return run
         run = replace(run, ci_fix=ci_fix)
         outcome, llm, interruption = await self._attempt(run)
         try:
@@ -176,9 +179,12 @@ class TaskRunner:
         reply_to: ThreadRef | None,
         picked_at: float | None,
         writers: frozenset[str],
-    ) -> _Run:
+    ) -> _Run | RunResult:
         """The run's parts: a continued run's context reopened, or a new run's started
-        (and recorded in the state store, with the thread that asked for it)."""
+        (and recorded in the state store, with the thread that asked for it). A new run
+        is recorded only while the worker's lease holds; the claim may have outlasted it
+        (a stalled worker) and another worker taken the task: then no run starts, and the
+        result says `abandoned`."""
         key = str(task.key)
         reopened = continuation.reopen(self._storage) if continuation is not None else None
         if reopened is None:
@@ -189,7 +195,8 @@ class TaskRunner:
         lease_seconds = self._config.scheduling.lease_seconds
         ledger = RunLedger(self._store, self._owner, key, files.run_uuid, lease, lease_seconds)
         if reopened is None:
-            await ledger.stored(self._store.runs.start_run, files.run_uuid, key, self._owner, requester)
+            if not await self._recorded(ledger, files, key, requester):
+                return RunResult(files.run_uuid, key, "abandoned", 0, files.move_to("completed"))
             if reply_to is not None:
                 files.write_metadata(reply_to=str(reply_to))
         await ledger.stored(self._store.tasks.note_task, key, task.title, task.url)
@@ -203,6 +210,20 @@ class TaskRunner:
         )
         log.info("%s: run %s %s", key, files.run_uuid, "continued" if continuation is not None else "started")
         return _Run(source, task, requester, writers, reply_to, files, workspace, clone, ledger, reporter, steering)
+
+    async def _recorded(self, ledger: RunLedger, files: RunContextFiles, key: str, requester: str | None) -> bool:
+        """Record the new run in the state store, under the lease; False when the lease
+        is another worker's now (nothing else of the run was written anywhere)."""
+        lease_seconds, run_uuid = self._config.scheduling.lease_seconds, files.run_uuid
+        try:
+            if await ledger.stored(self._store.runs.start_run, run_uuid, key, self._owner, requester, lease_seconds):
+                return True
+        except LeaseLost:  # recorded, then the store was away for longer than the lease
+            reason = "its worker lost the task's lease to another worker"
+            await through_store_outage(lambda: self._store.runs.abandon_own_run(run_uuid, self._owner, 0, reason), key)
+        log.warning("%s: its lease ran out before run %s started, and another worker has the task", key, files.run_uuid)
+        files.write_metadata(status="abandoned")
+        return False
 
     def _new_run(self, key: str, requester: str | None) -> tuple[RunContextFiles, Path]:
         """A new run's context files and empty workspace directory."""

@@ -25,7 +25,9 @@ __all__ = [
 class RunRows(Protocol):
     """The runs and their token usage, as a run writes them (`store.runs.Runs`)."""
 
-    def start_run(self, run_uuid: str, task_key: str, owner: str, requester: str | None) -> None: ...
+    def start_run(
+        self, run_uuid: str, task_key: str, owner: str, requester: str | None, lease_seconds: float | None = None
+    ) -> bool: ...
 
     def heartbeat(
         self,
@@ -42,6 +44,8 @@ class RunRows(Protocol):
     def finish_run(self, run_uuid: str, status: str, steps: int, error: str | None = None) -> None: ...
 
     def all(self, task_key: str | None = None) -> list[RunRecord]: ...
+
+    def abandon_own_run(self, run_uuid: str, owner: str, steps: int, reason: str) -> bool: ...
 
 
 class LeaseRows(Protocol):

@@ -106,6 +106,11 @@ class Intake:
             return None
         if self._budgets is not None and await self._budgets.held(source, fresh, requester):
             return None
+        if not await asyncio.to_thread(self._store.leases.renew_lease, key, self._owner, self._lease_seconds):
+            # The reads above outlasted the lease (a stalled worker) and another worker took
+            # the task: what was read may be stale, and the labels are that worker's now.
+            log.warning("%s: its lease ran out during the claim and another worker took it; skipped", key)
+            return None
         present = [label for label in fresh.labels if label in (source.labels.bot_label, *lifecycle_labels(source))]
         await transition(source, fresh.key, source.labels.processing_label, present)
         log.info("%s: claimed (requested by %s)", key, requester or "unknown")

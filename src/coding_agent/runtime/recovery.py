@@ -110,13 +110,10 @@ class Recovery:
             await asyncio.to_thread(self._store.leases.release_lease, key, owner)
         return taken
 
-    async def _take(self, source: Source, key: str) -> Claim | None:
+    async def _take(self, source: Source, key: str, look_again: bool = True) -> Claim | None:
         owner = self._controls.owner
         run = await asyncio.to_thread(self._store.runs.latest_run, key)
-        for stale in await asyncio.to_thread(self._store.runs.runs_with_status, "paused", key):
-            if run is not None and stale.uuid != run.uuid:  # a newer run (re-triggered) took over
-                superseded = "superseded by a newer run of the task"
-                await asyncio.to_thread(self._store.runs.finish_run, stale.uuid, "abandoned", stale.steps, superseded)
+        await self._close_stale(key, run)
         if run is not None and run.status == "paused":
             marks = await asyncio.to_thread(self._store.steering.run_marks, run.uuid)
             if marks.resume_hold or self.paused_by_signal():
@@ -127,7 +124,9 @@ class Recovery:
             return await self._continue(source, run, marks)
         if run is not None and run.status == "running":
             if not await asyncio.to_thread(self._store.runs.claim_run, run.uuid, owner, "running"):
-                return None
+                # Its own worker closed it meanwhile, having found its lease taken (by this
+                # worker): what is left of the task is read again, once.
+                return await self._take(source, key, look_again=False) if look_again else None
             ended = self._storage.ended_status(run.uuid)
             if ended is not None:  # its end is out; its worker died before the store had it
                 log.warning("%s: run %s had ended %s when its worker stopped; recorded", key, run.uuid, ended)
@@ -135,7 +134,25 @@ class Recovery:
                 return None
             log.warning("%s: the worker of run %s stopped; taking it over", key, run.uuid)
             return await self._continue(source, run, await asyncio.to_thread(self._store.steering.run_marks, run.uuid))
-        # No unfinished run: a worker died between claiming the task and starting its run.
+        return await self._start_afresh(source, key)
+
+    async def _close_stale(self, key: str, latest: RunRecord | None) -> None:
+        """Close the task's unfinished runs older than its newest one: a paused run a newer
+        run (re-triggered) superseded, and a `running` one whose worker lost the lease
+        while a newer run began under it (a stalled worker) and died before it noticed.
+        Only the newest run may go on: this worker holds the lease now."""
+        if latest is None:
+            return
+        for status, reason in (
+            ("paused", "superseded by a newer run of the task"),
+            ("running", "its worker lost the task's lease to a newer run of the task"),
+        ):
+            for stale in await asyncio.to_thread(self._store.runs.runs_with_status, status, key):
+                if stale.uuid != latest.uuid:
+                    await asyncio.to_thread(self._store.runs.finish_run, stale.uuid, "abandoned", stale.steps, reason)
+
+    async def _start_afresh(self, source: Source, key: str) -> Claim | None:
+        """No unfinished run: a worker died between claiming the task and starting its run."""
         task = await source.get_task(TaskKey.parse(key))
         if task.state != "open":
             return None

@@ -62,8 +62,17 @@ def record_of(run: RunRow) -> RunRecord:
 class Runs(TableStore):
     """Starting, counting, finishing and finding runs; their token usage."""
 
-    def start_run(self, run_uuid: str, task_key: str, owner: str, requester: str | None) -> None:
+    def start_run(
+        self, run_uuid: str, task_key: str, owner: str, requester: str | None, lease_seconds: float | None = None
+    ) -> bool:
+        """Record a new run as `running`. With `lease_seconds`, only while `owner` still
+        holds the task's lease, which is renewed in the same transaction: a claim that
+        outlived its lease (a stalled worker; another worker took the task over) starts
+        no run, so no `running` row is left behind that no lease stands for. True when
+        recorded."""
         with self._session() as session:
+            if lease_seconds is not None and not self._renew_in(session, task_key, owner, lease_seconds):
+                return False
             session.add(
                 RunRow(
                     uuid=run_uuid,
@@ -77,6 +86,16 @@ class Runs(TableStore):
                     completion_tokens=0,
                 )
             )
+        return True
+
+    def _renew_in(self, session: Session, task_key: str, owner: str, ttl_seconds: float) -> bool:
+        """Extend `owner`'s lease within `session`'s transaction; False when it is not theirs."""
+        renewed = session.execute(
+            update(LEASES)
+            .where(LEASES.c.task_key == task_key, LEASES.c.owner == owner)
+            .values(expires_at=self._clock() + ttl_seconds)
+        )
+        return renewed.rowcount == 1
 
     def heartbeat(
         self,
@@ -95,13 +114,9 @@ class Runs(TableStore):
         with self._session() as session:
             if usages:
                 self._add_usages(session, run_uuid, task_key, usages)
-            renewed = session.execute(
-                update(LEASES)
-                .where(LEASES.c.task_key == task_key, LEASES.c.owner == owner)
-                .values(expires_at=self._clock() + ttl_seconds)
-            )
+            renewed = self._renew_in(session, task_key, owner, ttl_seconds)
             session.execute(update(RunRow).where(RunRow.uuid == run_uuid).values(steps=steps))
-            return renewed.rowcount == 1
+            return renewed
 
     def finish_run(self, run_uuid: str, status: str, steps: int, error: str | None = None) -> None:
         with self._session() as session:
@@ -112,6 +127,19 @@ class Runs(TableStore):
             run.steps = steps
             run.error = error
             run.finished_at = self._clock()
+
+    def abandon_own_run(self, run_uuid: str, owner: str, steps: int, reason: str) -> bool:
+        """Close a run whose worker lost the task's lease, as `abandoned`: one conditional
+        UPDATE, only while the row is still `running` under `owner`. A worker that took
+        the run over claimed the row (`claim_run` sets its owner), so this never touches
+        a row that is someone else's now. True when closed here."""
+        with self._session() as session:
+            result = session.execute(
+                update(RunRow)
+                .where(RunRow.uuid == run_uuid, RunRow.owner == owner, RunRow.status == "running")
+                .values(status="abandoned", steps=steps, error=reason, finished_at=self._clock())
+            )
+            return result.rowcount == 1
 
     def record_usage(self, run_uuid: str, task_key: str, prompt_tokens: int, completion_tokens: int) -> None:
         self.record_usages(run_uuid, task_key, [(prompt_tokens, completion_tokens)])

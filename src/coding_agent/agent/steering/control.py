@@ -375,7 +375,7 @@ class RunSteering:
         if isinstance(error, RunStopped):
             position = self._planning.describe() if self._planning is not None else ""
             return "stopped", await self._endings.stop(error, self.steps, position, self.progress)
-        return "abandoned", await self._endings.abandon(error, self.progress)
+        return "abandoned", await self._endings.abandon(error, self.steps, self.progress)
 
 
 def _takes_user_message(llm: LLMClient) -> bool:

@@ -16,7 +16,8 @@ the last attempt the run gives up and ends the task failed as far as the forge l
 A pause saves everything, says so on the task with the resume hint, labels it paused and
 leaves the context in `paused/`; a stop posts the stop notice as the final comment,
 labels the task stopped and finishes the run. Either way the lease is released. A lost
-lease publishes nothing: another worker has the task now.
+lease publishes nothing: another worker has the task now; the run's own row is closed
+`abandoned` unless that worker took the run itself over.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from coding_agent.errors import AgentError, ForgeError
 from coding_agent.llm.base import LLMClient
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.redaction import Redactor
+from coding_agent.retry import through_store_outage
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import transition
 
@@ -272,12 +274,24 @@ class RunEndings:
         log.info("%s: run %s stopped (%s) after %d steps", key, run_uuid, error.reason, steps)
         return directory
 
-    async def abandon(self, error: RunInterrupted, progress: ProgressComment | None) -> Path:
-        """A lost lease: another worker has this task (and maybe this very run) now."""
-        log.warning("%s: run %s gave the task up (%s)", self._key, self._files.run_uuid, error)
+    async def abandon(self, error: RunInterrupted, steps: int, progress: ProgressComment | None) -> Path:
+        """A lost lease: another worker has this task (and maybe this very run) now.
+
+        Nothing is written on the task. The run's own row is closed `abandoned`, guarded by
+        its id and this worker as its owner: left `running`, it would stay so for good when
+        the new holder started a run of its own instead of taking this one over. When
+        the new holder took this very run over, the row (and its files) are its own: the
+        guard leaves them alone. Not through the ledger, which would stop at the lease."""
+        run_uuid = self._files.run_uuid
+        log.warning("%s: run %s gave the task up (%s)", self._key, run_uuid, error)
         if progress is not None:
             await progress.discard()
-        return self._files.directory
+        reason = "its worker lost the task's lease to another worker"
+        abandon = self._store.runs.abandon_own_run
+        if not await through_store_outage(lambda: abandon(run_uuid, self._owner, steps, reason), self._key):
+            return self._files.directory
+        self._files.write_metadata(status="abandoned", steps=steps)
+        return self._files.move_to("completed")
 
 
 class RunReporter:
