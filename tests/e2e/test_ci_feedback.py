@@ -7,11 +7,13 @@ instead of fixed."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from coding_agent.domain.ci import Check, CheckKind, CheckState, WatchState
 from coding_agent.runtime.service import AgentService
@@ -22,7 +24,7 @@ from coding_agent.web.views import task_detail, task_list
 
 from tests.support.waiting import wait_for
 
-from ._steering import run_cycle, user_messages
+from ._steering import assign, run_cycle, unassign, user_messages
 from .conftest import (
     BOT,
     AgentSetup,
@@ -208,20 +210,26 @@ def test_rerun_flaky_reports_a_pass_on_rerun_without_a_fix_run(github_forge: Git
     assert len(flaky) == 1 and "after re-running tests" in flaky[0] and "flaky" in flaky[0]
 
 
-@pytest.mark.parametrize("end", ["human push", "stop label", "closed PR"])
+@pytest.mark.parametrize("end", ["human push", "stop label", "unassigned", "closed PR"])
 def test_a_human_push_a_stop_or_a_closed_pr_ends_the_watch(github_forge: GitHubForge, tmp_path: Path, end: str) -> None:
     """Checked only before acting: the failure that would start a fix run finds the watch
-    over, and nothing runs or is said."""
+    over, and nothing runs or is said. "unassigned": the bot, assigned when the run
+    began, is unassigned by a maintainer while the watch waits (a stop, SPEC 8.2)."""
     forge, state = github_forge, github_forge.sandbox.state
     number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    if end == "unassigned":
+        assign(forge, "issue", number)
     with ReplaySandbox(calc_script()) as model:
         config = ci_config(tmp_path, forge, model)
         assert run_cycle(config).errors == ()
         pull, sha = the_pull(forge), head(forge)
+        assert watch_state(tmp_path, f"github:{REPO}#{number}") == "watching"
         if end == "human push":
             state.git.commit_files(REPO, str(pull.head), {"NOTES.md": "mine\n"}, "a maintainer's own commit")
         elif end == "stop label":
             state.add_label(REPO, number, "coding agent stopped", actor=MAINTAINER)
+        elif end == "unassigned":
+            unassign(forge, "issue", number)
         else:
             state.update_issue(REPO, pull.number, state="closed")
         state.ci_job(REPO, sha, "tests", conclusion="failure", log=FAILING_LOG)
@@ -326,7 +334,7 @@ def test_ci_webhooks_start_the_fix_run_and_report_the_pass_without_a_poll(
     assert service.producer.cycles == 1, "no poll after the first: the webhooks did it"
     assert len(fix_requests(model)) == 1
     passed = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith("CI passed")]
-    assert passed == [f"CI passed: 1 checks on `{head(forge)[:12]}`."]
+    assert passed == [f"CI passed: 1 check on `{head(forge)[:12]}`."]
 
 
 @pytest.mark.long
@@ -479,7 +487,7 @@ def test_a_pr_that_is_the_task_has_its_own_head_watched(github_forge: GitHubForg
         state.ci_job(REPO, sha, "tests", conclusion="success", log="3 passed\n")
         assert run_cycle(config).errors == ()
     assert [body for body in bot_comments(forge, number) if body.startswith("CI passed")] == [
-        f"CI passed: 1 checks on `{sha[:12]}`."
+        f"CI passed: 1 check on `{sha[:12]}`."
     ]
 
 
@@ -517,3 +525,66 @@ def test_gitlab_pipeline_and_job_hooks_start_the_fix_run_without_a_poll(
             state.close_hooks()
     assert service.producer.cycles == 1, "no poll after the first: the hooks did it"
     assert len(fix_requests(model)) == 1
+
+
+def _as_if_the_fix_runs_worker_died_before_its_end_reached_the_watch(
+    tmp_path: Path, key: str, watched: str, run_recorded: bool
+) -> None:
+    """The watch as the fix run's dead worker left it: `fixing` the first head, with the
+    fix's push unknown to it; the run's end recorded in the store or (`run_recorded`
+    False) out on the forge and in `completed/` only, its lease run out."""
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        fix_run = store.runs.all(key)[-1]
+        watch = store.ci_watches.watch(key)
+        assert watch is not None and watch.state is WatchState.WATCHING and fix_run.status == "done"
+        failing = (Check("1", "tests", CheckKind.GITHUB_ACTIONS_JOB, CheckState.FAILED, "failure"),)
+        rewound = dataclasses.replace(
+            watch, sha=watched, state=WatchState.FIXING, acted_at=fix_run.started_at, failing=failing
+        )
+        store.ci_watches.save_watch(rewound)
+        if not run_recorded:
+            with store.engine.begin() as connection:
+                connection.execute(
+                    text("UPDATE runs SET status = 'running', finished_at = NULL WHERE uuid = :u"), {"u": fix_run.uuid}
+                )
+        assert store.leases.acquire_lease(key, "dead-worker", -1.0)  # already run out
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("run_recorded", [True, False], ids=["run recorded", "run not recorded"])
+def test_a_fix_run_whose_worker_died_before_its_push_was_watched_has_its_push_watched(
+    github_forge: GitHubForge, tmp_path: Path, run_recorded: bool
+) -> None:
+    """The fix run ended (its push, labels and final comment out) and its worker died
+    before the watch learnt of its push: the watch stayed `fixing` for ever. A poll that
+    finds the task free and its fix run ended reads the PR's head, which the fix moved:
+    that head is watched, its pass reported once, and no second fix run starts."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(calc_script()) as model:
+        config = ci_config(tmp_path, forge, model)
+        assert run_cycle(config).errors == ()
+        first = head(forge)
+        state.ci_job(REPO, first, "tests", conclusion="failure", log=FAILING_LOG)
+        assert run_cycle(config).errors == ()
+        second = head(forge)
+        assert second != first and len(fix_requests(model)) == 1
+        _as_if_the_fix_runs_worker_died_before_its_end_reached_the_watch(tmp_path, key, first, run_recorded)
+        assert run_cycle(config).errors == ()
+        assert run_cycle(config).errors == ()
+        assert watch_state(tmp_path, key) == "watching"
+        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+        try:
+            watch = store.ci_watches.watch(key)
+            assert watch is not None and watch.sha == second and watch.attempts == 1
+        finally:
+            store.close()
+        state.ci_job(REPO, second, "tests", conclusion="success", log="3 passed\n")
+        assert run_cycle(config).errors == ()
+        assert len(fix_requests(model)) == 1, "no second fix run"
+    said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith(("CI", "The CI"))]
+    assert said == [f"CI passed: 1 check on `{second[:12]}`."]
+    assert watch_state(tmp_path, key) == "passed"
