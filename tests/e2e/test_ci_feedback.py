@@ -528,11 +528,13 @@ def test_gitlab_pipeline_and_job_hooks_start_the_fix_run_without_a_poll(
 
 
 def _as_if_the_fix_runs_worker_died_before_its_end_reached_the_watch(
-    tmp_path: Path, key: str, watched: str, run_recorded: bool
+    forge: GitHubForge, tmp_path: Path, key: str, watched: str, died: str
 ) -> None:
-    """The watch as the fix run's dead worker left it: `fixing` the first head, with the
-    fix's push unknown to it; the run's end recorded in the store or (`run_recorded`
-    False) out on the forge and in `completed/` only, its lease run out."""
+    """The watch as the fix run's dead worker left it: `fixing` the first head, the fix's
+    push unknown to it, the worker's lease run out. `died`: after the store recorded the
+    run's end; before (the end out on the forge and in `completed/` only); or before the
+    end was out (recorded in the store, its files in `running/`: a takeover publishes it
+    again, not knowing what was pushed)."""
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
     try:
         fix_run = store.runs.all(key)[-1]
@@ -543,24 +545,33 @@ def _as_if_the_fix_runs_worker_died_before_its_end_reached_the_watch(
             watch, sha=watched, state=WatchState.FIXING, acted_at=fix_run.started_at, failing=failing
         )
         store.ci_watches.save_watch(rewound)
-        if not run_recorded:
+        if died != "after the store had its end":
             with store.engine.begin() as connection:
                 connection.execute(
                     text("UPDATE runs SET status = 'running', finished_at = NULL WHERE uuid = :u"), {"u": fix_run.uuid}
                 )
+        if died == "before its end was out":
+            contexts = tmp_path / "contexts"
+            (contexts / "running").mkdir(exist_ok=True)
+            (contexts / "completed" / fix_run.uuid).rename(contexts / "running" / fix_run.uuid)
+            number = int(key.rsplit("#", 1)[1])
+            forge.sandbox.state.remove_label(REPO, number, "coding agent done", actor=BOT)
+            forge.sandbox.state.add_label(REPO, number, "coding agent processing", actor=BOT)
         assert store.leases.acquire_lease(key, "dead-worker", -1.0)  # already run out
     finally:
         store.close()
 
 
-@pytest.mark.parametrize("run_recorded", [True, False], ids=["run recorded", "run not recorded"])
+@pytest.mark.parametrize(
+    "died", ["after the store had its end", "before the store had its end", "before its end was out"]
+)
 def test_a_fix_run_whose_worker_died_before_its_push_was_watched_has_its_push_watched(
-    github_forge: GitHubForge, tmp_path: Path, run_recorded: bool
+    github_forge: GitHubForge, tmp_path: Path, died: str
 ) -> None:
-    """The fix run ended (its push, labels and final comment out) and its worker died
-    before the watch learnt of its push: the watch stayed `fixing` for ever. A poll that
-    finds the task free and its fix run ended reads the PR's head, which the fix moved:
-    that head is watched, its pass reported once, and no second fix run starts."""
+    """The fix run pushed and its worker died before the watch learnt of its push: the
+    watch stayed `fixing` for ever, or a takeover that published the run's end again said
+    the fix changed nothing. The PR's head, which the fix moved, tells: that head is
+    watched, its pass reported once, and no second fix run starts."""
     forge, state = github_forge, github_forge.sandbox.state
     number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
     key = f"github:{REPO}#{number}"
@@ -572,7 +583,7 @@ def test_a_fix_run_whose_worker_died_before_its_push_was_watched_has_its_push_wa
         assert run_cycle(config).errors == ()
         second = head(forge)
         assert second != first and len(fix_requests(model)) == 1
-        _as_if_the_fix_runs_worker_died_before_its_end_reached_the_watch(tmp_path, key, first, run_recorded)
+        _as_if_the_fix_runs_worker_died_before_its_end_reached_the_watch(forge, tmp_path, key, first, died)
         assert run_cycle(config).errors == ()
         assert run_cycle(config).errors == ()
         assert watch_state(tmp_path, key) == "watching"
@@ -588,3 +599,5 @@ def test_a_fix_run_whose_worker_died_before_its_push_was_watched_has_its_push_wa
     said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith(("CI", "The CI"))]
     assert said == [f"CI passed: 1 check on `{second[:12]}`."]
     assert watch_state(tmp_path, key) == "passed"
+    finals = [body for author, body in forge.comments("issue", number) if author == BOT and body.startswith("FIX-1")]
+    assert len(finals) == 1 and "coding agent done" in forge.labels("issue", number)
