@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from coding_agent.web.views import task_detail, task_list
 
 from tests.support.waiting import wait_for
 
-from ._steering import assign, run_cycle, unassign, user_messages
+from ._steering import assign, run_cycle, spawn_cli, unassign, user_messages
 from .conftest import (
     BOT,
     AgentSetup,
@@ -601,3 +603,66 @@ def test_a_fix_run_whose_worker_died_before_its_push_was_watched_has_its_push_wa
     assert watch_state(tmp_path, key) == "passed"
     finals = [body for author, body in forge.comments("issue", number) if author == BOT and body.startswith("FIX-1")]
     assert len(finals) == 1 and "coding agent done" in forge.labels("issue", number)
+
+
+def test_a_worker_sigkilled_in_a_ci_fix_run_is_carried_on_by_another_once(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """A real fault: `coding-agent run --once` takes the fix the failing CI asks for, and is
+    SIGKILLed while its fix run waits on the model (the task's lease held, the watch
+    `fixing`). Once its lease runs out another worker carries the fix run on from its
+    saved step: its push is watched, its pass reported once, and no second fix run
+    starts."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    victims: list[subprocess.Popen[str]] = []
+
+    def kill(_: dict[str, Any]) -> None:
+        """Before the fix run's second model reply: its first step (calc.py) is saved."""
+        if victims and victims[0].poll() is None:
+            victims[0].kill()
+            victims[0].wait()
+
+    script = calc_script()
+    fix_replies = script["conversations"][0]["replies"]
+    fix_replies[1] = {**fix_replies[1], "before": {"kill": {}}}
+    with ReplaySandbox(script, actions={"kill": kill}) as model:
+        setup = write_config(
+            tmp_path, [forge], llm_section(model), memory={"enabled": False}, ci={"enabled": True},
+            scheduling={"lease_seconds": 2.0},
+        )  # fmt: skip
+        assert run_cycle(load_for_service(setup)).errors == ()
+        first = head(forge)
+        state.ci_job(REPO, first, "tests", conclusion="failure", log=FAILING_LOG)
+
+        victims.append(spawn_cli(setup.config_path, "run", "--once"))
+        victims[0].communicate(timeout=300)
+        assert victims[0].returncode == -signal.SIGKILL, "killed in its fix run"
+        assert watch_state(tmp_path, key) == "fixing" and head(forge) == first
+        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+        try:
+            wait_for(lambda: store.leases.lease_owner(key) is None, 60, "the dead worker's lease to run out")
+        finally:
+            store.close()
+
+        assert run_cycle(load_for_service(setup)).errors == ()
+        second = head(forge)
+        assert second != first and watch_state(tmp_path, key) == "watching"
+        state.ci_job(REPO, second, "tests", conclusion="success", log="3 passed\n")
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert len(fix_requests(model)) == 1, "one fix run, carried on"
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        runs = store.runs.all(key)
+        watch = store.ci_watches.watch(key)
+    finally:
+        store.close()
+    assert [run.status for run in runs] == ["done", "done"], runs
+    assert watch is not None and watch.state is WatchState.PASSED and watch.sha == second and watch.attempts == 1
+    said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith(("CI", "The CI"))]
+    assert said == [f"CI passed: 1 check on `{second[:12]}`."]
+    assert [label for label in forge.labels("issue", number) if label.startswith("coding agent")] == [
+        "coding agent done"
+    ]
