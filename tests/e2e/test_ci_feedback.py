@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from coding_agent.domain.ci import Check, CheckKind, CheckState, WatchState
 from coding_agent.runtime.service import AgentService
 from coding_agent.store.state import StateStore
 from coding_agent.redaction import Redactor
+from coding_agent.sandbox.faults import Fault
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.web.views import task_detail, task_list
 
@@ -605,29 +607,35 @@ def test_a_fix_run_whose_worker_died_before_its_push_was_watched_has_its_push_wa
     assert len(finals) == 1 and "coding agent done" in forge.labels("issue", number)
 
 
+@pytest.mark.parametrize("moment", ["mid fix run", "publishing its end"])
 def test_a_worker_sigkilled_in_a_ci_fix_run_is_carried_on_by_another_once(
-    github_forge: GitHubForge, tmp_path: Path
+    github_forge: GitHubForge, tmp_path: Path, moment: str
 ) -> None:
     """A real fault: `coding-agent run --once` takes the fix the failing CI asks for, and is
-    SIGKILLed while its fix run waits on the model (the task's lease held, the watch
-    `fixing`). Once its lease runs out another worker carries the fix run on from its
-    saved step: its push is watched, its pass reported once, and no second fix run
-    starts."""
+    SIGKILLed holding the task's lease, the watch `fixing`: while its fix run waits on the
+    model, or after the fix was pushed and its final comment posted, while its label
+    change hangs. Once its lease runs out another worker carries the fix run on (from its
+    saved step, or publishing its recorded end again): the fix's push is watched, its pass
+    reported once, and no second fix run starts."""
     forge, state = github_forge, github_forge.sandbox.state
     number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
     key = f"github:{REPO}#{number}"
     victims: list[subprocess.Popen[str]] = []
+    gate = threading.Event()
 
-    def kill(_: dict[str, Any]) -> None:
-        """Before the fix run's second model reply: its first step (calc.py) is saved."""
-        if victims and victims[0].poll() is None:
+    def before_the_fix_runs_last_reply(_: dict[str, Any]) -> None:
+        """The fix run's first step (calc.py) is saved by now."""
+        if moment == "mid fix run":
             victims[0].kill()
             victims[0].wait()
+        else:  # its next label change is its end's: hang it, and fail it once let go
+            labels = rf"^(POST|DELETE) /repos/{REPO}/issues/{number}/labels"
+            forge.sandbox.faults.add(Fault(labels, status=503, hold=gate))
 
     script = calc_script()
     fix_replies = script["conversations"][0]["replies"]
-    fix_replies[1] = {**fix_replies[1], "before": {"kill": {}}}
-    with ReplaySandbox(script, actions={"kill": kill}) as model:
+    fix_replies[1] = {**fix_replies[1], "before": {"moment": {}}}
+    with ReplaySandbox(script, actions={"moment": before_the_fix_runs_last_reply}) as model:
         setup = write_config(
             tmp_path, [forge], llm_section(model), memory={"enabled": False}, ci={"enabled": True},
             scheduling={"lease_seconds": 2.0},
@@ -637,9 +645,16 @@ def test_a_worker_sigkilled_in_a_ci_fix_run_is_carried_on_by_another_once(
         state.ci_job(REPO, first, "tests", conclusion="failure", log=FAILING_LOG)
 
         victims.append(spawn_cli(setup.config_path, "run", "--once"))
-        victims[0].communicate(timeout=300)
+        try:
+            if moment == "publishing its end":
+                wait_for(lambda: forge.sandbox.faults.injected > 0, 300, "the fix run's end to hang at its label")
+                assert head(forge) != first, "pushed before its end"
+                victims[0].kill()
+            victims[0].communicate(timeout=300)
+        finally:
+            gate.set()
         assert victims[0].returncode == -signal.SIGKILL, "killed in its fix run"
-        assert watch_state(tmp_path, key) == "fixing" and head(forge) == first
+        assert watch_state(tmp_path, key) == "fixing"
         store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
         try:
             wait_for(lambda: store.leases.lease_owner(key) is None, 60, "the dead worker's lease to run out")
