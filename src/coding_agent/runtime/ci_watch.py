@@ -4,7 +4,11 @@ out. `ci_decision.decide` says what to do; this module reads what it needs and d
 - Started by the worker when a run ends done having pushed to a PR/MR branch
   (`after_run`); a newer push replaces the task's watch, so only the newest head is
   watched. A CI fix run's own end moves its watch on: its push is watched with one more
-  attempt used, a fix that changed nothing says what still fails.
+  attempt used, a fix that changed nothing says what still fails. A fix run whose end
+  never reached its watch (its worker died as it ended; a takeover that published the
+  end again knows no push) is moved on from the PR/MR's head: moved by the fix, it is
+  watched; unmoved, the fix changed nothing (`_recover`, at a poll, once the run ended
+  and no worker holds the task).
 - Driven by each producer poll (`poll`: one `ci_report` per live watch) and, at once, by
   a CI webhook about its commit (`hint`). A watch is acted on only under its task's
   lease, so two workers never act on one watch, and a run of the task (a follow-up)
