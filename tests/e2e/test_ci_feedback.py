@@ -607,6 +607,51 @@ def test_a_fix_run_whose_worker_died_before_its_push_was_watched_has_its_push_wa
     assert len(finals) == 1 and "coding agent done" in forge.labels("issue", number)
 
 
+class FixRunKiller:
+    """The `before` action of the fix run's last reply (its first step, calc.py, saved by
+    then): SIGKILL its worker there ("mid fix run"), or hang the run's next label change,
+    its end's, for `kill` to SIGKILL the worker while it hangs ("publishing its end")."""
+
+    def __init__(self, forge: GitHubForge, number: int, moment: str) -> None:
+        self.forge, self.number, self.moment = forge, number, moment
+        self.victim: subprocess.Popen[str] | None = None
+        self.gate = threading.Event()
+
+    def __call__(self, _: dict[str, Any]) -> None:
+        assert self.victim is not None
+        if self.moment == "mid fix run":
+            self.victim.kill()
+            self.victim.wait()
+        else:  # failed once let go: the dead worker's label change never happens
+            labels = rf"^(POST|DELETE) /repos/{REPO}/issues/{self.number}/labels"
+            self.forge.sandbox.faults.add(Fault(labels, status=503, hold=self.gate))
+
+    def run_and_kill(self, setup: AgentSetup, key: str, tmp_path: Path) -> None:
+        """`run --once`, killed at the moment; back once its lease has run out."""
+        self.victim = spawn_cli(setup.config_path, "run", "--once")
+        try:
+            if self.moment != "mid fix run":
+                wait_for(lambda: self.forge.sandbox.faults.injected > 0, 300, "the fix run's end to hang at its label")
+                self.victim.kill()
+            self.victim.communicate(timeout=300)
+        finally:
+            self.gate.set()
+        assert self.victim.returncode == -signal.SIGKILL, "killed in its fix run"
+        assert watch_state(tmp_path, key) == "fixing"
+        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+        try:
+            wait_for(lambda: store.leases.lease_owner(key) is None, 60, "the dead worker's lease to run out")
+        finally:
+            store.close()
+
+
+def killed_fix_setup(tmp_path: Path, forge: GitHubForge, model: ReplaySandbox) -> AgentSetup:
+    return write_config(
+        tmp_path, [forge], llm_section(model), memory={"enabled": False}, ci={"enabled": True},
+        scheduling={"lease_seconds": 2.0},
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("moment", ["mid fix run", "publishing its end"])
 def test_a_worker_sigkilled_in_a_ci_fix_run_is_carried_on_by_another_once(
     github_forge: GitHubForge, tmp_path: Path, moment: str
@@ -620,46 +665,17 @@ def test_a_worker_sigkilled_in_a_ci_fix_run_is_carried_on_by_another_once(
     forge, state = github_forge, github_forge.sandbox.state
     number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
     key = f"github:{REPO}#{number}"
-    victims: list[subprocess.Popen[str]] = []
-    gate = threading.Event()
-
-    def before_the_fix_runs_last_reply(_: dict[str, Any]) -> None:
-        """The fix run's first step (calc.py) is saved by now."""
-        if moment == "mid fix run":
-            victims[0].kill()
-            victims[0].wait()
-        else:  # its next label change is its end's: hang it, and fail it once let go
-            labels = rf"^(POST|DELETE) /repos/{REPO}/issues/{number}/labels"
-            forge.sandbox.faults.add(Fault(labels, status=503, hold=gate))
-
+    killer = FixRunKiller(forge, number, moment)
     script = calc_script()
     fix_replies = script["conversations"][0]["replies"]
     fix_replies[1] = {**fix_replies[1], "before": {"moment": {}}}
-    with ReplaySandbox(script, actions={"moment": before_the_fix_runs_last_reply}) as model:
-        setup = write_config(
-            tmp_path, [forge], llm_section(model), memory={"enabled": False}, ci={"enabled": True},
-            scheduling={"lease_seconds": 2.0},
-        )  # fmt: skip
+    with ReplaySandbox(script, actions={"moment": killer}) as model:
+        setup = killed_fix_setup(tmp_path, forge, model)
         assert run_cycle(load_for_service(setup)).errors == ()
         first = head(forge)
         state.ci_job(REPO, first, "tests", conclusion="failure", log=FAILING_LOG)
-
-        victims.append(spawn_cli(setup.config_path, "run", "--once"))
-        try:
-            if moment == "publishing its end":
-                wait_for(lambda: forge.sandbox.faults.injected > 0, 300, "the fix run's end to hang at its label")
-                assert head(forge) != first, "pushed before its end"
-                victims[0].kill()
-            victims[0].communicate(timeout=300)
-        finally:
-            gate.set()
-        assert victims[0].returncode == -signal.SIGKILL, "killed in its fix run"
-        assert watch_state(tmp_path, key) == "fixing"
-        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-        try:
-            wait_for(lambda: store.leases.lease_owner(key) is None, 60, "the dead worker's lease to run out")
-        finally:
-            store.close()
+        killer.run_and_kill(setup, key, tmp_path)
+        assert moment == "mid fix run" or head(forge) != first, "pushed before its end"
 
         assert run_cycle(load_for_service(setup)).errors == ()
         second = head(forge)
@@ -681,3 +697,31 @@ def test_a_worker_sigkilled_in_a_ci_fix_run_is_carried_on_by_another_once(
     assert [label for label in forge.labels("issue", number) if label.startswith("coding agent")] == [
         "coding agent done"
     ]
+
+
+def test_a_fix_that_changed_nothing_whose_worker_was_sigkilled_publishing_its_end_says_so_once(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """The takeover that publishes the killed fix run's end again does not know whether it
+    pushed: the PR's head, unmoved, says it did not, and the watch ends with one comment."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    killer = FixRunKiller(forge, number, "publishing its end")
+    script = calc_script()
+    script["conversations"][0]["replies"] = [
+        {"tool": "workspace/create", "args": {"path": "calc.py", "content": BROKEN}},
+        {"done": "I could not find anything to change.", "before": {"moment": {}}},
+    ]
+    with ReplaySandbox(script, actions={"moment": killer}) as model:
+        setup = killed_fix_setup(tmp_path, forge, model)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        sha = head(forge)
+        state.ci_job(REPO, sha, "tests", conclusion="failure", log=FAILING_LOG)
+        killer.run_and_kill(setup, key, tmp_path)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert len(fix_requests(model)) == 1 and head(forge) == sha
+    said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith(("CI", "The CI"))]
+    assert len(said) == 1 and said[0].startswith("The CI fix run changed nothing") and "- tests: failure" in said[0]
+    assert watch_state(tmp_path, key) == "failed"
