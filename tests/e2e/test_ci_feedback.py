@@ -7,22 +7,28 @@ instead of fixed."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import signal
+import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from coding_agent.domain.ci import Check, CheckKind, CheckState, WatchState
 from coding_agent.runtime.service import AgentService
 from coding_agent.store.state import StateStore
 from coding_agent.redaction import Redactor
+from coding_agent.sandbox.faults import Fault
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.web.views import task_detail, task_list
 
 from tests.support.waiting import wait_for
 
-from ._steering import run_cycle, user_messages
+from ._steering import assign, run_cycle, spawn_cli, unassign, user_messages
 from .conftest import (
     BOT,
     AgentSetup,
@@ -208,20 +214,26 @@ def test_rerun_flaky_reports_a_pass_on_rerun_without_a_fix_run(github_forge: Git
     assert len(flaky) == 1 and "after re-running tests" in flaky[0] and "flaky" in flaky[0]
 
 
-@pytest.mark.parametrize("end", ["human push", "stop label", "closed PR"])
+@pytest.mark.parametrize("end", ["human push", "stop label", "unassigned", "closed PR"])
 def test_a_human_push_a_stop_or_a_closed_pr_ends_the_watch(github_forge: GitHubForge, tmp_path: Path, end: str) -> None:
     """Checked only before acting: the failure that would start a fix run finds the watch
-    over, and nothing runs or is said."""
+    over, and nothing runs or is said. "unassigned": the bot, assigned when the run
+    began, is unassigned by a maintainer while the watch waits (a stop, SPEC 8.2)."""
     forge, state = github_forge, github_forge.sandbox.state
     number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    if end == "unassigned":
+        assign(forge, "issue", number)
     with ReplaySandbox(calc_script()) as model:
         config = ci_config(tmp_path, forge, model)
         assert run_cycle(config).errors == ()
         pull, sha = the_pull(forge), head(forge)
+        assert watch_state(tmp_path, f"github:{REPO}#{number}") == "watching"
         if end == "human push":
             state.git.commit_files(REPO, str(pull.head), {"NOTES.md": "mine\n"}, "a maintainer's own commit")
         elif end == "stop label":
             state.add_label(REPO, number, "coding agent stopped", actor=MAINTAINER)
+        elif end == "unassigned":
+            unassign(forge, "issue", number)
         else:
             state.update_issue(REPO, pull.number, state="closed")
         state.ci_job(REPO, sha, "tests", conclusion="failure", log=FAILING_LOG)
@@ -326,7 +338,7 @@ def test_ci_webhooks_start_the_fix_run_and_report_the_pass_without_a_poll(
     assert service.producer.cycles == 1, "no poll after the first: the webhooks did it"
     assert len(fix_requests(model)) == 1
     passed = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith("CI passed")]
-    assert passed == [f"CI passed: 1 checks on `{head(forge)[:12]}`."]
+    assert passed == [f"CI passed: 1 check on `{head(forge)[:12]}`."]
 
 
 @pytest.mark.long
@@ -479,7 +491,7 @@ def test_a_pr_that_is_the_task_has_its_own_head_watched(github_forge: GitHubForg
         state.ci_job(REPO, sha, "tests", conclusion="success", log="3 passed\n")
         assert run_cycle(config).errors == ()
     assert [body for body in bot_comments(forge, number) if body.startswith("CI passed")] == [
-        f"CI passed: 1 checks on `{sha[:12]}`."
+        f"CI passed: 1 check on `{sha[:12]}`."
     ]
 
 
@@ -517,3 +529,199 @@ def test_gitlab_pipeline_and_job_hooks_start_the_fix_run_without_a_poll(
             state.close_hooks()
     assert service.producer.cycles == 1, "no poll after the first: the hooks did it"
     assert len(fix_requests(model)) == 1
+
+
+def _as_if_the_fix_runs_worker_died_before_its_end_reached_the_watch(
+    forge: GitHubForge, tmp_path: Path, key: str, watched: str, died: str
+) -> None:
+    """The watch as the fix run's dead worker left it: `fixing` the first head, the fix's
+    push unknown to it, the worker's lease run out. `died`: after the store recorded the
+    run's end; before (the end out on the forge and in `completed/` only); or before the
+    end was out (recorded in the store, its files in `running/`: a takeover publishes it
+    again, not knowing what was pushed)."""
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        fix_run = store.runs.all(key)[-1]
+        watch = store.ci_watches.watch(key)
+        assert watch is not None and watch.state is WatchState.WATCHING and fix_run.status == "done"
+        failing = (Check("1", "tests", CheckKind.GITHUB_ACTIONS_JOB, CheckState.FAILED, "failure"),)
+        rewound = dataclasses.replace(
+            watch, sha=watched, state=WatchState.FIXING, acted_at=fix_run.started_at, failing=failing
+        )
+        store.ci_watches.save_watch(rewound)
+        if died != "after the store had its end":
+            with store.engine.begin() as connection:
+                connection.execute(
+                    text("UPDATE runs SET status = 'running', finished_at = NULL WHERE uuid = :u"), {"u": fix_run.uuid}
+                )
+        if died == "before its end was out":
+            contexts = tmp_path / "contexts"
+            (contexts / "running").mkdir(exist_ok=True)
+            (contexts / "completed" / fix_run.uuid).rename(contexts / "running" / fix_run.uuid)
+            number = int(key.rsplit("#", 1)[1])
+            forge.sandbox.state.remove_label(REPO, number, "coding agent done", actor=BOT)
+            forge.sandbox.state.add_label(REPO, number, "coding agent processing", actor=BOT)
+        assert store.leases.acquire_lease(key, "dead-worker", -1.0)  # already run out
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "died", ["after the store had its end", "before the store had its end", "before its end was out"]
+)
+def test_a_fix_run_whose_worker_died_before_its_push_was_watched_has_its_push_watched(
+    github_forge: GitHubForge, tmp_path: Path, died: str
+) -> None:
+    """The fix run pushed and its worker died before the watch learnt of its push: the
+    watch stayed `fixing` for ever, or a takeover that published the run's end again said
+    the fix changed nothing. The PR's head, which the fix moved, tells: that head is
+    watched, its pass reported once, and no second fix run starts."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(calc_script()) as model:
+        config = ci_config(tmp_path, forge, model)
+        assert run_cycle(config).errors == ()
+        first = head(forge)
+        state.ci_job(REPO, first, "tests", conclusion="failure", log=FAILING_LOG)
+        assert run_cycle(config).errors == ()
+        second = head(forge)
+        assert second != first and len(fix_requests(model)) == 1
+        _as_if_the_fix_runs_worker_died_before_its_end_reached_the_watch(forge, tmp_path, key, first, died)
+        assert run_cycle(config).errors == ()
+        assert run_cycle(config).errors == ()
+        assert watch_state(tmp_path, key) == "watching"
+        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+        try:
+            watch = store.ci_watches.watch(key)
+            assert watch is not None and watch.sha == second and watch.attempts == 1
+        finally:
+            store.close()
+        state.ci_job(REPO, second, "tests", conclusion="success", log="3 passed\n")
+        assert run_cycle(config).errors == ()
+        assert len(fix_requests(model)) == 1, "no second fix run"
+    said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith(("CI", "The CI"))]
+    assert said == [f"CI passed: 1 check on `{second[:12]}`."]
+    assert watch_state(tmp_path, key) == "passed"
+    finals = [body for author, body in forge.comments("issue", number) if author == BOT and body.startswith("FIX-1")]
+    assert len(finals) == 1 and "coding agent done" in forge.labels("issue", number)
+
+
+class FixRunKiller:
+    """The `before` action of the fix run's last reply (its first step, calc.py, saved by
+    then): SIGKILL its worker there ("mid fix run"), or hang the run's next label change,
+    its end's, for `kill` to SIGKILL the worker while it hangs ("publishing its end")."""
+
+    def __init__(self, forge: GitHubForge, number: int, moment: str) -> None:
+        self.forge, self.number, self.moment = forge, number, moment
+        self.victim: subprocess.Popen[str] | None = None
+        self.gate = threading.Event()
+
+    def __call__(self, _: dict[str, Any]) -> None:
+        assert self.victim is not None
+        if self.moment == "mid fix run":
+            self.victim.kill()
+            self.victim.wait()
+        else:  # failed once let go: the dead worker's label change never happens
+            labels = rf"^(POST|DELETE) /repos/{REPO}/issues/{self.number}/labels"
+            self.forge.sandbox.faults.add(Fault(labels, status=503, hold=self.gate))
+
+    def run_and_kill(self, setup: AgentSetup, key: str, tmp_path: Path) -> None:
+        """`run --once`, killed at the moment; back once its lease has run out."""
+        self.victim = spawn_cli(setup.config_path, "run", "--once")
+        try:
+            if self.moment != "mid fix run":
+                wait_for(lambda: self.forge.sandbox.faults.injected > 0, 300, "the fix run's end to hang at its label")
+                self.victim.kill()
+            self.victim.communicate(timeout=300)
+        finally:
+            self.gate.set()
+        assert self.victim.returncode == -signal.SIGKILL, "killed in its fix run"
+        assert watch_state(tmp_path, key) == "fixing"
+        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+        try:
+            wait_for(lambda: store.leases.lease_owner(key) is None, 60, "the dead worker's lease to run out")
+        finally:
+            store.close()
+
+
+def killed_fix_setup(tmp_path: Path, forge: GitHubForge, model: ReplaySandbox) -> AgentSetup:
+    return write_config(
+        tmp_path, [forge], llm_section(model), memory={"enabled": False}, ci={"enabled": True},
+        scheduling={"lease_seconds": 2.0},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("moment", ["mid fix run", "publishing its end"])
+def test_a_worker_sigkilled_in_a_ci_fix_run_is_carried_on_by_another_once(
+    github_forge: GitHubForge, tmp_path: Path, moment: str
+) -> None:
+    """A real fault: `coding-agent run --once` takes the fix the failing CI asks for, and is
+    SIGKILLed holding the task's lease, the watch `fixing`: while its fix run waits on the
+    model, or after the fix was pushed and its final comment posted, while its label
+    change hangs. Once its lease runs out another worker carries the fix run on (from its
+    saved step, or publishing its recorded end again): the fix's push is watched, its pass
+    reported once, and no second fix run starts."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    killer = FixRunKiller(forge, number, moment)
+    script = calc_script()
+    fix_replies = script["conversations"][0]["replies"]
+    fix_replies[1] = {**fix_replies[1], "before": {"moment": {}}}
+    with ReplaySandbox(script, actions={"moment": killer}) as model:
+        setup = killed_fix_setup(tmp_path, forge, model)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        first = head(forge)
+        state.ci_job(REPO, first, "tests", conclusion="failure", log=FAILING_LOG)
+        killer.run_and_kill(setup, key, tmp_path)
+        assert moment == "mid fix run" or head(forge) != first, "pushed before its end"
+
+        assert run_cycle(load_for_service(setup)).errors == ()
+        second = head(forge)
+        assert second != first and watch_state(tmp_path, key) == "watching"
+        state.ci_job(REPO, second, "tests", conclusion="success", log="3 passed\n")
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert len(fix_requests(model)) == 1, "one fix run, carried on"
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        runs = store.runs.all(key)
+        watch = store.ci_watches.watch(key)
+    finally:
+        store.close()
+    assert [run.status for run in runs] == ["done", "done"], runs
+    assert watch is not None and watch.state is WatchState.PASSED and watch.sha == second and watch.attempts == 1
+    said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith(("CI", "The CI"))]
+    assert said == [f"CI passed: 1 check on `{second[:12]}`."]
+    assert [label for label in forge.labels("issue", number) if label.startswith("coding agent")] == [
+        "coding agent done"
+    ]
+
+
+def test_a_fix_that_changed_nothing_whose_worker_was_sigkilled_publishing_its_end_says_so_once(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """The takeover that publishes the killed fix run's end again does not know whether it
+    pushed: the PR's head, unmoved, says it did not, and the watch ends with one comment."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    killer = FixRunKiller(forge, number, "publishing its end")
+    script = calc_script()
+    script["conversations"][0]["replies"] = [
+        {"tool": "workspace/create", "args": {"path": "calc.py", "content": BROKEN}},
+        {"done": "I could not find anything to change.", "before": {"moment": {}}},
+    ]
+    with ReplaySandbox(script, actions={"moment": killer}) as model:
+        setup = killed_fix_setup(tmp_path, forge, model)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        sha = head(forge)
+        state.ci_job(REPO, sha, "tests", conclusion="failure", log=FAILING_LOG)
+        killer.run_and_kill(setup, key, tmp_path)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert run_cycle(load_for_service(setup)).errors == ()
+        assert len(fix_requests(model)) == 1 and head(forge) == sha
+    said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith(("CI", "The CI"))]
+    assert len(said) == 1 and said[0].startswith("The CI fix run changed nothing") and "- tests: failure" in said[0]
+    assert watch_state(tmp_path, key) == "failed"

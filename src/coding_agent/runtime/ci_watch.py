@@ -4,7 +4,11 @@ out. `ci_decision.decide` says what to do; this module reads what it needs and d
 - Started by the worker when a run ends done having pushed to a PR/MR branch
   (`after_run`); a newer push replaces the task's watch, so only the newest head is
   watched. A CI fix run's own end moves its watch on: its push is watched with one more
-  attempt used, a fix that changed nothing says what still fails.
+  attempt used, a fix that changed nothing says what still fails. A fix run whose end
+  never reached its watch (its worker died as it ended; a takeover that published the
+  end again knows no push) is moved on from the PR/MR's head: moved by the fix, it is
+  watched; unmoved, the fix changed nothing (`_recover`, at a poll, once the run ended
+  and no worker holds the task).
 - Driven by each producer poll (`poll`: one `ci_report` per live watch) and, at once, by
   a CI webhook about its commit (`hint`). A watch is acted on only under its task's
   lease, so two workers never act on one watch, and a run of the task (a follow-up)
@@ -25,7 +29,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from sqlalchemy.exc import OperationalError
@@ -110,15 +114,62 @@ class CiWatcher:
     async def _after_run(self, source: Source, claim: Claim, result: RunResult) -> None:
         key = str(claim.task.key)
         previous = await asyncio.to_thread(self._watches.watch, key)
-        fixing = previous is not None and previous.state is WatchState.FIXING
-        if result.status == "done" and result.pushed is not None:
-            await self._start(source, claim, result, previous if fixing else None)
-        elif fixing and previous is not None:
-            if result.status != "done":  # failed or stopped: it said so itself
-                await asyncio.to_thread(self._watches.update_watch, previous, state=WatchState.ENDED)
+        if previous is None or previous.state is not WatchState.FIXING:
+            if result.status == "done" and result.pushed is not None:
+                await self._start(source, claim, result, None)
+            return
+        # A fix run's end, under the task's lease: a poll's `_recover` may be moving the
+        # same watch on (the run's lease is free once its end is out).
+        if not await self._lease(key):
+            log.info("%s: the CI watch of this fix run is moved on by a poll", key)
+            return
+        try:
+            watch = await asyncio.to_thread(self._watches.watch, key)
+            if watch is None or watch.state is not WatchState.FIXING:
+                return  # a poll moved it on meanwhile
+            if result.status == "done" and result.pushed is not None:
+                await self._start(source, claim, result, watch)
+            else:
+                # A fix run this worker ran from its claim knows it pushed nothing; a
+                # taken-over one (its end published again) does not know what its dead
+                # worker pushed.
+                await self._fix_ended(source, watch, result.status, known=isinstance(claim, CiFixClaim))
+        finally:
+            await asyncio.to_thread(self._store.leases.release_lease, key, self._owner)
+
+    async def _fix_ended(self, source: Source, watch: CiWatch, status: str, known: bool) -> None:
+        """The fix run of `watch` ended `status` without a push it knows of (`known`: it
+        knows it pushed nothing; else the PR/MR's head says whether it pushed)."""
+        key, update = watch.task_key, self._watches.update_watch
+        if status in ("failed", "stopped"):  # it said so itself
+            await asyncio.to_thread(update, watch, state=WatchState.ENDED, acted_at=self._clock())
+            return
+        if status != "done":
+            return  # its end is still to be published or its run continued: that moves it on
+        if not known:
+            change = await source.find_open_change(watch.project, watch.head_branch)
+            if change is None or change.number != watch.number:
+                log.info("%s: its PR/MR is closed or merged; its CI watch ends", key)
+                await asyncio.to_thread(update, watch, state=WatchState.ENDED, acted_at=self._clock())
                 return
-            await asyncio.to_thread(self._watches.update_watch, previous, state=WatchState.FAILED)
-            await self._comment(source, key, previous, "ci_unchanged", checks=self._listing(previous.failing))
+            if change.head_sha is not None and change.head_sha != watch.sha:
+                await self._watch_pushed(watch, change.head_sha)
+                return
+        await asyncio.to_thread(update, watch, state=WatchState.FAILED, acted_at=self._clock())
+        await self._comment(source, key, watch, "ci_unchanged", checks=self._listing(watch.failing))
+
+    async def _watch_pushed(self, fixed: CiWatch, sha: str) -> None:
+        """Watch `sha`, the head a fix run of `fixed` pushed (read from the PR/MR): its
+        attempts, requester and thread carry on."""
+        now = self._clock()
+        changes = {"sha": sha, "state": WatchState.WATCHING, "started_at": now, "acted_at": now}
+        watch = replace(fixed, appeared_at=None, reran=False, failing=(), **changes)
+        await asyncio.to_thread(self._watches.save_watch, watch)
+        log.info("%s: watching CI of %s, the fix run's push read from its PR/MR", watch.task_key, sha[:12])
+
+    async def _lease(self, key: str) -> bool:
+        lease_seconds = self._config.scheduling.lease_seconds
+        return await asyncio.to_thread(self._store.leases.acquire_lease, key, self._owner, lease_seconds)
 
     async def _start(self, source: Source, claim: Claim, result: RunResult, fixed: CiWatch | None) -> None:
         """Watch `result`'s push; `fixed`: the watch a CI fix run ended (its attempts and
@@ -162,13 +213,46 @@ class CiWatcher:
                 continue
             if watch.state is WatchState.FIX:
                 await offer(watch.task_key)
-            elif watch.state in (WatchState.WATCHING, WatchState.RERUN):
-                try:
+                continue
+            try:
+                if watch.state is WatchState.FIXING:
+                    await self._recover(source, watch.task_key)
+                else:
                     await self._drive(source, watch.task_key, offer)
-                except (QueueUnavailable, OperationalError):
-                    raise  # the cycle's own outage handling
-                except Exception:  # one watch's bug is not the poll's end
-                    log.exception("%s: the CI watch failed; the next poll looks again", watch.task_key)
+            except (QueueUnavailable, OperationalError):
+                raise  # the cycle's own outage handling
+            except Exception:  # one watch's bug is not the poll's end
+                log.exception("%s: the CI watch failed; the next poll looks again", watch.task_key)
+
+    async def _recover(self, source: Source, task_key: str) -> None:
+        """A fix run whose end never reached its watch: its worker died after the run
+        ended, before `after_run`. Once no worker holds the task and its latest run has
+        ended, the watch moves on as that end would have moved it, the push read from the
+        PR/MR's head. A run not begun yet or still going is left to its takeover."""
+        # Read first without the lease: a run still going is not kept from its takeover.
+        if await self._ended_fix(task_key) is None or not await self._lease(task_key):
+            return  # nothing ended, or a worker is at it (its run, or its run's end)
+        try:
+            ended = await self._ended_fix(task_key)
+            if ended is not None:
+                watch, status = ended
+                log.warning("%s: a CI fix run ended %s without its watch knowing; moved on", task_key, status)
+                await self._fix_ended(source, watch, status, known=False)
+        except AgentError as error:
+            log.error("%s: CI watch: %s; the next poll looks again", task_key, self._redactor.text(str(error)))
+        finally:
+            await asyncio.to_thread(self._store.leases.release_lease, task_key, self._owner)
+
+    async def _ended_fix(self, task_key: str) -> tuple[CiWatch, str] | None:
+        """The `fixing` watch of `task_key` and how its fix run ended; None while the fix
+        run has not begun (`claim_cut_short` starts it) or goes on (its end moves it)."""
+        watch = await asyncio.to_thread(self._watches.watch, task_key)
+        if watch is None or watch.state is not WatchState.FIXING:
+            return None
+        latest = await asyncio.to_thread(self._store.runs.latest_run, task_key)
+        if latest is None or latest.started_at < watch.acted_at or latest.status not in ("done", "failed", "stopped"):
+            return None
+        return watch, latest.status
 
     def hint(self, forge: str, project: str, sha: str, offer: Offer) -> None:
         """A CI webhook about commit `sha` of `project`: its watches are looked at now, in
@@ -197,8 +281,7 @@ class CiWatcher:
         none while the pause signal holds every task (SPEC 8.3)."""
         if self._signal_file is not None and self._signal_file.exists():
             return
-        lease_seconds = self._config.scheduling.lease_seconds
-        if not await asyncio.to_thread(self._store.leases.acquire_lease, task_key, self._owner, lease_seconds):
+        if not await self._lease(task_key):
             return
         try:
             watch = await asyncio.to_thread(self._watches.watch, task_key)
@@ -295,7 +378,9 @@ class CiWatcher:
             extra = {"names": names} if decision.flaky else {}
             ready = self._settings.ready_when_green and await self._mark_ready(source, watch)
             name = "ci_flaky" if decision.flaky else "ci_passed"
-            await self._comment(source, key, watch, name, ready, count=decision.total, **extra)
+            counted = "ci_checks_one" if decision.total == 1 else "ci_checks_many"
+            checks = notice(counted, self._config.language, count=decision.total)
+            await self._comment(source, key, watch, name, ready, checks=checks, **extra)
         elif decision.action == "fix":
             await asyncio.to_thread(update, watch, state=WatchState.FIX, acted_at=now, failing=decision.checks)
             log.info("%s: CI failed on %s (%d check(s)); a fix run is offered", key, sha, len(decision.checks))
@@ -352,8 +437,7 @@ class CiWatcher:
         watch = await asyncio.to_thread(self._watches.watch, key)
         if watch is None or watch.state is not WatchState.FIX:
             return None
-        lease_seconds = self._config.scheduling.lease_seconds
-        if not await asyncio.to_thread(self._store.leases.acquire_lease, key, self._owner, lease_seconds):
+        if not await self._lease(key):
             return None
         claim: Claim | None = None
         try:
