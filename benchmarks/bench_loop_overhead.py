@@ -428,7 +428,9 @@ def run_variant(clock: StepClock, steps: int, variant: Variant, servers: Servers
         "forge_requests_per_step_median": statistics.median(len(step.forge) for step in measured),
         "host_overhead": summary_ms([step.overhead for step in measured]),
         "host_cpu": summary_ms([step.host_cpu for step in measured]),
-        "host_cpu_median_ms_by_quarter_of_the_run": [_median_ms(step.host_cpu for step in quarter) for quarter in _quarters(measured)],
+        "host_cpu_median_ms_by_quarter_of_the_run": [
+            _median_ms(step.host_cpu for step in quarter) for quarter in _quarters(measured)
+        ],
         "tool_cpu": summary_ms([step.tool_cpu for step in measured]),
         "host_overhead_median_ms_by_quarter_of_the_run": [
             _median_ms(step.overhead for step in quarter) for quarter in _quarters(measured)
