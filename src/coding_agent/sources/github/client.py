@@ -98,7 +98,7 @@ class GitHubClient:
             # (measured: 7 ms of the event loop's time for the 32 label writes of 16 runs).
             rest_api_validate_body=False,
         )
-        # "path?page=n" -> (the body as received, what it parsed to): see the module's doc.
+        # "form path?page=n" -> (the body as received, what it parsed to): see the module's doc.
         self._pages: OrderedDict[str, tuple[bytes, Any]] = OrderedDict()
 
     @property
@@ -171,16 +171,22 @@ class GitHubClient:
 
     async def get_pages(self, path: str, fetch: Callable[[int], Awaitable[Response[list[T]]]]) -> list[T]:
         """Every page of a list endpoint, 100 at a time, each page retried on its own."""
-        return await self._pages_of(path, fetch, lambda response: self.data(response, "GET", path))
+        return await self._pages_of(path, fetch, lambda response: self.data(response, "GET", path), "models")
 
     async def _pages_of(
-        self, path: str, fetch: Callable[[int], Awaitable[Response[Any]]], parse: Callable[[Response[Any]], list[T]]
+        self,
+        path: str,
+        fetch: Callable[[int], Awaitable[Response[Any]]],
+        parse: Callable[[Response[Any]], list[T]],
+        form: str,
     ) -> list[T]:
+        """Every page, each parsed by `parse`; `form` names what it parses to, so that a page
+        read as models and as plain JSON is never answered with the other's items."""
         items: list[T] = []
         page = 1
         while True:
             response = await self.call("GET", path, lambda number=page: fetch(number))  # type: ignore[misc]
-            chunk = self._page_data(f"{path}?page={page}", response, parse)
+            chunk = self._page_data(f"{form} {path}?page={page}", response, parse)
             items.extend(chunk)
             if not has_next_page(response, len(chunk)):
                 return items
@@ -236,7 +242,7 @@ class GitHubClient:
             except (KeyError, TypeError, ValueError):
                 raise ForgeError(f"github GET {path}: unexpected response shape") from None
 
-        return await self._pages_of(path, fetch, parse)
+        return await self._pages_of(path, fetch, parse, getattr(item, "__qualname__", "json"))
 
     async def graphql(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
         """One GraphQL request (for what REST cannot do), retried as REST calls are: only
