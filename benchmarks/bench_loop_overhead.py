@@ -419,7 +419,7 @@ def run_variant(clock: StepClock, steps: int, variant: Variant, servers: Servers
             )
     part_names = sorted({name for step in measured for name in step.parts})
     return {
-        "protocol": "tool_calls" if variant.function_calling else "json_text",
+        "protocol": _protocol(variant),
         "step_comments": variant.step_comments,
         "steps": len(measured),
         "issue_comments_at_end": forge["issue_comments"],
@@ -450,6 +450,10 @@ def run_variant(clock: StepClock, steps: int, variant: Variant, servers: Servers
             **{name: _median_ms(step.parts.get(name, 0.0) for step in measured) for name in part_names},
         },
     }
+
+
+def _protocol(variant: Variant) -> str:
+    return "tool_calls" if variant.function_calling else "json_text"
 
 
 def _median_ms(values: Iterable[float]) -> float:
@@ -484,11 +488,22 @@ def main() -> None:
         action="store_true",
         help="run the forge and the model in threads of this process (their GIL use then counts as overhead)",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="PROTOCOL:COMMENTS",
+        help="run only this variant, e.g. tool_calls:posted (repeatable; for a profiler or valgrind)",
+    )
     arguments = parser.parse_args()
+    chosen = [
+        variant
+        for variant in _variants()
+        if not arguments.only or f"{_protocol(variant)}:{variant.step_comments}" in arguments.only
+    ]
     clock = StepClock()
     instrument(clock)
     with Servers(arguments.servers_in_process) as servers:
-        variants = [run_variant(clock, arguments.steps, variant, servers) for variant in _variants()]
+        variants = [run_variant(clock, arguments.steps, variant, servers) for variant in chosen]
     worst = max(variant["host_overhead"]["median_ms"] for variant in variants)
     worst_cpu = max(variant["host_cpu"]["median_ms"] for variant in variants)
     emit(
