@@ -214,13 +214,17 @@ class GitHubSource:
         marker = new_marker()
         text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
 
-        async def find() -> Any | None:
-            return next((c for c in await self._raw_comments(key) if has_marker(given(c.body), marker)), None)
+        async def find() -> Comment | None:
+            found = next((c for c in await self._raw_comments(key) if has_marker(given(c.body), marker)), None)
+            return to_comment(found) if found is not None else None
 
-        created = await self._http.create(
-            path, lambda: self._rest.issues.async_create_comment(owner, repo, key.number, body=text), find
+        created: Comment = await self._http.create(
+            path,
+            lambda: self._rest.issues.async_create_comment(owner, repo, key.number, body=text),
+            find,
+            comment_from_json,
         )
-        return to_comment(created)
+        return created
 
     async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
         owner, repo = split_project(key.project)

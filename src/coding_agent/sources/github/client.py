@@ -151,11 +151,14 @@ class GitHubClient:
         path: str,
         send: Callable[[], Awaitable[Response[Any]]],
         find: Callable[[], Awaitable[Any | None]],
+        item: Callable[[dict[str, Any]], Any] | None = None,
     ) -> Any:
-        """A POST that creates something: retried only after `find` says it did not happen."""
+        """A POST that creates something: retried only after `find` says it did not happen.
+        The answer is githubkit's model, or with `item` its plain JSON made that (as `find`'s)."""
 
         async def post() -> Any:
-            return self.data(await self._attempt("POST", path, send), "POST", path)
+            response = await self._attempt("POST", path, send)
+            return self.data(response, "POST", path) if item is None else self.json_data(response, item, "POST", path)
 
         return await write_once(f"github POST {path}", post, find, self._retry, self._sleep)
 
@@ -164,6 +167,14 @@ class GitHubClient:
         try:
             return response.parsed_data
         except ValidationError:
+            raise ForgeError(f"github {method} {path}: unexpected response shape") from None
+
+    @staticmethod
+    def json_data(response: Response[Any], item: Callable[[dict[str, Any]], T], method: str, path: str) -> T:
+        """The answer read as plain JSON and made an `item` (see `get_json_pages`)."""
+        try:
+            return item(response.json())
+        except (KeyError, TypeError, ValueError):
             raise ForgeError(f"github {method} {path}: unexpected response shape") from None
 
     async def get(self, path: str, send: Callable[[], Awaitable[Response[T]]]) -> T:
