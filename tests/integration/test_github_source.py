@@ -6,6 +6,7 @@ import asyncio
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from pydantic import SecretStr
@@ -15,7 +16,7 @@ from coding_agent.domain.tasks import Permission, Task, TaskKey, TaskKind
 from coding_agent.errors import ForgeError, TransientError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sandbox.faults import Fault
-from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.github import GitHubSandbox, GitHubState
 from coding_agent.sources.base import Source
 from coding_agent.sources.github import GitHubNotFoundError, GitHubSource, build_search_query
 from coding_agent.sources.writes import strip_marker
@@ -216,6 +217,31 @@ async def test_list_comments_returns_all_150_in_order_and_rereads_cheaply(
     latest = await source.list_comments(_issue_key(number))
     assert latest[-1].body == "one more" and len(latest) == 151
     assert [r.status for r in sandbox.state.requests()] == [304, 200]
+
+
+async def test_comments_since_a_time_are_those_made_or_edited_at_or_after_it() -> None:
+    now = [datetime(2025, 3, 1, 10, 0, tzinfo=timezone.utc)]
+    with GitHubSandbox(GitHubState(clock=lambda: now[0])) as box:
+        box.state.add_user("alice", token="t-alice")
+        box.state.add_user("coding-bot", token=TOKEN, bot=True)
+        box.state.add_repo(REPO)
+        number = box.state.create_issue(REPO, "steered")
+        old = box.state.add_comment(REPO, number, "alice", "old")
+        now[0] += timedelta(minutes=1)
+        box.state.add_comment(REPO, number, "alice", "newer")
+        github = GitHubSource(_config(box), RetryPolicy(base_delay=0.01))
+        try:
+            half_way = datetime(2025, 3, 1, 10, 0, 30, 500_000, tzinfo=timezone.utc)
+            assert [c.body for c in await github.list_comments(_issue_key(number), half_way)] == ["newer"]
+            now[0] += timedelta(minutes=1)
+            box.state.edit_comment(old, "old, edited")
+            edited = await github.list_comments(_issue_key(number), half_way)
+            assert [c.body for c in edited] == ["old, edited", "newer"]
+            assert edited[1].created_at == datetime(2025, 3, 1, 10, 1, tzinfo=timezone.utc)
+            assert await github.list_comments(_issue_key(number), now[0] + timedelta(seconds=1)) == []
+            assert [c.body for c in await github.list_comments(_issue_key(number))] == ["old, edited", "newer"]
+        finally:
+            await github.aclose()
 
 
 async def test_conditional_reads_keep_their_connection(sandbox: GitHubSandbox, source: GitHubSource) -> None:

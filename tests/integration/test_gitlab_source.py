@@ -214,6 +214,23 @@ async def test_list_comments_pages_through_150_notes_in_order_and_revalidates_ch
     assert [record.status for record in state.requests()] == [200]
 
 
+async def test_comments_since_a_time_are_those_made_or_edited_at_or_after_it(
+    sandbox: GitLabSandbox, make_source: SourceFactory
+) -> None:
+    state = sandbox.state
+    iid = state.create_issue(PROJECT, "Steered", author="alice")
+    for body in ("first", "second", "third"):
+        state.add_note(PROJECT, iid, "alice", body)
+    first, second, _ = state.notes(PROJECT, iid, system=False)
+    source = make_source()
+
+    assert [c.body for c in await source.list_comments(issue_key(iid), second.created_at)] == ["second", "third"]
+    state.update_note(PROJECT, iid, first.id, "first, edited")
+    since = await source.list_comments(issue_key(iid), second.created_at)
+    assert [c.body for c in since] == ["first, edited", "second", "third"]
+    assert [c.body for c in await source.list_comments(issue_key(iid))] == ["first, edited", "second", "third"]
+
+
 async def test_merge_request_comments_and_threads(sandbox: GitLabSandbox, make_source: SourceFactory) -> None:
     state = sandbox.state
     iid = state.create_merge_request(PROJECT, "Threads", author="alice", source_branch="t")

@@ -4,16 +4,17 @@ log says exactly what they cost."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 
 from pydantic import SecretStr
 
 from coding_agent.config import GitHubConfig
 from coding_agent.domain.tasks import TaskKey, TaskKind
 from coding_agent.retry import RetryPolicy
-from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.github import GitHubSandbox, GitHubState
 from coding_agent.sources.github import GitHubSource
 
 REPO = "acme/widgets"
@@ -39,8 +40,10 @@ class Forge:
 
 
 @asynccontextmanager
-async def forge(assigned: bool = True, bot_name: str | None = BOT) -> AsyncIterator[Forge]:
-    with GitHubSandbox() as sandbox:
+async def forge(
+    assigned: bool = True, bot_name: str | None = BOT, clock: Callable[[], datetime] | None = None
+) -> AsyncIterator[Forge]:
+    with GitHubSandbox(GitHubState(clock=clock)) as sandbox:
         state = sandbox.state
         state.add_user("alice", token="t-alice")
         state.add_user(BOT, token=TOKEN, bot=True)

@@ -3,9 +3,9 @@ state, and that a failing listing never fails the run. Against a sandbox GitHub.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
-from coding_agent.agent.steering.comments import CommentDetector, format_comment_message
+from coding_agent.agent.steering.comments import LOOK_BACK, CommentDetector, format_comment_message
 from coding_agent.domain.tasks import Comment
 from coding_agent.sandbox.faults import Fault
 
@@ -47,6 +47,28 @@ async def test_only_new_comments_of_others_are_found() -> None:
         found = await detector.check()
         assert [(c.author, c.body) for c in found] == [("alice", "new one")]
         assert await detector.check() == [], "found once"
+
+
+async def test_a_look_asks_only_for_recent_comments_and_finds_a_late_one_once() -> None:
+    # A comment stamped a moment before one already seen can become visible after it
+    # (two writes at once, a read replica behind): the look reaches back for it.
+    now = [datetime(2025, 3, 1, 10, 0, tzinfo=timezone.utc)]
+    async with forge(clock=lambda: now[0]) as f:
+        state = f.sandbox.state
+        state.add_comment(REPO, f.number, "alice", "long ago")
+        now[0] += timedelta(hours=1)
+        detector = CommentDetector(f.source, f.key, BOT, enabled=True)
+        detector.initialize(await f.source.list_comments(f.key))
+        state.add_comment(REPO, f.number, BOT, "the bot's step")
+        assert await detector.check() == []
+        now[0] -= LOOK_BACK / 2
+        state.add_comment(REPO, f.number, "alice", "late")
+        state.clear_requests()
+        assert [c.body for c in await detector.check()] == ["late"]
+        assert await detector.check() == [], "found once"
+        listings = [r for r in state.requests() if r.path.endswith("/comments")]
+        assert len(listings) == 2 and all("since=" in r.query for r in listings)
+        assert detector.get_state()["newest_comment"] == "2025-03-01T11:00:00+00:00"
 
 
 async def test_state_round_trip_and_bad_state() -> None:

@@ -56,8 +56,13 @@ class Source(Protocol):
         """A fresh snapshot of one issue or PR/MR (labels, assignees, branches)."""
         ...
 
-    async def list_comments(self, key: TaskKey) -> list[Comment]:
-        """Top-level comments in chronological order (system notes excluded)."""
+    async def list_comments(self, key: TaskKey, since: datetime | None = None) -> list[Comment]:
+        """Top-level comments in chronological order (system notes excluded).
+
+        With `since` (the forge's time), only those created or edited at or after it, as
+        GitHub's `since` filter answers: what a look for new comments needs, without
+        reading (and parsing) the whole discussion again each time it grew.
+        """
         ...
 
     async def list_threads(self, key: TaskKey) -> list[Thread]:

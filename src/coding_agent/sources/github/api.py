@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from githubkit import Response
+from githubkit.utils import UNSET
 
 from coding_agent.config import GitHubConfig, LabelConfig
 from coding_agent.domain.ci import Check, CheckKind, CiReport
@@ -29,6 +30,7 @@ from coding_agent.sources.github.mapping import (
     MAX_TITLE_LENGTH,
     build_search_query,
     check_output_text,
+    comment_from_json,
     comment_id as parse_comment_id,
     given,
     logins,
@@ -173,8 +175,18 @@ class GitHubSource:
             ),
         )
 
-    async def list_comments(self, key: TaskKey) -> list[Comment]:
-        result = [to_comment(c) for c in await self._raw_comments(key)]
+    async def list_comments(self, key: TaskKey, since: datetime | None = None) -> list[Comment]:
+        owner, repo = split_project(key.project)
+        path = f"/repos/{key.project}/issues/{key.number}/comments"
+        # GitHub's timestamps are whole seconds, and `since` keeps those at or after it.
+        after = since.astimezone(timezone.utc).replace(microsecond=0) if since is not None else UNSET
+        result = await self._http.get_json_pages(
+            path if since is None else f"{path}?since={after}",
+            lambda page: self._rest.issues.async_list_comments(
+                owner, repo, key.number, since=after, per_page=PER_PAGE, page=page
+            ),
+            comment_from_json,
+        )
         return sorted(result, key=lambda c: (c.created_at, int(c.id)))
 
     async def list_threads(self, key: TaskKey) -> list[Thread]:
@@ -202,13 +214,17 @@ class GitHubSource:
         marker = new_marker()
         text = marked(cap_body(body, MAX_BODY_LENGTH), marker)
 
-        async def find() -> Any | None:
-            return next((c for c in await self._raw_comments(key) if has_marker(given(c.body), marker)), None)
+        async def find() -> Comment | None:
+            found = next((c for c in await self._raw_comments(key) if has_marker(given(c.body), marker)), None)
+            return to_comment(found) if found is not None else None
 
-        created = await self._http.create(
-            path, lambda: self._rest.issues.async_create_comment(owner, repo, key.number, body=text), find
+        created: Comment = await self._http.create(
+            path,
+            lambda: self._rest.issues.async_create_comment(owner, repo, key.number, body=text),
+            find,
+            comment_from_json,
         )
-        return to_comment(created)
+        return created
 
     async def edit_comment(self, key: TaskKey, comment_id: str, body: str) -> None:
         owner, repo = split_project(key.project)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from githubkit.utils import UNSET
@@ -28,6 +29,7 @@ __all__ = [
     "author",
     "build_search_query",
     "check_output_text",
+    "comment_from_json",
     "comment_id",
     "given",
     "label_names",
@@ -118,6 +120,17 @@ def to_comment(c: Any, thread_id: str | None = None) -> Comment:
         body=strip_marker(given(c.body) or ""),
         created_at=c.created_at,
         thread_id=thread_id,
+    )
+
+
+def comment_from_json(data: dict[str, Any]) -> Comment:
+    """`to_comment` of an issue comment read as plain JSON (`GitHubClient.get_json_pages`)."""
+    user = data.get("user")
+    return Comment(
+        id=str(int(data["id"])),
+        author=str(user["login"]) if isinstance(user, dict) else "ghost",
+        body=strip_marker(str(data.get("body") or "")),
+        created_at=datetime.fromisoformat(data["created_at"]),
     )
 
 

@@ -42,6 +42,7 @@ from coding_agent.sources.gitlab.mapping import (
     to_change,
     to_comment,
     to_task,
+    touched_since,
 )
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
@@ -140,10 +141,15 @@ class GitLabSource(GitLabCi):
         page = await self._http.call(f"GET {path}", lambda: self._http.get(path))
         return to_task(page.data, key.kind)
 
-    async def list_comments(self, key: TaskKey) -> list[Comment]:
-        """Non-system notes, oldest first. On MRs, notes inside threads are left to `list_threads`."""
+    async def list_comments(self, key: TaskKey, since: datetime | None = None) -> list[Comment]:
+        """Non-system notes, oldest first. On MRs, notes inside threads are left to `list_threads`.
+
+        The client reads only the notes new or edited since its last read (`notes`), so
+        `since` asks the forge nothing less; it spares the mapping of the others."""
         path = item_path(key) + "/notes"
         notes = await self._http.call(f"GET {path}", lambda: self._http.notes(path))
+        if since is not None:
+            notes = [note for note in notes if touched_since(note, since)]
         comments = []
         for note in chronological(notes):
             if note.get("system"):

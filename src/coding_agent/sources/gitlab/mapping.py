@@ -35,6 +35,7 @@ __all__ = [
     "to_change",
     "to_comment",
     "to_task",
+    "touched_since",
 ]
 
 JSON = dict[str, Any]
@@ -101,6 +102,11 @@ def to_comment(note: JSON, thread_id: str | None = None) -> Comment:
         created_at=_parse_time(note["created_at"]),
         thread_id=thread_id,
     )
+
+
+def touched_since(note: JSON, since: datetime) -> bool:
+    """Was `note` created or edited at or after `since` (GitHub's `since`, for a note)?"""
+    return _parse_time(note.get("updated_at") or note["created_at"]) >= since
 
 
 def chronological(notes: list[JSON]) -> list[JSON]:
