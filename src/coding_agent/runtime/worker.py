@@ -31,6 +31,7 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Claim, Intake
 from coding_agent.runtime.lease import LeaseHeartbeat
+from coding_agent.runtime.native_memory import give_back_free_memory
 from coding_agent.runtime.producer import source_for
 from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
 from coding_agent.runtime.queue_entries import QueueEntries
@@ -167,6 +168,8 @@ class Workers:
                 await asyncio.to_thread(self._entries.release, key)
             except OperationalError as error:
                 log.error("%s: %s; its queue entry lapses by itself", key, store_unreachable(error, self._redactor))
+            if not self._running:  # idle: what the runs freed goes back to the system
+                await asyncio.to_thread(give_back_free_memory)
 
     async def _claim_and_run(
         self, source: Source, item: QueuedTask, redelivered: bool, picked_at: float, queue: TaskQueue | None
