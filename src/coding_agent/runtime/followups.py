@@ -94,6 +94,18 @@ class FollowUpRecords(TableStore):
             row = session.get(_Seen, task_key)
             return row is not None and row.updated_at == updated_at.isoformat()
 
+    def examined(self, items: Sequence[tuple[str, datetime]]) -> set[str]:
+        """The keys of `items` (key, `updated_at`) examined already as they stand: `seen`
+        for many at once, in one read per 500 keys."""
+        wanted = {key: updated_at.isoformat() for key, updated_at in items}
+        keys = list(wanted)
+        found: set[str] = set()
+        with self._session() as session:
+            for start in range(0, len(keys), 500):
+                query = select(_Seen.task_key, _Seen.updated_at).where(_Seen.task_key.in_(keys[start : start + 500]))
+                found.update(key for key, stamp in session.execute(query) if wanted[key] == stamp)
+        return found
+
     def mark_seen(self, task_key: str, updated_at: datetime) -> None:
         """Record that the item was examined as it stood at `updated_at` - unless that is
         under `SETTLE_SECONDS` old: forges stamp whole seconds (GitHub), so a comment posted
@@ -202,6 +214,11 @@ class FollowUpIntake:
         self._language = language
         self._is_completion = CompletionDetector(completion_keywords)
         self._allow_untrusted = allow_untrusted
+
+    def unchanged(self, tasks: Sequence[Task]) -> set[str]:
+        """The keys of `tasks` examined already at their `updated_at`: `try_claim` would
+        return None for them without a request. Blocking (one read of the store)."""
+        return self._records.examined([(str(task.key), task.updated_at) for task in tasks])
 
     async def try_claim(self, source: Source, task: Task) -> Claim | None:
         """Claim `task` for a follow-up run, or return None (nothing new, acknowledged, refused)."""

@@ -126,7 +126,9 @@ class AgentService:
         scope = f"{config.queue.backend}:{config.queue.name}" if shared else f"memory:{self.owner}"
         # A queued key not picked up in this time is offered again (a lost message).
         self.entries = QueueEntries(self.store.engine, scope, stale_seconds=max(3600.0, 2 * lease))
-        self.producer = Producer(config, self.sources, self.recovery, self.entries, self.redactor, self.store.note_task)
+        self.producer = Producer(
+            config, self.sources, self.recovery, self.entries, self.redactor, self.store.note_task, self.followups.unchanged
+        )
         self.workers = Workers(
             config,
             self.sources,
