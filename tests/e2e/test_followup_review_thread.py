@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 
 from coding_agent.config import AgentConfig
 from coding_agent.domain.tasks import TaskKey
+from coding_agent.store.followups import FollowUpRecords
 from coding_agent.runtime.service import AgentService
 from coding_agent.sandbox.faults import Fault
 from coding_agent.sandbox.replay_model import ReplaySandbox
@@ -316,3 +318,32 @@ def test_a_pr_task_thread_followup_whose_worker_died_after_its_claim_runs_once_a
     replies = review.thread(number, thread)
     assert replies[-1][0] == BOT and replies[-1][1].startswith("RUN-TWO-FINAL: notes.txt added."), replies
     assert not any(body.startswith("RUN-TWO-FINAL") for body in review.top_level(number)), "not top-level"
+
+
+def test_a_poll_offers_only_the_agents_pulls_not_examined_as_they_stand(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """Each poll finds every open PR of the agent updated this week. One already examined
+    at its `updated_at` is not queued again (its worker would find it unchanged): with
+    thousands of them, every poll queued thousands of looks and kept a snapshot of each."""
+    state = github_forge.sandbox.state
+    examined, fresh = (state.create_pull(REPO, title, author=BOT, head=f"coding-agent/{n}-x") for n, title in enumerate("AB"))
+    with ReplaySandbox({"replies": []}) as model:
+        setup = write_config(tmp_path, [github_forge], llm_section(model))
+
+        async def poll() -> list[tuple[str, str]]:
+            service = AgentService(load_for_service(setup))
+            try:
+                found = await service.sources[0].discover_review_followups(_a_week_ago())
+                [pull] = [task for task in found if task.key.number == examined]
+                later = pull.updated_at.timestamp() + 60  # its `updated_at` settled
+                FollowUpRecords(service.store.engine, clock=lambda: later).mark_seen(str(pull.key), pull.updated_at)
+                report = await service.producer.cycle(await service.queue())
+                return [(item.key, item.reason) for item in report.enqueued]
+            finally:
+                await service.aclose()
+
+        offered = asyncio.run(asyncio.wait_for(poll(), 120))
+    assert offered == [(f"github:{REPO}!{fresh}", "followup")], offered
+
+
+def _a_week_ago() -> datetime:
+    return datetime.now(timezone.utc) - timedelta(days=7)

@@ -125,6 +125,11 @@ class FollowUpIntake:
         self._is_completion = CompletionDetector(completion_keywords)
         self._allow_untrusted = allow_untrusted
 
+    def unchanged(self, tasks: Sequence[Task]) -> set[str]:
+        """The keys of `tasks` examined already at their `updated_at`: `try_claim` would
+        return None for them without a request. Blocking (one read of the store)."""
+        return self._records.examined([(str(task.key), task.updated_at) for task in tasks])
+
     async def try_claim(self, source: Source, task: Task) -> Claim | None:
         """Claim `task` for a follow-up run, or return None (nothing new, acknowledged, refused)."""
         key = str(task.key)

@@ -58,13 +58,17 @@ class Producer:
         redactor: Redactor,
         note_task: Callable[[str, str, str | None], None] = lambda key, title, url: None,
         ci: CiWatcher | None = None,
+        unchanged: Callable[[list[Task]], set[str]] = lambda tasks: set(),
     ) -> None:
         """`note_task(key, title, url)`: records what a queued task is (the state store's
         `note_task`), so the dashboard names a waiting task before any run starts. `ci`:
-        the CI watches (SPEC 16) each poll looks at (None: CI feedback off)."""
+        the CI watches (SPEC 16) each poll looks at (None: CI feedback off).
+        `unchanged(tasks)`: the follow-up candidates examined already as they stand
+        (`FollowUpIntake.unchanged`), not offered again."""
         self._config = config
         self._ci = ci
         self._note_task = note_task
+        self._unchanged = unchanged
         self._sources = sources
         self._recovery = recovery
         self._entries = entries
@@ -106,8 +110,13 @@ class Producer:
             candidates += await self._discover(
                 "review follow-up discovery", lambda source: source.discover_review_followups(since), errors
             )
+            # An item examined already at its `updated_at` is not offered: with many open
+            # PRs of the agent, each poll would queue (and keep a snapshot of) every one of
+            # them, only for its worker to find it unchanged.
+            candidates = [task for task in candidates if str(task.key) not in pending]
+            unchanged = await asyncio.to_thread(self._unchanged, candidates) if candidates else set()
             for task in candidates:
-                if str(task.key) not in pending:
+                if str(task.key) not in unchanged:
                     await self._offer(queue, str(task.key), "followup", enqueued, task)
         except (QueueUnavailable, OperationalError) as error:
             # The broker or the state store is away (a restart, a network blip, a failover):

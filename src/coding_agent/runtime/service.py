@@ -107,7 +107,14 @@ class AgentService:
         self.cleanup = Cleanup(config, self.store)
         self.entries = self._queue_entries()
         self.producer = Producer(
-            config, self.sources, self.recovery, self.entries, self.redactor, self.store.tasks.note_task, self.ci
+            config,
+            self.sources,
+            self.recovery,
+            self.entries,
+            self.redactor,
+            self.store.tasks.note_task,
+            self.ci,
+            self.followups.unchanged,
         )
         self.workers = Workers(
             config,

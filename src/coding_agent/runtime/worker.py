@@ -32,6 +32,7 @@ from coding_agent.runtime.ci_watch import CiFixClaim, CiWatcher
 from coding_agent.runtime.followups import FollowUpIntake
 from coding_agent.runtime.intake import Claim, Intake, ReviewClaim
 from coding_agent.runtime.lease import LeaseHeartbeat
+from coding_agent.runtime.native_memory import give_back_free_memory
 from coding_agent.runtime.producer import source_for
 from coding_agent.runtime.queue import Delivery, QueuedTask, TaskQueue
 from coding_agent.runtime.recovery import Recovery, Takeover
@@ -138,6 +139,7 @@ class Workers:
             return None
         self._running.add(key)
         source = source_for(self._sources, key)
+        outcome: Outcome = None
         try:
             if source is None:
                 log.error("%s: no configured source for this task key; dropped", key)
@@ -149,7 +151,8 @@ class Workers:
             self._runner.libraries.load_soon()  # `run --once`: while this task is claimed
             await asyncio.to_thread(self._entries.mark_running, key)
             self.on_event("picked", key)
-            return await self._claim_and_run(source, item, redelivered, picked_at, queue)
+            outcome = await self._claim_and_run(source, item, redelivered, picked_at, queue)
+            return outcome
         except OperationalError as error:
             # The store went away before the run started (a run catches its own errors):
             # no run began. A lease the claim took runs out; the queue entry lapses
@@ -167,6 +170,10 @@ class Workers:
                 await asyncio.to_thread(self._entries.release, key)
             except OperationalError as error:
                 log.error("%s: %s; its queue entry lapses by itself", key, store_unreachable(error, self._redactor))
+            if isinstance(outcome, RunResult) and not self._running:
+                # A run ended and none is left: what the runs freed goes back to the system
+                # (not after a look that ran nothing: a poll's follow-up checks are many).
+                await asyncio.to_thread(give_back_free_memory)
 
     async def _claim_and_run(
         self, source: Source, item: QueuedTask, redelivered: bool, picked_at: float, queue: TaskQueue | None
