@@ -725,3 +725,26 @@ def test_a_fix_that_changed_nothing_whose_worker_was_sigkilled_publishing_its_en
     said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith(("CI", "The CI"))]
     assert len(said) == 1 and said[0].startswith("The CI fix run changed nothing") and "- tests: failure" in said[0]
     assert watch_state(tmp_path, key) == "failed"
+
+
+def test_a_failing_job_whose_log_is_gone_still_reaches_the_fix_run_by_name(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """A 404 on the job log (expired or deleted): the fix run's first turn still names the
+    check and its conclusion and says no log could be read, and the run goes on to push
+    its fix, which is watched."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    with ReplaySandbox(calc_script()) as model:
+        config = ci_config(tmp_path, forge, model)
+        assert run_cycle(config).errors == ()
+        first = head(forge)
+        state.ci_job(REPO, first, "tests", conclusion="failure", log=None)
+        assert run_cycle(config).errors == ()
+        fixes = fix_requests(model)
+    assert len(fixes) == 1, "one fix run"
+    assert "### tests: failure" in fixes[0] and "No log could be read for this check" in fixes[0]
+    assert head(forge) != first, "the fix run pushed"
+    assert watch_state(tmp_path, f"github:{REPO}#{number}") == "watching"
+    issue_comments = [body for author, body in forge.comments("issue", number) if author == BOT]
+    assert any(body.startswith("FIX-1: changed calc.py") for body in issue_comments)
