@@ -786,3 +786,26 @@ def test_two_pushes_in_a_row_only_the_newest_head_is_watched(github_forge: GitHu
     said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith("CI ")]
     assert said == [f"CI passed: 1 check on `{second[:12]}`."]
     assert watch_state(tmp_path, key) == "passed"
+
+
+def test_pausing_a_watched_task_holds_its_watch_until_it_is_resumed(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """`coding-agent pause TASK` on a done task whose push is watched: its failing CI
+    starts no fix run while paused; `coding-agent resume TASK` lets the watch act."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(calc_script()) as model:
+        setup = ci_setup(tmp_path, forge, model)
+        config = load_for_service(setup)
+        assert run_cycle(config).errors == ()
+        paused = run_cli(setup, "pause", key)
+        assert paused.returncode == 0 and "its CI watch acts on nothing until resumed" in paused.stdout, paused
+        state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
+        assert run_cycle(config).errors == ()
+        assert run_cycle(config).errors == ()
+        assert fix_requests(model) == [] and watch_state(tmp_path, key) == "watching"
+        resumed = run_cli(setup, "resume", "--queue", key)
+        assert resumed.returncode == 0 and "its CI watch acts again" in resumed.stdout, resumed
+        assert run_cycle(config).errors == ()
+        assert len(fix_requests(model)) == 1, "held, not dropped"
+    assert watch_state(tmp_path, key) == "watching", "the fix run's push is watched"
