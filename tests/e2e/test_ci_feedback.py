@@ -28,7 +28,7 @@ from coding_agent.web.views import task_detail, task_list
 
 from tests.support.waiting import wait_for
 
-from ._steering import assign, run_cycle, spawn_cli, unassign, user_messages
+from ._steering import assign, post_comment, run_cycle, spawn_cli, unassign, user_messages
 from .conftest import (
     BOT,
     AgentSetup,
@@ -725,3 +725,87 @@ def test_a_fix_that_changed_nothing_whose_worker_was_sigkilled_publishing_its_en
     said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith(("CI", "The CI"))]
     assert len(said) == 1 and said[0].startswith("The CI fix run changed nothing") and "- tests: failure" in said[0]
     assert watch_state(tmp_path, key) == "failed"
+
+
+def test_a_failing_job_whose_log_is_gone_still_reaches_the_fix_run_by_name(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """A 404 on the job log (expired or deleted): the fix run's first turn still names the
+    check and its conclusion and says no log could be read, and the run goes on to push
+    its fix, which is watched."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    with ReplaySandbox(calc_script()) as model:
+        config = ci_config(tmp_path, forge, model)
+        assert run_cycle(config).errors == ()
+        first = head(forge)
+        state.ci_job(REPO, first, "tests", conclusion="failure", log=None)
+        assert run_cycle(config).errors == ()
+        fixes = fix_requests(model)
+    assert len(fixes) == 1, "one fix run"
+    assert "### tests: failure" in fixes[0] and "No log could be read for this check" in fixes[0]
+    assert head(forge) != first, "the fix run pushed"
+    assert watch_state(tmp_path, f"github:{REPO}#{number}") == "watching"
+    issue_comments = [body for author, body in forge.comments("issue", number) if author == BOT]
+    assert any(body.startswith("FIX-1: changed calc.py") for body in issue_comments)
+
+
+def test_two_pushes_in_a_row_only_the_newest_head_is_watched(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """A trusted @mention's follow-up run pushes again while the first push is watched:
+    the watch moves to the newest head, so CI failing on the old one starts no fix run,
+    and the new one passing is reported once."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    script = calc_script()
+    with_sub = BROKEN + "\n\ndef sub(a, b):\n    return a - b\n"
+    followup = [
+        {"tool": "workspace/create", "args": {"path": "calc.py", "content": with_sub}},
+        {"done": "RUN-TWO: added sub()."},
+    ]
+    script["conversations"].insert(1, {"match": "also add sub()", "replies": followup})
+    with ReplaySandbox(script) as model:
+        config = ci_config(tmp_path, forge, model)
+        assert run_cycle(config).errors == ()
+        first = head(forge)
+        assert watch_state(tmp_path, key) == "watching"
+        post_comment(forge, "issue", number, MAINTAINER, f"@{BOT} please also add sub()")
+        assert run_cycle(config).errors == ()
+        second = head(forge)
+        assert second != first and len(state.pulls(REPO)) == 1, "the follow-up pushed to the same PR"
+
+        state.ci_job(REPO, first, "tests", conclusion="failure", log=FAILING_LOG)
+        assert run_cycle(config).errors == ()
+        assert fix_requests(model) == [], "the old head's failure is not acted on"
+        assert watch_state(tmp_path, key) == "watching"
+
+        state.ci_job(REPO, second, "tests", conclusion="success", log="3 passed\n")
+        assert run_cycle(config).errors == ()
+        assert run_cycle(config).errors == ()
+        assert fix_requests(model) == []
+    said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith("CI ")]
+    assert said == [f"CI passed: 1 check on `{second[:12]}`."]
+    assert watch_state(tmp_path, key) == "passed"
+
+
+def test_pausing_a_watched_task_holds_its_watch_until_it_is_resumed(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """`coding-agent pause TASK` on a done task whose push is watched: its failing CI
+    starts no fix run while paused; `coding-agent resume TASK` lets the watch act."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(calc_script()) as model:
+        setup = ci_setup(tmp_path, forge, model)
+        config = load_for_service(setup)
+        assert run_cycle(config).errors == ()
+        paused = run_cli(setup, "pause", key)
+        assert paused.returncode == 0 and "its CI watch acts on nothing until resumed" in paused.stdout, paused
+        state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
+        assert run_cycle(config).errors == ()
+        assert run_cycle(config).errors == ()
+        assert fix_requests(model) == [] and watch_state(tmp_path, key) == "watching"
+        resumed = run_cli(setup, "resume", "--queue", key)
+        assert resumed.returncode == 0 and "its CI watch acts again" in resumed.stdout, resumed
+        assert run_cycle(config).errors == ()
+        assert len(fix_requests(model)) == 1, "held, not dropped"
+    assert watch_state(tmp_path, key) == "watching", "the fix run's push is watched"

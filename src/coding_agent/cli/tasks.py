@@ -153,11 +153,25 @@ def resume(
     finally:
         store.close()
     if key is not None and not paused:
-        typer.echo(f"{key} has no paused run")
+        typer.echo(_resume_watch(settings, key))
     if key is not None and path.exists():
         typer.echo(f"note: the pause signal {path} is present; nothing resumes until it is removed")
     if not queue:
         exit_with(settings, continue_runs(settings, {key} if key else None))
+
+
+def _resume_watch(settings: AgentConfig, key: str) -> str:
+    """TASK has no paused run: lift the pause of its CI watch, through the dashboard's code."""
+    from coding_agent.runtime.operator_actions import UnknownTask, apply_action
+    from coding_agent.store.state import StateStore
+
+    store = StateStore(settings.database.url)
+    try:
+        return apply_action(store, key, "resume").message
+    except UnknownTask as error:
+        return str(error)
+    finally:
+        store.close()
 
 
 def stop(task: Annotated[str, typer.Argument(help="The task key to stop.")], config: ConfigOption = None) -> None:

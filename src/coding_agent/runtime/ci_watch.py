@@ -330,6 +330,8 @@ class CiWatcher:
         if watch.bot_assigned and bot and not any(name.casefold() == bot for name in task.assignees):
             log.info("%s: the bot was unassigned; its CI watch ends", key)
             return "end"
+        if await asyncio.to_thread(self._store.steering.control_request, key) == "pause":
+            return "hold"  # `coding-agent pause TASK`: until its resume
         if not task.has_label(labels.done_label):
             return "hold"  # paused, or being worked again: looked at again later
         change = await source.find_open_change(watch.project, watch.head_branch)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from coding_agent.domain.ci import WatchState
 from coding_agent.store.state import StateStore
 
 __all__ = ["Action", "ActionResult", "UnknownTask", "apply_action"]
@@ -36,12 +37,18 @@ def apply_action(store: StateStore, key: str, action: Action) -> ActionResult:
     running = store.runs.runs_with_status("running", key)
     paused = store.runs.runs_with_status("paused", key)
     if action == "pause":
-        if not running:
+        if running:
+            store.steering.request_control(key, "pause")
+            return ActionResult(f"{key}: pause requested; it pauses at its next step", False)
+        if not _waiting_on_ci(store, key):
             raise UnknownTask(f"{key} has no running run to pause")
         store.steering.request_control(key, "pause")
-        return ActionResult(f"{key}: pause requested; it pauses at its next step", False)
+        return ActionResult(f"{key}: paused; its CI watch acts on nothing until resumed", False)
     if action == "resume":
         if not paused:
+            if _waiting_on_ci(store, key) and store.steering.control_request(key) == "pause":
+                store.steering.clear_control_request(key)
+                return ActionResult(f"{key}: resumed; its CI watch acts again", False)
             raise UnknownTask(f"{key} has no paused run")
         store.steering.release_holds(key)
         return ActionResult(f"{key}: resume requested; it continues from its next step", True)
@@ -53,3 +60,10 @@ def apply_action(store: StateStore, key: str, action: Action) -> ActionResult:
     if running:
         return ActionResult(f"{key}: stop requested; it stops at its next step", False)
     return ActionResult(f"{key}: stop requested; the paused run is stopped", True)
+
+
+def _waiting_on_ci(store: StateStore, key: str) -> bool:
+    """Whether `key` is a done task whose CI watch may still act (SPEC 16): its pause is
+    a request the watch honours (a pause holds the watch) until the task is resumed."""
+    watch = store.ci_watches.watch(key)
+    return watch is not None and watch.state in (WatchState.WATCHING, WatchState.RERUN, WatchState.FIX)
