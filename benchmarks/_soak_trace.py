@@ -54,7 +54,34 @@ def _heap() -> dict[str, int]:
         "malloc_mmapped_kb": info.hblkhd // 1024,
         "sqlite_kb": sqlite.sqlite3_memory_used() // 1024,
         "gc_tracked_objects": len(gc.get_objects()),
+        **_caches(),
     }
+
+
+def _caches() -> dict[str, int]:
+    """The sizes of the process's bounded caches, each a suspect of growth per task: the
+    forges' answer caches (entries, bytes), the GitHub client's parsed pages (their bodies'
+    bytes), the dashboard's memo of task keys, SQLAlchemy's compiled statements and the
+    database connections pooled (each with its own SQLite page cache)."""
+    from sqlalchemy.engine import Engine
+
+    from coding_agent.sources.github.client import GitHubClient
+    from coding_agent.sources.http import ETagCache
+    from coding_agent.web import views
+
+    found = {"etag_entries": 0, "etag_kb": 0, "parsed_pages": 0, "parsed_pages_kb": 0, "sql_compiled": 0, "db_connections": 0}
+    for thing in gc.get_objects():
+        if isinstance(thing, Engine):
+            found["sql_compiled"] += len(thing._compiled_cache or ())
+            found["db_connections"] += thing.pool.checkedin() + thing.pool.checkedout()
+        elif isinstance(thing, ETagCache):
+            found["etag_entries"] += len(thing)
+            found["etag_kb"] += thing.retained_bytes // 1024
+        elif isinstance(thing, GitHubClient):
+            found["parsed_pages"] += len(thing._pages)
+            found["parsed_pages_kb"] += sum(len(body) for body, _ in thing._pages.values()) // 1024
+    found["views_what_memo"] = views._what.cache_info().currsize
+    return found
 
 
 def _dump(directory: Path) -> None:
