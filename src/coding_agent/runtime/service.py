@@ -80,9 +80,7 @@ class AgentService:
         self.sources = sources if sources is not None else create_sources(config)
         self.owner = new_owner_id()
         self.budgets = Budgets(config, self.store.spend, self.redactor)
-        self.ci: CiWatcher | None = None
-        if config.ci.enabled:  # CI feedback (SPEC 16): nothing of it runs when off
-            self.ci = CiWatcher(config, self.store, self.sources, self.owner, self.redactor, self.budgets)
+        self.ci = self._ci_watcher()
         self.intake, self.followups = self._intakes()
         self.shutdown = ShutdownSignal()
         self.controls = RunControls(config, self.store, self.redactor, self.owner, self.shutdown)
@@ -106,16 +104,7 @@ class AgentService:
         )
         self.cleanup = Cleanup(config, self.store)
         self.entries = self._queue_entries()
-        self.producer = Producer(
-            config,
-            self.sources,
-            self.recovery,
-            self.entries,
-            self.redactor,
-            self.store.tasks.note_task,
-            self.ci,
-            self.followups.unchanged,
-        )
+        self.producer = self._producer()
         self.workers = Workers(
             config,
             self.sources,
@@ -132,6 +121,26 @@ class AgentService:
             self.ci,
         )
         self._queue: TaskQueue | None = None
+
+    def _ci_watcher(self) -> CiWatcher | None:
+        """The CI watches (SPEC 16); None when CI feedback is off, so nothing of it runs."""
+        if not self.config.ci.enabled:
+            return None
+        return CiWatcher(self.config, self.store, self.sources, self.owner, self.redactor, self.budgets)
+
+    def _producer(self) -> Producer:
+        """The poll: discovery, follow-up candidates (less those examined as they stand)
+        and the CI watches, offered to this process's queue entries."""
+        return Producer(
+            self.config,
+            self.sources,
+            self.recovery,
+            self.entries,
+            self.redactor,
+            self.store.tasks.note_task,
+            self.ci,
+            self.followups.unchanged,
+        )
 
     def _intakes(self) -> tuple[Intake, FollowUpIntake]:
         """The two ways a task is claimed: a labelled issue or PR/MR, and a follow-up
