@@ -633,10 +633,10 @@ class FixRunKiller:
             if self.moment != "mid fix run":
                 wait_for(lambda: self.forge.sandbox.faults.injected > 0, 300, "the fix run's end to hang at its label")
                 self.victim.kill()
-            self.victim.communicate(timeout=300)
+            out, err = self.victim.communicate(timeout=300)
         finally:
             self.gate.set()
-        assert self.victim.returncode == -signal.SIGKILL, "killed in its fix run"
+        assert self.victim.returncode == -signal.SIGKILL, f"killed in its fix run\n{out}\n{err}"
         assert watch_state(tmp_path, key) == "fixing"
         store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
         try:

@@ -55,6 +55,25 @@ def test_expired_lease_is_taken_over(store: StateStore, clock: FakeClock) -> Non
     assert store.leases.renew_lease("k", "w2", 60)
 
 
+def test_a_lease_of_this_process_is_not_taken_here_again_once_run_out(store: StateStore, clock: FakeClock) -> None:
+    """A claim whose forge reads outlast a short lease: another claim path of the same
+    process (a review thread of the task's PR, say) must not take that lease as run out,
+    find nothing to do, and hand it back from under the claim's run. Another process may;
+    once let go (or lost to another worker) it is free here again."""
+    assert store.leases.acquire_lease("k", "this-process", 2)
+    clock.now += 3
+    assert not store.leases.acquire_lease("k", "this-process", 2), "its claim still stands for it"
+    assert store.runs.start_run("run-1", "k", "this-process", None, lease_seconds=2), "the claim's run starts"
+    store.runs.finish_run("run-1", "done", 1)
+    store.leases.release_lease("k", "this-process")
+    assert store.leases.acquire_lease("k", "this-process", 2), "let go: free here again"
+    clock.now += 3
+    assert store.leases.acquire_lease("k", "another-process", 2)
+    assert not store.runs.heartbeat("k", "this-process", 2, "run-1", 1), "the old holder learns it lost the lease"
+    store.leases.release_lease("k", "another-process")
+    assert store.leases.acquire_lease("k", "this-process", 2), "lost to another worker: free here again"
+
+
 def test_two_stores_on_one_file_share_leases(tmp_path: Path) -> None:
     first = StateStore(f"sqlite:///{tmp_path}/shared.db")
     second = StateStore(f"sqlite:///{tmp_path}/shared.db")

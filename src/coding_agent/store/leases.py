@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
 import uuid as uuid_module
+from collections.abc import Callable
 from typing import NamedTuple
 
 from sqlalchemy import Float, String, insert, update
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -45,31 +49,50 @@ def new_owner_id() -> str:
 
 
 class Leases(TableStore):
-    """Taking, renewing and releasing a task's lease."""
+    """Taking, renewing and releasing a task's lease.
+
+    This object also remembers the leases taken through it and not let go yet: the
+    claims and runs of this process. Such a lease is never taken again here, even once
+    its time has run out (a claim's forge reads outlasting a short lease on a busy
+    machine): another claim path of this process would find nothing to do and hand it
+    back, and the run it belongs to would find its lease gone. Another process still
+    takes it over once it has run out: that is what a lease is for.
+    """
+
+    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(engine, clock)
+        self._taken_here: set[tuple[str, str]] = set()  # (task key, owner)
+        self._taken_lock = threading.Lock()
 
     def acquire_lease(self, task_key: str, owner: str, ttl_seconds: float) -> bool:
         """Take the task's lease if it is free or expired. True when taken.
 
-        Not when it is already ours: a lease of ours belongs to a run of this process,
-        and every claim path (intake, follow-ups, review threads, recovery, a redelivered
-        message) hands the lease back when it finds nothing to do. Taking "already ours"
-        as taken handed a running run's lease back, and the run stopped at its next step,
-        its lease lost (or a takeover ran it a second time beside itself).
+        Not when it is already ours: a lease of ours belongs to a claim or a run of this
+        process, and every claim path (intake, follow-ups, review threads, recovery, a
+        redelivered message) hands the lease back when it finds nothing to do. Taking
+        "already ours" as taken handed a running run's lease back, and the run stopped at
+        its next step, its lease lost (or a takeover ran it a second time beside itself).
         """
+        with self._taken_lock:
+            if (task_key, owner) in self._taken_here:
+                return False
         now = self._clock()
         try:
             with self._session() as session:
                 session.execute(insert(_Lease).values(task_key=task_key, owner=owner, expires_at=now + ttl_seconds))
-            return True
+            taken = True
         except IntegrityError:
-            pass
-        with self._session() as session:
-            result = session.execute(
-                update(_Lease)
-                .where(_Lease.task_key == task_key, _Lease.expires_at < now)
-                .values(owner=owner, expires_at=now + ttl_seconds)
-            )
-            return result.rowcount == 1
+            with self._session() as session:
+                result = session.execute(
+                    update(_Lease)
+                    .where(_Lease.task_key == task_key, _Lease.expires_at < now)
+                    .values(owner=owner, expires_at=now + ttl_seconds)
+                )
+                taken = result.rowcount == 1
+        if taken:
+            with self._taken_lock:
+                self._taken_here.add((task_key, owner))
+        return taken
 
     def renew_lease(self, task_key: str, owner: str, ttl_seconds: float) -> bool:
         """Extend our lease; False when it is no longer ours (another worker took over)."""
@@ -79,13 +102,25 @@ class Leases(TableStore):
                 .where(_Lease.task_key == task_key, _Lease.owner == owner)
                 .values(expires_at=self._clock() + ttl_seconds)
             )
-            return result.rowcount == 1
+            renewed = result.rowcount == 1
+        if not renewed:
+            self.lost(task_key, owner)
+        return renewed
 
     def release_lease(self, task_key: str, owner: str) -> None:
-        with self._session() as session:
-            lease = session.get(_Lease, task_key)
-            if lease is not None and lease.owner == owner:
-                session.delete(lease)
+        try:
+            with self._session() as session:
+                lease = session.get(_Lease, task_key)
+                if lease is not None and lease.owner == owner:
+                    session.delete(lease)
+        finally:  # let go here even when the store is away: its row then runs out by itself
+            self.lost(task_key, owner)
+
+    def lost(self, task_key: str, owner: str) -> None:
+        """`owner` no longer holds the lease of `task_key` (another worker took it over):
+        no claim or run of this process stands for it any more."""
+        with self._taken_lock:
+            self._taken_here.discard((task_key, owner))
 
     def lease_owner(self, task_key: str) -> str | None:
         lease = self.live_lease(task_key)

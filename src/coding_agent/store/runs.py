@@ -4,9 +4,11 @@ renews the lease, in one transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import Float, Integer, String, Text, and_, func, select, update
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunRecord
@@ -60,7 +62,16 @@ def record_of(run: RunRow) -> RunRecord:
 
 
 class Runs(TableStore):
-    """Starting, counting, finishing and finding runs; their token usage."""
+    """Starting, counting, finishing and finding runs; their token usage.
+
+    `lost(task_key, owner)` is told when a renewal here finds the lease another
+    worker's (`Leases.lost`)."""
+
+    def __init__(
+        self, engine: Engine, clock: Callable[[], float] = time.time, lost: Callable[[str, str], None] = lambda *_: None
+    ) -> None:
+        super().__init__(engine, clock)
+        self._lost = lost
 
     def start_run(
         self, run_uuid: str, task_key: str, owner: str, requester: str | None, lease_seconds: float | None = None
@@ -95,6 +106,8 @@ class Runs(TableStore):
             .where(LEASES.c.task_key == task_key, LEASES.c.owner == owner)
             .values(expires_at=self._clock() + ttl_seconds)
         )
+        if renewed.rowcount != 1:
+            self._lost(task_key, owner)
         return renewed.rowcount == 1
 
     def heartbeat(
