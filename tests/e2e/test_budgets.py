@@ -20,6 +20,8 @@ from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 
+from tests.support.state import agent_store
+
 from ._steering import THREE_FILES, post_comment, run_cycle, steering_config
 from .conftest import BOT, MAINTAINER, REPO, AgentSetup, GitHubForge, load_for_service, run_cli
 
@@ -56,14 +58,11 @@ def _budget_comments(forge: GitHubForge, number: int) -> list[str]:
 
 
 def _statuses(tmp_path: Path) -> dict[str, list[str]]:
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         runs: dict[str, list[str]] = {}
         for run in store.runs.all():
             runs.setdefault(run.task_key, []).append(run.status)
         return runs
-    finally:
-        store.close()
 
 
 def _key(number: int) -> str:

@@ -20,12 +20,12 @@ from sqlalchemy import text
 
 from coding_agent.domain.ci import Check, CheckKind, CheckState, WatchState
 from coding_agent.runtime.service import AgentService
-from coding_agent.store.state import StateStore
 from coding_agent.redaction import Redactor
 from coding_agent.sandbox.faults import Fault
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.web.views import task_detail, task_list
 
+from tests.support.state import agent_store
 from tests.support.waiting import wait_for
 
 from ._steering import assign, post_comment, run_cycle, spawn_cli, unassign, user_messages
@@ -114,12 +114,9 @@ def fix_requests(model: ReplaySandbox) -> list[str]:
 
 
 def watch_state(tmp_path: Path, key: str) -> str | None:
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         watch = store.ci_watches.watch(key)
         return watch.state.value if watch is not None else None
-    finally:
-        store.close()
 
 
 @pytest.mark.long
@@ -162,13 +159,10 @@ def test_a_failing_check_gets_a_fix_run_whose_push_passes(github_forge: GitHubFo
     assert passed == [f"CI passed: 2 checks on `{second_head[:12]}`.\n\nThe draft is marked ready for review."]
     assert not the_pull(forge).draft, "ready_when_green marked the draft ready"
     assert watch_state(tmp_path, key) == "passed"
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         assert [row["ci"] for row in task_list(store, Redactor([])) if row["task"] == key] == ["passed"]
         detail = task_detail(store, key, Redactor([]))
         assert detail is not None and detail["ci"] == "passed"
-    finally:
-        store.close()
     issue_comments = [body for author, body in forge.comments("issue", number) if author == BOT]
     assert any(body.startswith("FIX-1: changed calc.py") for body in issue_comments), "the fix run says what it changed"
     assert "coding agent done" in forge.labels("issue", number)
@@ -257,14 +251,11 @@ def test_a_watch_leased_by_another_worker_is_left_to_it_until_its_lease_runs_out
         config = ci_config(tmp_path, forge, model)
         assert run_cycle(config).errors == ()
         state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
-        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-        try:
+        with agent_store(tmp_path) as store:
             assert store.leases.acquire_lease(key, "other-worker", 3600)
             assert run_cycle(config).errors == ()
             assert fix_requests(model) == [] and watch_state(tmp_path, key) == "watching"
             store.leases.renew_lease(key, "other-worker", -1)  # that worker stopped: its lease runs out
-        finally:
-            store.close()
         assert run_cycle(config).errors == ()
         assert run_cycle(config).errors == ()
         assert len(fix_requests(model)) == 1, "carried on once"
@@ -293,11 +284,8 @@ def test_fix_runs_count_toward_the_daily_budget(github_forge: GitHubForge, tmp_p
         )  # fmt: skip
         assert run_cycle(load_for_service(raised)).errors == ()
         assert len(fix_requests(model)) == 1
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         runs = store.runs.all(f"github:{REPO}#{number}")
-    finally:
-        store.close()
     assert [run.requester for run in runs] == [MAINTAINER, MAINTAINER], "the fix run is the requester's"
     labels = forge.labels("issue", number)
     assert "coding agent done" in labels and "coding agent paused" not in labels
@@ -457,8 +445,7 @@ def test_a_fix_run_whose_worker_died_after_its_claim_is_started_by_the_takeover(
         config = ci_config(tmp_path, forge, model)
         assert run_cycle(config).errors == ()
         state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
-        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-        try:  # as the dead worker left it
+        with agent_store(tmp_path) as store:  # as the dead worker left it
             watches = store.ci_watches
             watch = watches.watch(key)
             assert watch is not None
@@ -468,8 +455,6 @@ def test_a_fix_run_whose_worker_died_after_its_claim_is_started_by_the_takeover(
             state.remove_label(REPO, number, "coding agent done", actor=BOT)
             state.add_label(REPO, number, "coding agent processing", actor=BOT)
             assert store.leases.acquire_lease(key, "dead-worker", -1)
-        finally:
-            store.close()
         assert run_cycle(config).errors == ()
         assert run_cycle(config).errors == ()
         fixes = fix_requests(model)
@@ -539,8 +524,7 @@ def _as_if_the_fix_runs_worker_died_before_its_end_reached_the_watch(
     run's end; before (the end out on the forge and in `completed/` only); or before the
     end was out (recorded in the store, its files in `running/`: a takeover publishes it
     again, not knowing what was pushed)."""
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         fix_run = store.runs.all(key)[-1]
         watch = store.ci_watches.watch(key)
         assert watch is not None and watch.state is WatchState.WATCHING and fix_run.status == "done"
@@ -562,8 +546,6 @@ def _as_if_the_fix_runs_worker_died_before_its_end_reached_the_watch(
             forge.sandbox.state.remove_label(REPO, number, "coding agent done", actor=BOT)
             forge.sandbox.state.add_label(REPO, number, "coding agent processing", actor=BOT)
         assert store.leases.acquire_lease(key, "dead-worker", -1.0)  # already run out
-    finally:
-        store.close()
 
 
 @pytest.mark.parametrize(
@@ -591,12 +573,9 @@ def test_a_fix_run_whose_worker_died_before_its_push_was_watched_has_its_push_wa
         assert run_cycle(config).errors == ()
         assert run_cycle(config).errors == ()
         assert watch_state(tmp_path, key) == "watching"
-        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-        try:
+        with agent_store(tmp_path) as store:
             watch = store.ci_watches.watch(key)
             assert watch is not None and watch.sha == second and watch.attempts == 1
-        finally:
-            store.close()
         state.ci_job(REPO, second, "tests", conclusion="success", log="3 passed\n")
         assert run_cycle(config).errors == ()
         assert len(fix_requests(model)) == 1, "no second fix run"
@@ -638,11 +617,8 @@ class FixRunKiller:
             self.gate.set()
         assert self.victim.returncode == -signal.SIGKILL, f"killed in its fix run\n{out}\n{err}"
         assert watch_state(tmp_path, key) == "fixing"
-        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-        try:
+        with agent_store(tmp_path) as store:
             wait_for(lambda: store.leases.lease_owner(key) is None, 60, "the dead worker's lease to run out")
-        finally:
-            store.close()
 
 
 def killed_fix_setup(tmp_path: Path, forge: GitHubForge, model: ReplaySandbox) -> AgentSetup:
@@ -684,12 +660,9 @@ def test_a_worker_sigkilled_in_a_ci_fix_run_is_carried_on_by_another_once(
         assert run_cycle(load_for_service(setup)).errors == ()
         assert run_cycle(load_for_service(setup)).errors == ()
         assert len(fix_requests(model)) == 1, "one fix run, carried on"
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         runs = store.runs.all(key)
         watch = store.ci_watches.watch(key)
-    finally:
-        store.close()
     assert [run.status for run in runs] == ["done", "done"], runs
     assert watch is not None and watch.state is WatchState.PASSED and watch.sha == second and watch.attempts == 1
     said = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith(("CI", "The CI"))]

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from coding_agent.sandbox.replay_model import ReplaySandbox
-from coding_agent.store.state import StateStore
+
+from tests.support.state import agent_store
 
 from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, secret_env, write_config
 
@@ -33,11 +34,8 @@ def test_two_processes_work_each_task_exactly_once(github_forge: GitHubForge, tm
         assert "coding agent done" in labels and "coding agent processing" not in labels, (number, labels)
         finals = [body for _, body in github_forge.comments("issue", number) if body.startswith("Wrote hello.txt with a greeting.")]
         assert len(finals) == 1, f"issue #{number} got {len(finals)} final comments"
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         runs = store.runs.all()
-    finally:
-        store.close()
     assert sorted(run.task_key for run in runs) == sorted(f"github:acme/widgets#{n}" for n in numbers)
     assert len(conversations) == len(numbers), "one model conversation per task"
     assert all(run.prompt_tokens > 0 and run.completion_tokens > 0 for run in runs), "token usage is recorded per run"

@@ -26,7 +26,8 @@ from sqlalchemy import text
 
 from coding_agent.runtime.service import AgentService
 from coding_agent.sandbox.replay_model import ReplaySandbox
-from coding_agent.store.state import StateStore
+
+from tests.support.state import agent_store
 
 from ._steering import spawn_cli, steering_config, wait_for
 from .conftest import BOT, HELLO_SCRIPT, REPO, GitHubForge, load_for_service, progress_comments
@@ -110,8 +111,7 @@ def test_sigkilled_workers_lose_no_task(github_forge: GitHubForge, tmp_path: Pat
         models = [stack.enter_context(ReplaySandbox(_script(), actions={"tick": k})) for k in killers]
         setup = steering_config(tmp_path, [github_forge], models[0], scheduling={"lease_seconds": LEASE_SECONDS})
         lanes = [_lane_config(setup.config_path, model, f"lane{n}") for n, model in enumerate(models)]
-        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-        try:
+        with agent_store(tmp_path) as store:
             with ThreadPoolExecutor(LANES) as pool:
                 kills, missed = zip(*pool.map(lambda n: _lane(lanes[n], killers[n]), range(LANES)))
             wait_for(lambda: all(store.leases.lease_owner(key) is None for key in keys), 30, "the dead workers' leases to expire")
@@ -120,8 +120,6 @@ def test_sigkilled_workers_lose_no_task(github_forge: GitHubForge, tmp_path: Pat
             _, err = survivor.communicate(timeout=120)
             assert survivor.returncode == 0, err
             runs = store.runs.all()
-        finally:
-            store.close()
 
     assert list(kills) == [KILLS_PER_LANE] * LANES, f"every trial killed its worker mid-work; missed: {missed}"
     log_text = "".join(path.read_text(errors="replace") for path in setup.logs.glob("*.log"))
@@ -161,16 +159,13 @@ def test_a_run_whose_worker_died_after_its_end_was_out_is_not_run_again(github_f
                 await service.aclose()
 
         assert asyncio.run(cycle()) == ["done"]
-        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-        try:
+        with agent_store(tmp_path) as store:
             [run] = store.runs.all()
             with store.engine.begin() as connection:  # as the dead worker left it
                 connection.execute(text("UPDATE runs SET status = 'running', finished_at = NULL WHERE uuid = :u"), {"u": run.uuid})
             assert store.leases.acquire_lease(key, "dead-worker", -1.0)  # already run out
             assert asyncio.run(cycle()) == []
             runs = store.runs.all()
-        finally:
-            store.close()
     assert [(r.uuid, r.status) for r in runs] == [(run.uuid, "done")]
     bodies = [body for author, body in github_forge.comments("issue", number) if author == BOT]
     assert len([body for body in bodies if body not in progress_comments(bodies)]) == 1, bodies

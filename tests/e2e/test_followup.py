@@ -17,6 +17,8 @@ from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.store.followups import FollowUpRecords
 from coding_agent.store.state import StateStore
 
+from tests.support.state import agent_store
+
 from ._steering import post_comment, run_cycle
 from .conftest import BOT, MAINTAINER, READER, REPO, ForgeUnderTest, GitHubForge, llm_section, load_for_service, write_config
 from .test_forge_requests_per_run import forge_targets, permission_read
@@ -117,15 +119,12 @@ def test_a_recorded_followup_runs_once_whether_or_not_its_run_began(
         setup = write_config(tmp_path, [forge], llm_section(model))
         assert run_cycle(load_for_service(setup)).errors == ()
         mention = forge.sandbox.state.add_comment(REPO, number, MAINTAINER, f"@{BOT} please also add a README")
-        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-        try:  # as the worker left it: the decision recorded, its lease run out
+        with agent_store(tmp_path) as store:  # as the worker left it: the decision recorded, its lease run out
             FollowUpRecords(store.engine).handle(key, str(mention), "run")
             assert store.leases.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
             if run_began:
                 store.runs.start_run("silent-run", key, "dead-worker", MAINTAINER)
                 store.runs.finish_run("silent-run", "done", 1, None)
-        finally:
-            store.close()
         requests = len(model.requests)
         assert run_cycle(load_for_service(setup)).errors == ()
         assert run_cycle(load_for_service(setup)).errors == ()

@@ -21,6 +21,7 @@ from coding_agent.runtime.service import AgentService, CycleReport
 from coding_agent.sandbox.faults import Fault
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.store.state import StateStore
+from tests.support.state import agent_store
 from tests.support.waiting import wait_until
 
 from ._steering import steering_config
@@ -69,11 +70,8 @@ def test_a_model_call_three_times_the_lease_keeps_one_worker(github_forge: GitHu
     [final] = _final_comments(github_forge, number)
     assert final.startswith("Wrote hello.txt with a greeting.")
     assert _lifecycle(github_forge, number) == ["coding agent done"]
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         assert [run.status for run in store.runs.all()] == ["done"]
-    finally:
-        store.close()
 
 
 @pytest.mark.parametrize("run_taken_too", [False, True])

@@ -22,7 +22,8 @@ from coding_agent.context.storage import ContextStorage
 from coding_agent.redaction import Redactor
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
-from coding_agent.store.state import StateStore
+
+from tests.support.state import agent_store
 
 from ._planning import action, plan, planning_config
 from ._steering import assign, run_cycle
@@ -120,13 +121,10 @@ def test_a_takeover_finds_the_neutralised_final_comment_its_predecessor_posted(
     state.add_label(REPO, number, "coding agent processing", actor=BOT)
     key = f"gitlab:{REPO}#{number}"
     ContextStorage(tmp_path / "contexts", Redactor()).start_run("dead-run", task_key=key)
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         store.runs.start_run("dead-run", key, "dead-worker", MAINTAINER)
         store.steering.record_final("dead-run", "done", ANSWER)
         assert store.leases.acquire_lease(key, "dead-worker", -1), "a lease that has already run out"
-    finally:
-        store.close()
     state.add_note(REPO, number, BOT, neutralise_quick_actions(ANSWER))
     with ReplaySandbox(HELLO_SCRIPT) as model:
         setup = write_config(tmp_path, [gitlab_forge], llm_section(model))

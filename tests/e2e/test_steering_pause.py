@@ -20,7 +20,8 @@ import pytest
 
 from coding_agent.agent.steering.interrupts import REQUEST_READ_SECONDS
 from coding_agent.sandbox.replay_model import RecordedRequest, ReplaySandbox
-from coding_agent.store.state import StateStore
+
+from tests.support.state import agent_store
 
 from ._forge_git import branch_file, task_branch
 from ._steering import (
@@ -150,13 +151,10 @@ def test_cli_pause_holds_until_cli_resume(github_forge: ForgeUnderTest, tmp_path
     _assert_comment_reached_the_model_once(requests, "Paused by hand; carry on after.")
     bodies = _assert_finished_cleanly(github_forge, number)
     assert sum(body.startswith("## ⏸️ Task paused") for body in bodies) == 1
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         [run] = store.runs.all(key)
         assert run.status == "done" and run.steps == len(THREE_FILES)
         assert store.steering.control_request(key) is None, "the pause request was consumed"
-    finally:
-        store.close()
 
 
 def test_sigterm_pauses_serve_and_a_new_serve_resumes(github_forge: ForgeUnderTest, tmp_path: Path) -> None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent.store.state import StateStore
 from coding_agent.web.pages import duration
 from coding_agent.web.views import TaskFilter, UnknownFilter, one_line
+
+from tests.support.state import agent_store
 
 
 def test_a_reason_is_the_first_line_that_says_something() -> None:
@@ -34,15 +35,12 @@ def test_an_unknown_state_filter_names_the_states() -> None:
 
 
 def test_only_web_links_are_kept_and_titles_are_capped(tmp_path: Path) -> None:
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         store.tasks.note_task("github:acme/widgets#1", "ü" * 900, "javascript:alert(1)")
         store.tasks.note_change("github:acme/widgets#1", "data:text/html,<b>x</b>")
         store.tasks.note_task("github:acme/widgets#2", "Fine", "https://github.example/acme/widgets/issues/2")
         store.tasks.note_change("github:acme/widgets#2", "https://github.example/acme/widgets/pull/3")
         facts = store.tasks.task_facts()
-    finally:
-        store.close()
     assert facts["github:acme/widgets#1"].url is None and facts["github:acme/widgets#1"].change_url is None
     assert facts["github:acme/widgets#1"].title == "ü" * 500
     assert facts["github:acme/widgets#2"].change_url == "https://github.example/acme/widgets/pull/3"

@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from coding_agent.store.queue_entries import QueueEntries
-from coding_agent.store.state import StateStore
+
+from tests.support.state import agent_store
 
 
 def test_only_this_queue_s_queued_entries_it_no_longer_holds_are_released(tmp_path: Path) -> None:
     now = [1000.0]
-    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
+    with agent_store(tmp_path) as store:
         entries = QueueEntries(store.engine, "rabbitmq:tasks", 3600, clock=lambda: now[0])
         others = QueueEntries(store.engine, "rabbitmq:elsewhere", 3600, clock=lambda: now[0])
         for key in ("github:acme/w#1", "github:acme/w#2", "github:acme/w#3"):
@@ -33,5 +33,3 @@ def test_only_this_queue_s_queued_entries_it_no_longer_holds_are_released(tmp_pa
             "github:acme/w#5": "queued",
         }
         assert entries.try_enqueue("github:acme/w#1"), "offered again"
-    finally:
-        store.close()
