@@ -72,6 +72,9 @@ def test_a_lease_of_this_process_is_not_taken_here_again_once_run_out(store: Sta
     assert not store.runs.heartbeat("k", "this-process", 2, "run-1", 1), "the old holder learns it lost the lease"
     store.leases.release_lease("k", "another-process")
     assert store.leases.acquire_lease("k", "this-process", 2), "lost to another worker: free here again"
+    clock.now += 3
+    store.leases.let_go("k", "this-process")  # its run ended without releasing it (an internal error)
+    assert store.leases.acquire_lease("k", "this-process", 2), "run out and no run of ours stands for it"
 
 
 def test_two_stores_on_one_file_share_leases(tmp_path: Path) -> None:

@@ -221,6 +221,9 @@ class Workers:
             log.exception("%s: the run ended with an internal error", key)
             return f"{key}: the run ended with an internal error (see the agent's log)"
         finally:
+            # Released by its end as a rule; a lease an internal error left behind is no
+            # longer this process's run once it runs out: recovery here may take it over.
+            self._store.leases.let_go(held, self._owner)
             self.on_event("ended", key)
 
     async def _in_scope(self, source: Source, key: str) -> bool:

@@ -104,7 +104,7 @@ class Leases(TableStore):
             )
             renewed = result.rowcount == 1
         if not renewed:
-            self.lost(task_key, owner)
+            self.let_go(task_key, owner)
         return renewed
 
     def release_lease(self, task_key: str, owner: str) -> None:
@@ -114,11 +114,12 @@ class Leases(TableStore):
                 if lease is not None and lease.owner == owner:
                     session.delete(lease)
         finally:  # let go here even when the store is away: its row then runs out by itself
-            self.lost(task_key, owner)
+            self.let_go(task_key, owner)
 
-    def lost(self, task_key: str, owner: str) -> None:
-        """`owner` no longer holds the lease of `task_key` (another worker took it over):
-        no claim or run of this process stands for it any more."""
+    def let_go(self, task_key: str, owner: str) -> None:
+        """No claim or run of this process stands for `owner`'s lease of `task_key` any
+        more: it was released, another worker took it over, or its run ended without
+        releasing it (an internal error). Once run out, it may be taken here again."""
         with self._taken_lock:
             self._taken_here.discard((task_key, owner))
 

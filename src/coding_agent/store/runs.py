@@ -65,7 +65,7 @@ class Runs(TableStore):
     """Starting, counting, finishing and finding runs; their token usage.
 
     `lost(task_key, owner)` is told when a renewal here finds the lease another
-    worker's (`Leases.lost`)."""
+    worker's (`Leases.let_go`)."""
 
     def __init__(
         self, engine: Engine, clock: Callable[[], float] = time.time, lost: Callable[[str, str], None] = lambda *_: None

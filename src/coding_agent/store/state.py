@@ -39,7 +39,7 @@ class StateStore:
         self.url = url
         self.engine = open_engine(url)
         self.leases = Leases(self.engine, clock)
-        self.runs = Runs(self.engine, clock, lost=self.leases.lost)
+        self.runs = Runs(self.engine, clock, lost=self.leases.let_go)
         self.steering = RunSteering(self.engine, clock)
         self.tasks = TaskFacts(self.engine, clock)
         self.rejections = TriggerRejections(self.engine, clock)
