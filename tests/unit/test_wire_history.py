@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from coding_agent.llm.openai_client import OpenAICompatibleClient
-from coding_agent.llm.tool_names import ToolNameCodec, answer_unanswered_tool_calls
+from coding_agent.llm.tool_names import CallAnswers, ToolNameCodec
 from coding_agent.llm.types import Message
 from coding_agent.llm.wire_history import WireHistory
 
@@ -14,7 +14,8 @@ CODEC = ToolNameCodec(["w/view", "w/edit"])
 
 def _whole(history: list[Message], codec: ToolNameCodec = CODEC) -> list[dict[str, Any]]:
     """The wire form converted from scratch: what every request must carry."""
-    return [OpenAICompatibleClient._wire_message(message, codec) for message in answer_unanswered_tool_calls(history)]
+    answers = CallAnswers()
+    return [OpenAICompatibleClient._wire_message(sent, codec) for message in history for sent in answers.send(message)]
 
 
 def _call(call_id: str, name: str, arguments: dict[str, Any]) -> Message:

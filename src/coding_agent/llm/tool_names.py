@@ -27,7 +27,6 @@ __all__ = [
     "wire_candidates",
     "match_offered_name",
     "parse_tool_arguments",
-    "answer_unanswered_tool_calls",
     "CallAnswers",
 ]
 
@@ -163,8 +162,7 @@ class CallAnswers:
     the calls still open when it starts another turn, then the message itself.
     """
 
-    def __init__(self, note: str = "not run") -> None:
-        self._note = note
+    def __init__(self) -> None:
         self._pending: list[tuple[str, str]] = []  # (call id, name) of the last assistant turn
 
     def send(self, message: Message) -> list[Message]:
@@ -173,7 +171,7 @@ class CallAnswers:
             self._pending = [(call_id, name) for call_id, name in self._pending if call_id != answered]
             return [message]
         sent: list[Message] = [
-            {"role": "tool", "tool_call_id": call_id, "name": name, "content": self._note}
+            {"role": "tool", "tool_call_id": call_id, "name": name, "content": "not run"}
             for call_id, name in self._pending
         ]
         sent.append(message)
@@ -181,10 +179,3 @@ class CallAnswers:
         self._pending = [(str(call.get("id", "")), str(call.get("function", {}).get("name", ""))) for call in calls]
         return sent
 
-
-def answer_unanswered_tool_calls(messages: list[Message], note: str = "not run") -> list[Message]:
-    """A copy of `messages` where every assistant tool call has a tool message answering it
-    (`CallAnswers`). Calls of the last assistant turn stay open: the loop is about to
-    answer them."""
-    answers = CallAnswers(note)
-    return [sent for message in messages for sent in answers.send(message)]
