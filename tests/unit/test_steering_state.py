@@ -16,7 +16,7 @@ from coding_agent.agent.steering.state import (
     load_state,
     pending_reply,
 )
-from coding_agent.context.storage import CURRENT_FILE, ContextStorage, RunContextFiles, append_text
+from coding_agent.context.storage import CURRENT_FILE, ContextStorage, RunContextFiles
 from coding_agent.redaction import Redactor
 
 SECRET = "ghp_" + "StateFileSecret0123456789abcdef"
@@ -52,10 +52,10 @@ def test_checkpoints_point_into_current_jsonl_and_load_back(tmp_path: Path) -> N
     files = _files(tmp_path, SECRET)
     writer = _writer(files, SECRET)
     messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": f"token {SECRET}"}]
-    writer.checkpoint(files.directory, _state(messages))
+    writer.checkpoint(_state(messages))
     messages.append({"role": "assistant", "content": "ok"})
     messages.append({"role": "user", "content": "next"})
-    writer.checkpoint(files.directory, _state(messages))
+    writer.checkpoint(_state(messages))
 
     directory = files.directory
     assert len((directory / CURRENT_FILE).read_text().splitlines()) == 4, "the checkpoint synced the history"
@@ -73,10 +73,10 @@ def test_a_compressed_history_loads_after_its_checkpoint(tmp_path: Path) -> None
     files = _files(tmp_path)
     writer = _writer(files)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
-    writer.checkpoint(files.directory, _state(messages))
+    writer.checkpoint(_state(messages))
     compressed = [{"role": "system", "content": "s"}, {"role": "user", "content": "summary"}]
     files.record_summary({"summary": "summary"}, compressed)
-    writer.checkpoint(files.directory, _state(compressed))
+    writer.checkpoint(_state(compressed))
     loaded = load_state(files.directory)
     assert loaded is not None and [m["content"] for m in loaded.messages] == ["s", "summary"]
 
@@ -87,7 +87,7 @@ def test_a_compression_after_the_checkpoint_keeps_what_it_pointed_to(tmp_path: P
     files = _files(tmp_path)
     writer = _writer(files)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
-    writer.checkpoint(files.directory, _state(messages, steps=7))
+    writer.checkpoint(_state(messages, steps=7))
     messages.append({"role": "user", "content": "after the checkpoint"})
     files.sync_messages(messages)
     files.record_summary({"summary": "summary"}, [messages[0], {"role": "user", "content": "summary"}])
@@ -99,7 +99,7 @@ def test_a_compression_after_the_checkpoint_keeps_what_it_pointed_to(tmp_path: P
 def test_the_pause_form_holds_the_history_itself(tmp_path: Path) -> None:
     files = _files(tmp_path)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    _writer(files).save_complete(files.directory, _state(messages, paused={"reason": "signal", "hold": False}))
+    _writer(files).save_complete(_state(messages, paused={"reason": "signal", "hold": False}))
     data = json.loads((files.directory / STATE_FILE).read_text())
     assert data["messages"] == messages and data["paused"]["reason"] == "signal"
     assert not (files.directory / LEGACY_HISTORY_FILE).exists()
@@ -109,7 +109,7 @@ def test_the_pause_form_holds_the_history_itself(tmp_path: Path) -> None:
 @pytest.mark.parametrize("damage", ["missing", "not json", "short history"])
 def test_unreadable_state_means_a_clean_restart(tmp_path: Path, damage: str) -> None:
     files = _files(tmp_path)
-    _writer(files).checkpoint(files.directory, _state([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]))
+    _writer(files).checkpoint(_state([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]))
     if damage == "missing":
         (files.directory / STATE_FILE).unlink()
     elif damage == "not json":
@@ -148,14 +148,14 @@ def test_a_new_writer_continues_from_the_reopened_history(tmp_path: Path) -> Non
     storage = ContextStorage(tmp_path / "contexts", Redactor())
     files = storage.start_run("u-1")
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    _writer(files).checkpoint(files.directory, _state(messages))
+    _writer(files).checkpoint(_state(messages))
     files.sync_messages([*messages, {"role": "assistant", "content": "written, never checkpointed"}])
     restored = load_state(files.directory)
     assert restored is not None and restored.messages == messages
     reopened = storage.reopen("u-1", restored.messages)
     assert reopened is not None
     continued = [*restored.messages, {"role": "assistant", "content": "a"}]
-    _writer(reopened).checkpoint(reopened.directory, _state(continued))
+    _writer(reopened).checkpoint(_state(continued))
     loaded = load_state(reopened.directory)
     assert loaded is not None and [m["content"] for m in loaded.messages] == ["s", "u", "a"]
 
@@ -166,11 +166,11 @@ def test_steady_checkpoints_only_append(tmp_path: Path) -> None:
     files = _files(tmp_path, SECRET)
     writer = _writer(files, SECRET)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    writer.checkpoint(files.directory, _state(messages, steps=0))
+    writer.checkpoint(_state(messages, steps=0))
     inode = (files.directory / STATE_FILE).stat().st_ino
     for step in range(1, 4):
         messages.append({"role": "assistant", "content": f"reply {step} {SECRET}"})
-        writer.checkpoint(files.directory, _state(messages, steps=step, prompt_tokens=10 * step))
+        writer.checkpoint(_state(messages, steps=step, prompt_tokens=10 * step))
     assert (files.directory / STATE_FILE).stat().st_ino == inode, "task_state.json was not replaced"
     loaded = load_state(files.directory)
     assert loaded is not None and loaded.steps == 3 and loaded.prompt_tokens == 30
@@ -183,9 +183,9 @@ def test_a_torn_last_record_loads_the_checkpoint_before(tmp_path: Path) -> None:
     files = _files(tmp_path)
     writer = _writer(files)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    writer.checkpoint(files.directory, _state(messages, steps=0))
+    writer.checkpoint(_state(messages, steps=0))
     messages.append({"role": "assistant", "content": "a"})
-    writer.checkpoint(files.directory, _state(messages, steps=1))
+    writer.checkpoint(_state(messages, steps=1))
     journal = files.directory / JOURNAL_FILE
     journal.write_text(journal.read_text() + '{"steps": 2, "message_co')
     loaded = load_state(files.directory)
@@ -197,9 +197,9 @@ def test_a_pause_after_checkpoints_is_what_loads(tmp_path: Path) -> None:
     files = _files(tmp_path)
     writer = _writer(files)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    writer.checkpoint(files.directory, _state(messages, steps=0))
-    writer.checkpoint(files.directory, _state(messages, steps=1))
-    writer.save_complete(files.directory, _state(messages, steps=2, paused={"reason": "signal", "hold": False}))
+    writer.checkpoint(_state(messages, steps=0))
+    writer.checkpoint(_state(messages, steps=1))
+    writer.save_complete(_state(messages, steps=2, paused={"reason": "signal", "hold": False}))
     loaded = load_state(files.directory)
     assert loaded is not None and loaded.steps == 2 and loaded.paused == {"reason": "signal", "hold": False}
 
@@ -211,14 +211,14 @@ def test_messages_appended_after_the_last_sync_are_saved_too(tmp_path: Path) -> 
     writer = _writer(files, SECRET)
     messages: list[dict] = [{"role": "system", "content": "s"}, {"role": "user", "content": f"task {SECRET}"}]  # type: ignore[type-arg]
     files.sync_messages(messages)
-    writer.checkpoint(files.directory, _state(messages, steps=0))
+    writer.checkpoint(_state(messages, steps=0))
     for step in range(1, 80):
         messages.append({"role": "assistant", "content": f"reply {step} {SECRET}"})
         files.sync_messages(messages)
         messages.append({"role": "user", "content": f"correction {step}"})  # not synced before the checkpoint
-        writer.checkpoint(files.directory, _state(messages, steps=step))
+        writer.checkpoint(_state(messages, steps=step))
     messages.append({"role": "user", "content": "correction 79"})  # equal to an earlier message, new object
-    writer.checkpoint(files.directory, _state(messages, steps=80))
+    writer.checkpoint(_state(messages, steps=80))
 
     loaded = load_state(files.directory)
     assert loaded is not None and loaded.steps == 80
@@ -226,9 +226,14 @@ def test_messages_appended_after_the_last_sync_are_saved_too(tmp_path: Path) -> 
     assert SECRET not in (files.directory / CURRENT_FILE).read_text()
 
 
-def test_append_text_creates_appends_and_writes_utf8_whole(tmp_path: Path) -> None:
-    path = tmp_path / "lines.jsonl"
-    append_text(path, '{"a": "ü"}\n')
+def test_an_append_creates_the_file_and_writes_utf8_whole(tmp_path: Path) -> None:
+    files = ContextStorage(tmp_path, Redactor()).start_run("run-1")
+    files.append("lines.jsonl", '{"a": "ü"}\n')
     big = json.dumps({"b": "日本語" * 300_000}, ensure_ascii=False) + "\n"
-    append_text(path, big)
-    assert path.read_text(encoding="utf-8") == '{"a": "ü"}\n' + big
+    files.append("lines.jsonl", big)
+    assert (files.directory / "lines.jsonl").read_text(encoding="utf-8") == '{"a": "ü"}\n' + big
+    files.replace("lines.jsonl", "fresh\n")
+    files.append("lines.jsonl", "after\n")
+    moved = files.move_to("completed")
+    files.append("lines.jsonl", "moved\n")
+    assert (moved / "lines.jsonl").read_text(encoding="utf-8") == "fresh\nafter\nmoved\n"

@@ -8,9 +8,9 @@ import pytest
 
 from coding_agent.llm.tool_names import (
     RAW_ARGUMENTS_KEY,
+    CallAnswers,
     ToolNameCodec,
     UnknownToolNameError,
-    answer_unanswered_tool_calls,
     match_offered_name,
     parse_tool_arguments,
 )
@@ -94,7 +94,8 @@ def test_unanswered_tool_calls_get_an_answer_before_the_next_turn() -> None:
         {"role": "tool", "tool_call_id": "c1", "name": "w/a", "content": "ok"},
         {"role": "user", "content": "fix your reply"},
     ]
-    fixed = answer_unanswered_tool_calls(messages)
+    answers = CallAnswers()
+    fixed = [sent for message in messages for sent in answers.send(message)]
     assert [m["role"] for m in fixed] == ["user", "assistant", "tool", "tool", "user"]
     assert fixed[3]["tool_call_id"] == "c2" and fixed[3]["content"] == "not run"
     assert len(messages) == 4  # the history itself is not changed

@@ -17,13 +17,14 @@ import json
 import os
 import shutil
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from coding_agent.redaction import Redactor
 
-__all__ = ["ContextStorage", "RunContextFiles", "append_text", "CURRENT_FILE", "MESSAGES_FILE"]
+__all__ = ["ContextStorage", "RunContextFiles", "CURRENT_FILE", "MESSAGES_FILE"]
 
 RUNNING, COMPLETED, PAUSED = "running", "completed", "paused"
 RESULT_PREVIEW_CHARS = 500
@@ -31,24 +32,32 @@ MESSAGES_FILE = "messages.jsonl"  # the full history, append-only
 CURRENT_FILE = "current.jsonl"  # what is sent to the model now
 
 
-def append_text(path: Path, text: str) -> None:
-    """Append `text` (UTF-8) to `path`, creating it if needed.
+def _open_for_append(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
-    Through the file descriptor: a text-mode file object costs four times as much to open
-    and close, and a step appends to these files about eight times. Written in one
-    `write` (looped only on a short write), so a kill leaves at most a torn last line,
-    as before."""
+
+def _write_all(fd: int, text: str) -> None:
+    """`text` (UTF-8) in one `write`, looped only on a short write: a kill leaves at most
+    a torn last line."""
     data = memoryview(text.encode("utf-8"))
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        while data:
-            data = data[os.write(fd, data) :]
-    finally:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _close_all(handles: dict[str, int]) -> None:
+    for fd in handles.values():
         os.close(fd)
+    handles.clear()
 
 
 class RunContextFiles:
-    """The files of one run. Not thread-safe: one run is worked by one task."""
+    """The files of one run. Not thread-safe: one run is worked by one task.
+
+    The files appended to at every step (the history, tools.jsonl, the crash checkpoint's
+    journal) stay open while the run writes them: a step appends about six times, and
+    opening and closing each time cost more than the writes (figures in
+    docs/performance.md). They are closed when the directory moves (a run's end or
+    pause), before a file is replaced, and when the object is collected."""
 
     def __init__(self, root: Path, directory: Path, run_uuid: str, redactor: Redactor) -> None:
         self._root = root
@@ -58,6 +67,29 @@ class RunContextFiles:
         self._written_messages = 0
         self._metadata: dict[str, Any] = {}
         self._rewrite_listeners: list[Callable[[], None]] = []
+        self._appending: dict[str, int] = {}  # file name -> descriptor open for appending
+        weakref.finalize(self, _close_all, self._appending)
+
+    def append(self, name: str, text: str) -> None:
+        """Append `text` to the run's file `name`, creating it if needed."""
+        fd = self._appending.get(name)
+        if fd is None:
+            fd = self._appending[name] = _open_for_append(self.directory / name)
+        _write_all(fd, text)
+
+    def replace(self, name: str, text: str) -> None:
+        """Replace the run's file `name` whole (write, then rename): a reader never finds
+        it half written."""
+        fd = self._appending.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+        temporary = self.directory / (name + ".tmp")
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, self.directory / name)
+
+    def close(self) -> None:
+        """Close the files kept open for appending (the next append opens them again)."""
+        _close_all(self._appending)
 
     def _line(self, record: dict[str, Any]) -> str:
         return self._redactor.json(record) + "\n"
@@ -71,7 +103,7 @@ class RunContextFiles:
         self._rewrite_listeners.append(listener)
 
     def _append_jsonl(self, name: str, records: list[dict[str, Any]], text: str | None = None) -> None:
-        append_text(self.directory / name, self._jsonl(records) if text is None else text)
+        self.append(name, self._jsonl(records) if text is None else text)
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -100,11 +132,7 @@ class RunContextFiles:
             self._written_messages = len(messages)
 
     def _write_current(self, messages: list[dict[str, Any]]) -> None:
-        """Replace current.jsonl whole (write, then rename): a reader never finds it half
-        written."""
-        temporary = self.directory / (CURRENT_FILE + ".tmp")
-        temporary.write_text(self._jsonl(messages), encoding="utf-8")
-        os.replace(temporary, self.directory / CURRENT_FILE)
+        self.replace(CURRENT_FILE, self._jsonl(messages))
 
     def record_summary(self, summary: dict[str, Any], messages: list[dict[str, Any]]) -> None:
         """After a compression: the summary goes to summaries.jsonl, `messages` (what is sent
@@ -151,6 +179,7 @@ class RunContextFiles:
         target = self._root / state / self.run_uuid
         if target == self.directory:
             return target
+        self.close()  # a move across file systems copies: what is open would be the old copy
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(self.directory), str(target))
         self.directory = target

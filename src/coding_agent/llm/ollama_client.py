@@ -17,8 +17,9 @@ import pydantic
 from coding_agent.errors import LLMError, TransientError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.tls import shared_tls_context
-from coding_agent.llm.tool_names import ToolNameCodec, answer_unanswered_tool_calls, parse_tool_arguments
+from coding_agent.llm.tool_names import ToolNameCodec, parse_tool_arguments
 from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolCallRequest, ToolSpec
+from coding_agent.llm.wire_history import WireHistory
 from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
 
 __all__ = ["OllamaClient", "load_library"]
@@ -55,6 +56,7 @@ class OllamaClient(LLMClient):
         self._retry = retry
         self._options = {"num_ctx": context_length, "num_predict": max_tokens, "temperature": temperature}
         self._last_retry_after: str | None = None
+        self._wire = WireHistory(self._wire_message)
         self._client = ollama.AsyncClient(
             host=self._endpoint,
             timeout=timeout_seconds,
@@ -68,7 +70,7 @@ class OllamaClient(LLMClient):
 
     async def _complete(self, messages: list[Message], tools: list[ToolSpec]) -> LLMReply:
         codec = ToolNameCodec(tool.name for tool in tools)
-        wire_messages = [self._wire_message(message, codec) for message in answer_unanswered_tool_calls(messages)]
+        wire_messages = self._wire.messages(messages, codec)
         wire_tools = [_wire_tool(codec.encode(t.name), t.description, t.input_schema) for t in tools]
         started = time.monotonic()
         response = await retry_async(

@@ -16,13 +16,9 @@ import openai
 from coding_agent.errors import LLMError, TransientError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.tls import shared_tls_context
-from coding_agent.llm.tool_names import (
-    RAW_ARGUMENTS_KEY,
-    ToolNameCodec,
-    answer_unanswered_tool_calls,
-    parse_tool_arguments,
-)
+from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY, ToolNameCodec, parse_tool_arguments
 from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolCallRequest, ToolSpec
+from coding_agent.llm.wire_history import WireHistory
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
 
@@ -94,12 +90,13 @@ class OpenAICompatibleClient(LLMClient):
         self._api_key = api_key or (LMSTUDIO_DEFAULT_API_KEY if provider == "lmstudio" else _NO_API_KEY)
         self._client = _sdk_client(self._base_url, self._api_key, timeout_seconds)
         self._codec: tuple[tuple[str, ...], ToolNameCodec] | None = None  # of the last tool list
+        self._wire = WireHistory(self._wire_message)
 
     async def _complete(self, messages: list[Message], tools: list[ToolSpec]) -> LLMReply:
         codec = self._codec_of(tools)
         request: dict[str, Any] = {
             "model": self.model,
-            "messages": [self._wire_message(message, codec) for message in answer_unanswered_tool_calls(messages)],
+            "messages": self._wire.messages(messages, codec),
             "max_tokens": self._max_tokens,
             "temperature": self._temperature,
         }

@@ -27,7 +27,7 @@ __all__ = [
     "wire_candidates",
     "match_offered_name",
     "parse_tool_arguments",
-    "answer_unanswered_tool_calls",
+    "CallAnswers",
 ]
 
 MAX_WIRE_NAME_LENGTH = 64
@@ -152,32 +152,30 @@ def parse_tool_arguments(raw: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {RAW_ARGUMENTS_KEY: raw}
 
 
-def answer_unanswered_tool_calls(messages: list[Message], note: str = "not run") -> list[Message]:
-    """A copy of `messages` where every assistant tool call has a tool message answering it.
+class CallAnswers:
+    """Answers, message by message, the tool calls a history leaves unanswered.
 
     Strict servers (OpenAI) reject a history in which a tool call is not answered before
     the next user or assistant turn. That happens when a reply was unusable (bad arguments,
-    a `done` next to other calls) and the loop answered with a correction instead.
+    a `done` next to other calls) and the loop answered with a correction instead. Fed the
+    history in order, `send` says what goes on the wire for each message: the answers of
+    the calls still open when it starts another turn, then the message itself.
     """
-    result: list[Message] = []
-    pending: list[tuple[str, str]] = []
 
-    def flush() -> None:
-        for call_id, name in pending:
-            result.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": note})
-        pending.clear()
+    def __init__(self) -> None:
+        self._pending: list[tuple[str, str]] = []  # (call id, name) of the last assistant turn
 
-    for message in messages:
-        role = message.get("role")
-        if role == "tool":
+    def send(self, message: Message) -> list[Message]:
+        if message.get("role") == "tool":
             answered = message.get("tool_call_id")
-            pending[:] = [(call_id, name) for call_id, name in pending if call_id != answered]
-            result.append(message)
-            continue
-        flush()
-        result.append(message)
-        if role == "assistant":
-            for call in message.get("tool_calls") or []:
-                pending.append((str(call.get("id", "")), str(call.get("function", {}).get("name", ""))))
-    # Calls of the last assistant turn stay pending: the loop is about to answer them.
-    return result
+            self._pending = [(call_id, name) for call_id, name in self._pending if call_id != answered]
+            return [message]
+        sent: list[Message] = [
+            {"role": "tool", "tool_call_id": call_id, "name": name, "content": "not run"}
+            for call_id, name in self._pending
+        ]
+        sent.append(message)
+        calls = (message.get("tool_calls") or []) if message.get("role") == "assistant" else []
+        self._pending = [(str(call.get("id", "")), str(call.get("function", {}).get("name", ""))) for call in calls]
+        return sent
+

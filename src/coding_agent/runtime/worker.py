@@ -151,7 +151,8 @@ class Workers:
             self._runner.libraries.load_soon()  # `run --once`: while this task is claimed
             await asyncio.to_thread(self._entries.mark_running, key)
             self.on_event("picked", key)
-            outcome = await self._claim_and_run(source, item, redelivered, picked_at, queue)
+            async with source.session():
+                outcome = await self._claim_and_run(source, item, redelivered, picked_at, queue)
             return outcome
         except OperationalError as error:
             # The store went away before the run started (a run catches its own errors):

@@ -8,6 +8,7 @@ in a worker thread. Transient failures are retried inside the adapter with the s
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -165,6 +166,14 @@ class Source(Protocol):
 
     async def mark_change_ready(self, project: str, number: int) -> None:
         """Mark draft PR/MR `number` ready for review (SPEC 16 `ci.ready_when_green`)."""
+        ...
+
+    def session(self) -> AbstractAsyncContextManager[object]:
+        """One HTTP client for every request made in the calling task, and in the tasks it
+        starts, until the block is left; never entered twice in one task. A worker holds one
+        for each task it claims and runs: a run makes a request or two a step, and a client
+        built for each one cost as much as the rest of its host-side work. A request made
+        after the block is left by a task started in it fails (a `ForgeError`)."""
         ...
 
     async def aclose(self) -> None:

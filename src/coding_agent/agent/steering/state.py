@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
@@ -48,7 +47,7 @@ from typing import Any
 
 from coding_agent.agent.loop import LoopOutcome
 from coding_agent.agent.steering.interrupts import RunStopped
-from coding_agent.context.storage import CURRENT_FILE, ContextStorage, RunContextFiles, append_text
+from coding_agent.context.storage import CURRENT_FILE, ContextStorage, RunContextFiles
 from coding_agent.domain.runs import PausedWork, RunMarks, RunRecord
 from coding_agent.domain.tasks import Task
 from coding_agent.llm.base import LLMClient
@@ -110,12 +109,6 @@ def workspace_branch(workspace: Path) -> str | None:
     return head.removeprefix("ref: refs/heads/") if head.startswith("ref: ") else None
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
 class StateWriter:
     """Writes one run's checkpoints into its context directory (wherever it has moved)."""
 
@@ -142,24 +135,26 @@ class StateWriter:
     def _encode(self, value: Any, indent: int | None = None) -> str:
         return self._redactor.json(value, indent=indent)
 
-    def checkpoint(self, directory: Path, state: RunState) -> None:
+    def checkpoint(self, state: RunState) -> None:
         """The per-iteration checkpoint: the history synced to `current.jsonl`, a state
         record appended to the journal.
 
         The journal is started afresh by this writer's first checkpoint (a resumed or
         taken-over run must not append to what the previous worker wrote), after the
-        complete form was written, or when the journal is long."""
+        complete form was written, when the run's directory moved, or when the journal
+        is long."""
+        directory = self._files.directory
         self._files.sync_messages(state.messages)
         document = self._document(state, inline=False)
         record = self._encode(document) + "\n"
         if directory != self._directory or self._journal_bytes > _JOURNAL_LIMIT_BYTES:
-            _write_atomically(directory / JOURNAL_FILE, record)
+            self._files.replace(JOURNAL_FILE, record)
             # This checkpoint itself, plus where the later ones are: a reader that does not
             # know the journal still finds a consistent (older) state.
-            _write_atomically(directory / STATE_FILE, self._encode({**document, "journal": JOURNAL_FILE}))
+            self._files.replace(STATE_FILE, self._encode({**document, "journal": JOURNAL_FILE}))
             self._directory, self._journal_bytes = directory, 0
         else:
-            append_text(directory / JOURNAL_FILE, record)
+            self._files.append(JOURNAL_FILE, record)
         self._journal_bytes += len(record)
         self._last = record
 
@@ -173,15 +168,15 @@ class StateWriter:
             document = json.loads(self._last)
             document["messages"] = _history(directory, document)
             document.pop("history", None)
-            _write_atomically(directory / STATE_FILE, self._encode(document, indent=1))
+            self._files.replace(STATE_FILE, self._encode(document, indent=1))
         except (OSError, ValueError) as error:
             # The run goes on; only a crash before its next checkpoint restarts it cleanly.
             log.warning("the checkpoint before the compression could not be kept (%s)", error)
 
-    def save_complete(self, directory: Path, state: RunState) -> None:
+    def save_complete(self, state: RunState) -> None:
         """The pause form: one self-contained file, history included."""
         document = self._document(state, inline=True)
-        _write_atomically(directory / STATE_FILE, self._encode(document, indent=1))
+        self._files.replace(STATE_FILE, self._encode(document, indent=1))
         self._directory = None  # a checkpoint after this one must not trust the journal
 
 
@@ -314,14 +309,14 @@ class RunSaver:
 
     def checkpoint(self, llm: LLMClient) -> None:
         """The crash checkpoint, at the start of an iteration (history appended, not rewritten)."""
-        self._writer.checkpoint(self._files.directory, self.snapshot(llm))
+        self._writer.checkpoint(self.snapshot(llm))
 
     def save_paused(self, llm: LLMClient, paused: dict[str, Any], work: PausedWork | None) -> None:
         """The pause's save: one self-contained file, history included (SPEC 8.3); `work`:
         the WIP commit the pause pushed (None: no clone, or it could not be committed)."""
         if work is not None:
             self._work = work
-        self._writer.save_complete(self._files.directory, self.snapshot(llm, paused))
+        self._writer.save_complete(self.snapshot(llm, paused))
 
     def _clone_branch(self) -> str | None:
         if self._branch is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -557,6 +558,9 @@ class GitHubSource:
             lambda page: self._rest.issues.async_list_events(owner, repo, key.number, per_page=PER_PAGE, page=page),
         )
         return trigger_actor(events, self.labels.bot_label, self.bot_name)
+
+    def session(self) -> AbstractAsyncContextManager[object]:
+        return self._http.session()
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import httpx
@@ -264,6 +265,12 @@ class GitHubClient:
             "github POST /graphql",
             sleep=self._sleep,
         )
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        """`Source.session`: githubkit's own context, which keeps its client for the block."""
+        async with self._github:
+            yield
 
     async def aclose(self) -> None:
         await self._transport.close_pool()

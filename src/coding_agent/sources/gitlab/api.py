@@ -14,6 +14,7 @@ import asyncio
 import base64
 import threading
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -432,6 +433,10 @@ class GitLabSource(GitLabCi):
             return dict(self._http.gl.projects.get(project, lazy=True).mergerequests.update(number, fields))
 
         return to_change(await self._http.call(f"PUT {path}", update))
+
+    def session(self) -> AbstractAsyncContextManager[object]:
+        """`Source.session`: python-gitlab keeps one HTTP session for the client's life already."""
+        return nullcontext()
 
     async def aclose(self) -> None:
         await self._http.aclose()
