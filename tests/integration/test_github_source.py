@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timedelta, timezone
@@ -20,6 +21,8 @@ from coding_agent.sandbox.github import GitHubSandbox, GitHubState
 from coding_agent.sources.base import Source
 from coding_agent.sources.github import GitHubNotFoundError, GitHubSource, build_search_query
 from coding_agent.sources.writes import strip_marker
+
+from tests.support.waiting import wait_until
 
 TOKEN = "ghp-sandbox-secret-token-1234"
 REPO = "acme/widgets"
@@ -658,3 +661,27 @@ async def test_the_answer_cache_keeps_at_most_its_bytes(sandbox: GitHubSandbox, 
     first = await source.get_task(_issue_key(numbers[0]))
     assert len(last.body) == len(first.body) == size
     assert [r.status for r in sandbox.state.requests()] == [304, 200]
+
+
+async def test_a_lookup_shared_by_two_runs_answers_both_when_its_first_asker_has_left_its_session(
+    sandbox: GitHubSandbox, source: GitHubSource
+) -> None:
+    """The bot's identity is asked once for all runs (`LifetimeAnswers`). The run that
+    asked first ended, leaving its `Source.session`, while the answer was still out (a
+    503 to retry): the run still waiting for the same answer gets it, the retry not made
+    through the HTTP client the first run's session closed."""
+    gate = threading.Event()
+    sandbox.faults.add(Fault(r"^GET /user$", status=503, hold=gate))
+
+    async def first_run() -> None:
+        async with source.session():
+            asking = asyncio.create_task(source.git_identity(None))
+            await wait_until(lambda: sandbox.faults.injected > 0, 30, "the identity's request to be held")
+            asking.cancel()  # the run ended
+
+    await first_run()
+    waiting = asyncio.create_task(source.git_identity(None))
+    gate.set()
+    identity = await asyncio.wait_for(waiting, 30)
+    assert identity.name and identity.email
+    assert [r.path for r in sandbox.state.requests() if r.path == "/user"] == ["/user", "/user"]

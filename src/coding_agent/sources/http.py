@@ -32,6 +32,7 @@ functions directly; GitHub's (githubkit) speaks httpx and is handed `CachingTran
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ssl
 import threading
 import time
@@ -180,7 +181,9 @@ class LifetimeAnswers(Generic[V]):
         if answer is None or answer.get_loop() is not asyncio.get_running_loop():
             # (A source outliving its event loop, as `asyncio.run` twice in one process,
             # asks again rather than await a future of a loop that has gone.)
-            answer = asyncio.ensure_future(ask())
+            # Asked in a context of its own: not through the HTTP client of the asker's
+            # `Source.session`, which its asker may leave while others await the answer.
+            answer = asyncio.get_running_loop().create_task(ask(), context=contextvars.Context())
             self._answers[key] = answer
             answer.add_done_callback(lambda done: self._forget_failure(key, done))
         # Shielded: an asker cancelled (its run stopped) does not cancel the others' answer.
