@@ -35,7 +35,12 @@ comments, with a comment per step as configured by default (folded into the prog
 comment when that exists), and with a comment per step posted as its own comment
 (`progress_comment.enabled: false`, when the config has that key).
 
-Run: `python benchmarks/bench_loop_overhead.py [--steps 40] [--servers-in-process]`
+With `--model-latency S` the replay model answers after S seconds (subtracted like any
+model time): the steps are then as far apart as a real model's, and the new-comment
+check (which looks a few seconds back, for clock skew) lists as many comments as in real
+use rather than every step comment of the run.
+
+Run: `python benchmarks/bench_loop_overhead.py [--steps 40] [--servers-in-process] [--model-latency 0]`
 """
 
 from __future__ import annotations
@@ -304,7 +309,7 @@ def _time_the_wire(client: LLMClient, clock: StepClock) -> None:
 # --- the task and the servers -------------------------------------------------------------
 
 
-def _script(steps: int, comment: str) -> dict[str, Any]:
+def _script(steps: int, comment: str, model_latency: float = 0.0) -> dict[str, Any]:
     replies: list[dict[str, Any]] = [
         {"tool": "workspace/create", "args": {"path": "notes.txt", "content": FILE_TEXT}, "comment": comment}
     ]
@@ -315,7 +320,7 @@ def _script(steps: int, comment: str) -> dict[str, Any]:
         for step in range(steps - 1)
     ]
     replies.append({"done": "Read notes.txt."})
-    return {"replies": replies}
+    return {"replies": replies, "latency_seconds": model_latency}
 
 
 def _config(urls: dict[str, str], directory: Path, function_calling: bool, extra: dict[str, Any]) -> AgentConfig:
@@ -397,10 +402,12 @@ class Variant:
         return {"progress_comment": {"enabled": False}} if self.step_comments == "posted" else {}
 
 
-def run_variant(clock: StepClock, steps: int, variant: Variant, servers: Servers) -> dict[str, Any]:
+def run_variant(
+    clock: StepClock, steps: int, variant: Variant, servers: Servers, model_latency: float = 0.0
+) -> dict[str, Any]:
     """One task of `steps` tool steps; the step figures of that run."""
     comment = "" if variant.step_comments == "none" else STEP_COMMENT
-    number = servers.open_task(_script(steps, comment))
+    number = servers.open_task(_script(steps, comment, model_latency))
     with tempfile.TemporaryDirectory(prefix="bench-loop-") as tmp:
         config = _config(servers.urls, Path(tmp), variant.function_calling, variant.extra_config())
         configure_logging(config.logging, Redactor(config.secrets()), console=False)
@@ -494,6 +501,14 @@ def main() -> None:
         metavar="PROTOCOL:COMMENTS",
         help="run only this variant, e.g. tool_calls:posted (repeatable; for a profiler or valgrind)",
     )
+    parser.add_argument(
+        "--model-latency",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the replay model answers after this long (subtracted as model time; default 0): steps as far "
+        "apart as a real model's, so that a new-comment check looks back over as many comments as in real use",
+    )
     arguments = parser.parse_args()
     chosen = [
         variant
@@ -503,13 +518,16 @@ def main() -> None:
     clock = StepClock()
     instrument(clock)
     with Servers(arguments.servers_in_process) as servers:
-        variants = [run_variant(clock, arguments.steps, variant, servers) for variant in chosen]
+        variants = [
+            run_variant(clock, arguments.steps, variant, servers, arguments.model_latency) for variant in chosen
+        ]
     worst = max(variant["host_overhead"]["median_ms"] for variant in variants)
     worst_cpu = max(variant["host_cpu"]["median_ms"] for variant in variants)
     emit(
         {
             "benchmark": "loop_overhead",
-            "what": "host time per loop step minus model HTTP, forge HTTP and tool time; zero-latency replay model",
+            "what": "host time per loop step minus model HTTP, forge HTTP and tool time",
+            "model_latency_seconds": arguments.model_latency,
             "target": f"host overhead median < {TARGET_MEDIAN_MS} ms in every variant",
             "worst_median_ms": worst,
             "met": worst < TARGET_MEDIAN_MS,
