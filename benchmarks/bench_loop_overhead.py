@@ -38,7 +38,9 @@ comment when that exists), and with a comment per step posted as its own comment
 With `--model-latency S` the replay model answers after S seconds (subtracted like any
 model time): the steps are then as far apart as a real model's, and the new-comment
 check (which looks a few seconds back, for clock skew) lists as many comments as in real
-use rather than every step comment of the run.
+use rather than every step comment of the run, and the operator-request read of the
+pause check (at most one per `REQUEST_READ_SECONDS`, 0.25 s) comes once a step instead
+of once in about twenty (`operator_request_store_read`, in a worker thread).
 
 Run: `python benchmarks/bench_loop_overhead.py [--steps 40] [--servers-in-process] [--model-latency 0]`
 """
@@ -97,6 +99,7 @@ BREAKDOWN: tuple[tuple[str, str, str, str], ...] = (
     ("coding_agent.agent.ledger", "RunLedger", "step", "state_store_heartbeat"),
     ("coding_agent.agent.ledger", "RunLedger", "record_usage", "state_store_usage"),
     ("coding_agent.agent.steering.state", "StateWriter", "checkpoint", "run_state_checkpoint_file"),
+    ("coding_agent.agent.steering.interrupts", "StoreRequests", "__call__", "operator_request_store_read"),
 )
 
 Interval = tuple[float, float]
@@ -534,8 +537,9 @@ def main() -> None:
             "worst_host_cpu_median_ms": worst_cpu,
             "servers": "threads of this process" if arguments.servers_in_process else "a child process",
             "overhead_parts_note": (
-                "medians of each part alone, so they need not add up; run_state_checkpoint_file runs inside the "
-                "steering checkpoints; the OpenAI SDK's own request work is inside llm_http (subtracted), shown apart"
+                "medians of each part alone, so they need not add up; run_state_checkpoint_file and "
+                "operator_request_store_read (in a worker thread) run inside the steering checkpoints; the OpenAI "
+                "SDK's own request work is inside llm_http (subtracted), shown apart"
             ),
             "breakdown_parts_absent_in_this_code": clock.parts_absent,
             "variants": variants,
