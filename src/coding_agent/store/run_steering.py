@@ -176,8 +176,9 @@ class RunSteering(TableStore):
             query = select(RunRow.uuid).where(RunRow.status == "paused")
             if task_key is not None:
                 query = query.where(RunRow.task_key == task_key)
+            paused = list(session.scalars(query))  # read whole before the writes
             held = 0
-            for uuids in in_chunks(session.scalars(query)):
+            for uuids in in_chunks(paused):
                 result = session.execute(
                     update(_RunMark).where(_RunMark.run_uuid.in_(uuids), _RunMark.resume_hold.is_(True)).values(resume_hold=False)
                 )
