@@ -16,9 +16,12 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import os
 import pickle
+import re
 import signal
 import sys
+import tempfile
 import tracemalloc
 from collections import Counter
 from pathlib import Path
@@ -54,7 +57,35 @@ def _heap() -> dict[str, int]:
         "malloc_mmapped_kb": info.hblkhd // 1024,
         "sqlite_kb": sqlite.sqlite3_memory_used() // 1024,
         "gc_tracked_objects": len(gc.get_objects()),
+        **_pymalloc(),
         **_caches(),
+    }
+
+
+def _pymalloc() -> dict[str, int]:
+    """Python's own small-object allocator (its arenas are mapped apart from glibc's heap,
+    so `mallinfo2` never counts them), in kB: the arenas mapped, the blocks in use in them,
+    and the blocks free in their pools (`sys._debugmallocstats`, which writes to fd 2)."""
+    with tempfile.TemporaryFile() as report:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(report.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        report.seek(0)
+        text = report.read().decode("ascii", "replace")
+
+    def figure(label: str) -> int:
+        found = re.search(rf"^# {label}\s*=\s*([0-9,]+)", text, re.MULTILINE)
+        return int(found[1].replace(",", "")) if found else -1
+
+    return {
+        "pymalloc_arenas_kb": figure("arenas allocated current") * 1024,
+        "pymalloc_in_use_kb": figure("bytes in allocated blocks") // 1024,
+        "pymalloc_free_kb": figure("bytes in available blocks") // 1024,
     }
 
 
@@ -71,13 +102,16 @@ def _caches() -> dict[str, int]:
 
     found = {"etag_entries": 0, "etag_kb": 0, "parsed_pages": 0, "parsed_pages_kb": 0, "sql_compiled": 0, "db_connections": 0}
     for thing in gc.get_objects():
-        if isinstance(thing, Engine):
+        # By `type`, not `isinstance`: that asks an object's `__class__`, and the openai
+        # SDK's lazy proxies import their modules to answer (1,535 of them: about +45 MB).
+        kind = type(thing)
+        if issubclass(kind, Engine):
             found["sql_compiled"] += len(thing._compiled_cache or ())
             found["db_connections"] += thing.pool.checkedin() + thing.pool.checkedout()
-        elif isinstance(thing, ETagCache):
+        elif issubclass(kind, ETagCache):
             found["etag_entries"] += len(thing)
             found["etag_kb"] += thing.retained_bytes // 1024
-        elif isinstance(thing, GitHubClient):
+        elif issubclass(kind, GitHubClient):
             found["parsed_pages"] += len(thing._pages)
             found["parsed_pages_kb"] += sum(len(body) for body, _ in thing._pages.values()) // 1024
     found["views_what_memo"] = views._what.cache_info().currsize

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import httpx
 
 from coding_agent.sources.http import CachedAnswer, ETagCache
@@ -37,3 +39,21 @@ def test_the_least_recently_read_goes_first() -> None:
     assert cache.get("a") is not None  # read: now the most recent
     cache.put("d", _answer(100_000))
     assert cache.get("b") is None and all(cache.get(key) is not None for key in ("a", "c", "d"))
+
+
+def test_many_small_answers_hold_no_more_memory_than_the_cap() -> None:
+    """The cap bounds what the answers hold in memory, headers and objects included: small
+    answers (a dozen headers, a short body) are mostly not body."""
+    headers = [(f"x-header-{index}", f"value {index} " * 3) for index in range(12)]
+    cache: ETagCache[CachedAnswer] = ETagCache(entries=100_000, max_bytes=1_000_000, weigh=CachedAnswer.weight)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(5_000):
+            answer = httpx.Response(200, headers=headers)
+            cache.put(f"/repos/acme/widgets/issues/{index}/comments", CachedAnswer(f'"{index}"', answer.headers, b"[]" * 100))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert cache.retained_bytes <= 1_000_000
+    assert held <= 1_100_000, f"{len(cache)} answers hold {held} bytes"

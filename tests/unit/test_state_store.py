@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from coding_agent.store.followups import FollowUpRecords
 from coding_agent.store.run_steering import KEEP_NUDGES_SECONDS
 from coding_agent.store.state import StateStore
 
@@ -253,3 +255,22 @@ def test_heartbeat_renews_and_records_steps_in_one_go(store: StateStore, clock: 
     clock.now += 61
     assert store.leases.acquire_lease("k", "w2", 60)
     assert not store.runs.heartbeat("k", "w1", 60, "u1", steps=5), "a lost lease is reported"
+
+
+def test_examined_answers_for_every_candidate_of_a_large_poll(store: StateStore, clock: FakeClock) -> None:
+    """1,300 candidates (more than one read's worth of keys, the last read a partial one):
+    exactly those examined at the `updated_at` they carry now are unchanged."""
+    records = FollowUpRecords(store.engine, clock=clock)
+    stamp = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    clock.now = stamp.timestamp() + 60
+    keys = [f"github:acme/w#{number}" for number in range(1, 1301)]
+    for number, key in enumerate(keys, start=1):
+        if number % 3 == 0:
+            records.mark_seen(key, stamp)
+        elif number % 3 == 1:
+            records.mark_seen(key, stamp - timedelta(minutes=1))  # examined before its last change
+
+    unchanged = records.examined([(key, stamp) for key in keys])
+
+    assert unchanged == {key for number, key in enumerate(keys, start=1) if number % 3 == 0}
+    assert records.examined([]) == set()

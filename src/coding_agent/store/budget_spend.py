@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import String, func, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile, in_chunks
 from coding_agent.store.runs import RunRow, _TokenUsage
 
 __all__ = ["BudgetSpend", "TaskSpend"]
@@ -54,10 +54,10 @@ class BudgetSpend(TableStore):
             )
             keys = set(tokens) | set(runs)
             starters: dict[str, str] = {}
-            if keys:
+            for chunk in in_chunks(sorted(keys)):
                 rows = session.execute(
                     select(RunRow.task_key, RunRow.requester)
-                    .where(RunRow.task_key.in_(keys), RunRow.requester.is_not(None))
+                    .where(RunRow.task_key.in_(chunk), RunRow.requester.is_not(None))
                     .order_by(RunRow.started_at)
                 )
                 for key, requester in rows:

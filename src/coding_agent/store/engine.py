@@ -7,7 +7,7 @@ follow-ups): one database and one backend choice, SQLite by default or PostgreSQ
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -20,9 +20,13 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from coding_agent.store.schema import migrate
 
-__all__ = ["Base", "TableStore", "again_if_changed_meanwhile", "open_engine"]
+__all__ = ["IN_CHUNK", "Base", "TableStore", "again_if_changed_meanwhile", "in_chunks", "open_engine"]
 
 T = TypeVar("T")
+
+# The most values one `IN (...)` list is given: within every backend's parameter limit
+# (SQLite's was 999 before 3.32), and a power of two (see `in_chunks`).
+IN_CHUNK = 512
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
@@ -46,6 +50,29 @@ def open_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def in_chunks(values: Iterable[T]) -> Iterator[list[T]]:
+    """`values` as the lists for one `IN (...)` each: at most `IN_CHUNK` values a list,
+    every list padded to a power of two by repeating its last value (a value twice in an
+    IN list matches the same rows). Nothing for no values.
+
+    The database driver keeps the statements it prepared, by their text, per connection
+    (Python's sqlite3: the last 128 of each pooled connection), and an IN list of n values
+    is a text of its own for each n: a poll's look at its follow-up candidates, whose
+    number changed with every open PR, left one more prepared statement in the pool per
+    poll, about 70 kB each for 400 keys (SQLite's memory grew with the open PRs, up to
+    128 statements a connection). Padded, one query has at most ten texts.
+    """
+    chunk: list[T] = []
+    for value in values:
+        chunk.append(value)
+        if len(chunk) == IN_CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        size = 1 << (len(chunk) - 1).bit_length()
+        yield chunk + [chunk[-1]] * (size - len(chunk))
 
 
 class Base(DeclarativeBase):

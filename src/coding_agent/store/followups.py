@@ -11,7 +11,7 @@ from sqlalchemy import Float, String, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from coding_agent.domain.tasks import ThreadRef
-from coding_agent.store.engine import Base, TableStore
+from coding_agent.store.engine import Base, TableStore, in_chunks
 
 __all__ = ["FollowUpRecords", "SETTLE_SECONDS"]
 
@@ -52,13 +52,12 @@ class FollowUpRecords(TableStore):
 
     def examined(self, items: Sequence[tuple[str, datetime]]) -> set[str]:
         """The keys of `items` (key, `updated_at`) examined already as they stand: `seen`
-        for many at once, in one read per 500 keys."""
+        for many at once, in one read per `IN_CHUNK` keys."""
         wanted = {key: updated_at.isoformat() for key, updated_at in items}
-        keys = list(wanted)
         found: set[str] = set()
         with self._session() as session:
-            for start in range(0, len(keys), 500):
-                query = select(_Seen.task_key, _Seen.updated_at).where(_Seen.task_key.in_(keys[start : start + 500]))
+            for keys in in_chunks(wanted):
+                query = select(_Seen.task_key, _Seen.updated_at).where(_Seen.task_key.in_(keys))
                 found.update(key for key, stamp in session.execute(query) if wanted[key] == stamp)
         return found
 

@@ -22,7 +22,7 @@ from sqlalchemy import Float, String, delete, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile, in_chunks
 from coding_agent.store.leases import LEASES
 
 __all__ = ["QueueEntries", "QUEUE_ENTRIES"]
@@ -90,8 +90,8 @@ class QueueEntries(TableStore):
                 _Entry.scope == self._scope, _Entry.state == "queued", _Entry.updated_at < queued_before
             )
             keys = [key for key in session.scalars(lost) if key not in held]
-            if keys:
-                session.execute(delete(_Entry).where(_Entry.task_key.in_(keys), _Entry.state == "queued"))
+            for chunk in in_chunks(keys):
+                session.execute(delete(_Entry).where(_Entry.task_key.in_(chunk), _Entry.state == "queued"))
             return keys
 
     def release(self, task_key: str) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy import Boolean, Float, Integer, String, Text, delete, literal_co
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunMarks, RunRecord
-from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile, in_chunks
 from coding_agent.store.runs import RunRow, record_of
 
 __all__ = ["RunSteering", "KEEP_NUDGES_SECONDS"]
@@ -176,11 +176,14 @@ class RunSteering(TableStore):
             query = select(RunRow.uuid).where(RunRow.status == "paused")
             if task_key is not None:
                 query = query.where(RunRow.task_key == task_key)
-            uuids = list(session.scalars(query))
-            result = session.execute(
-                update(_RunMark).where(_RunMark.run_uuid.in_(uuids), _RunMark.resume_hold.is_(True)).values(resume_hold=False)
-            )
-            return result.rowcount or 0
+            paused = list(session.scalars(query))  # read whole before the writes
+            held = 0
+            for uuids in in_chunks(paused):
+                result = session.execute(
+                    update(_RunMark).where(_RunMark.run_uuid.in_(uuids), _RunMark.resume_hold.is_(True)).values(resume_hold=False)
+                )
+                held += result.rowcount or 0
+            return held
 
     def resumable_runs(self) -> list[RunRecord]:
         """Paused runs that wait for nothing but a worker (no `resume_hold`)."""
@@ -198,9 +201,9 @@ class RunSteering(TableStore):
         """The final comment each of `run_uuids` recorded to publish (those that have one)."""
         found: dict[str, str] = {}
         with self._session() as session:
-            for start in range(0, len(run_uuids), 500):  # within every backend's parameter limit
+            for uuids in in_chunks(run_uuids):
                 query = select(_RunMark.run_uuid, _RunMark.final_body).where(
-                    _RunMark.run_uuid.in_(run_uuids[start : start + 500]), _RunMark.final_body.is_not(None)
+                    _RunMark.run_uuid.in_(uuids), _RunMark.final_body.is_not(None)
                 )
                 found.update({str(uuid): str(body) for uuid, body in session.execute(query)})
         return found

@@ -75,6 +75,13 @@ class TaskFacts(TableStore):
                 setattr(row, name, value)
             row.updated_at = self._clock()
 
+    def task_fact(self, task_key: str) -> TaskFact | None:
+        """What one task is (a task page reads only its own: the whole table grows with
+        every task ever worked)."""
+        with self._session() as session:
+            row = session.get(_FactRow, task_key)
+            return TaskFact(row.title, row.url, row.change_url) if row is not None else None
+
     def task_facts(self) -> dict[str, TaskFact]:
         query = select(_FactRow.task_key, _FactRow.title, _FactRow.url, _FactRow.change_url)
         with self._engine.connect() as connection:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import OrderedDict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,12 @@ def comments_seen(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
+# Parsed files kept (the least recently read go first): three per run a page shows, and
+# one per run the task list describes as it runs; a file of a run that ended is not read
+# again once its page is closed, so a long `serve` needs no more than the runs watched.
+PARSED_FILES = 64
+
+
 class RunActivity:
     """Reads runs' context directories under `base_dir`; one instance per dashboard."""
 
@@ -135,7 +142,7 @@ class RunActivity:
         self._base = base_dir
         self._redactor = redactor
         self._max_steps = max_steps_per_action
-        self._cache: dict[tuple[Path, str], tuple[tuple[int, int], Any]] = {}
+        self._cache: OrderedDict[tuple[Path, str], tuple[tuple[int, int], Any]] = OrderedDict()
 
     def directory(self, run_uuid: str) -> Path | None:
         if not run_uuid or "/" in run_uuid or run_uuid.startswith("."):
@@ -154,11 +161,13 @@ class RunActivity:
         signature = (stat.st_size, stat.st_mtime_ns)
         hit = self._cache.get((path, kind))
         if hit is not None and hit[0] == signature:
+            self._cache.move_to_end((path, kind))
             return hit[1]
         value = parse(path)
-        if len(self._cache) > 256:
-            self._cache.clear()
         self._cache[(path, kind)] = (signature, value)
+        self._cache.move_to_end((path, kind))
+        while len(self._cache) > PARSED_FILES:
+            self._cache.popitem(last=False)
         return value
 
     def tool_calls(self, directory: Path) -> list[dict[str, Any]]:

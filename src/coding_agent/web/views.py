@@ -215,8 +215,9 @@ def task_detail(
     if not runs and queued is None:
         return None
     latest = runs[0] if runs else None
-    detail = _task(key, latest, store.tasks.task_facts().get(key), redactor, now, queued)
-    _add_ci([detail], store)
+    detail = _task(key, latest, store.tasks.task_fact(key), redactor, now, queued)
+    watch = store.ci_watches.watch(key)
+    detail["ci"] = watch.shown if watch is not None else None
     marks = store.steering.run_marks(latest.uuid) if latest is not None else None
     detail["reason"] = _reason(detail, marks.final_body if marks else None)
     detail["runs"] = [_run(record, redactor) for record in runs]
