@@ -694,3 +694,47 @@ def test_queued_tasks_whose_messages_were_taken_while_the_database_was_away_are_
     assert statuses == ["done", "done"]
     for number in numbers:
         assert len(_finals(github_forge, number)) == 1, number
+
+
+class SlowToPublish(MemoryQueue):
+    """The in-process queue behind a publish that takes a while (a broker slow to
+    confirm): `put` waits for `gate`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.putting = asyncio.Event()
+
+    async def put(self, item: QueuedTask, delay: float = 0.0) -> None:
+        self.putting.set()
+        await self.gate.wait()
+        await super().put(item, delay)
+
+
+def test_a_task_offered_while_a_poll_asks_the_queue_what_it_holds_keeps_its_entry(
+    github_forge: GitHubForge, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A webhook's offer records the task `queued`, then publishes its message. A poll
+    that asks the queue what it holds in between (the message not out yet) must not take
+    that entry for a lost message: it released it with a warning, and the next offer
+    queued the task a second time."""
+    key = f"github:{REPO}#7"
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = steering_config(tmp_path, [github_forge], model)
+
+        async def offer_during_a_poll() -> tuple[bool, dict[str, str]]:
+            service = AgentService(load_for_service(setup))
+            try:
+                queue = SlowToPublish()
+                offering = asyncio.create_task(service.producer.offer(queue, key, "new"))
+                await asyncio.wait_for(queue.putting.wait(), 30)
+                await service.producer.cycle(queue)
+                queue.gate.set()
+                return await offering, service.entries.states()
+            finally:
+                await service.aclose()
+
+        with caplog.at_level("INFO"):
+            offered, states = asyncio.run(asyncio.wait_for(offer_during_a_poll(), 120))
+    assert offered and states == {key: "queued"}
+    assert "had no message left" not in caplog.text

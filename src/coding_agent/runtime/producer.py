@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -74,6 +75,9 @@ class Producer:
         self._entries = entries
         self._redactor = redactor
         self.snapshots: dict[str, Task] = {}
+        # Keys between their queue entry and their message (an offer that has recorded
+        # `queued` and not yet put its message): what the queue does not hold yet.
+        self._offering: Counter[str] = Counter()
         self.cycles = 0  # finished looks for work (observed by tests and the dashboard)
 
     async def cycle(self, queue: TaskQueue, only: set[str] | None = None, discover: bool = True) -> ProducerReport:
@@ -135,7 +139,10 @@ class Producer:
         held = await queue.held()
         if held is None:
             return
-        lost = await asyncio.to_thread(self._entries.release_lost, held.keys, held.as_of)
+        # An offer whose entry was recorded before the queue's answer and whose message
+        # goes out after it (a webhook's, say) has lost nothing.
+        keys = held.keys | frozenset(self._offering)
+        lost = await asyncio.to_thread(self._entries.release_lost, keys, held.as_of)
         if lost:
             log.warning("poll: %d queued task(s) had no message left in queue %s; offered again", len(lost), queue.name)
 
@@ -145,6 +152,17 @@ class Producer:
 
     async def _offer(
         self, queue: TaskQueue, key: str, reason: Reason, enqueued: list[QueuedTask], task: Task | None = None
+    ) -> bool:
+        self._offering[key] += 1
+        try:
+            return await self._enqueue(queue, key, reason, enqueued, task)
+        finally:
+            self._offering[key] -= 1
+            if self._offering[key] <= 0:
+                del self._offering[key]
+
+    async def _enqueue(
+        self, queue: TaskQueue, key: str, reason: Reason, enqueued: list[QueuedTask], task: Task | None
     ) -> bool:
         if not await asyncio.to_thread(self._entries.try_enqueue, key):
             log.debug("%s: already queued or running", key)
