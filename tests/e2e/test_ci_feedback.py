@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import text
 
 from coding_agent.domain.ci import Check, CheckKind, CheckState, WatchState
+from coding_agent.runtime.queue.memory import MemoryQueue
 from coding_agent.runtime.service import AgentService
 from coding_agent.redaction import Redactor
 from coding_agent.sandbox.faults import Fault
@@ -782,3 +783,30 @@ def test_pausing_a_watched_task_holds_its_watch_until_it_is_resumed(github_forge
         assert run_cycle(config).errors == ()
         assert len(fix_requests(model)) == 1, "held, not dropped"
     assert watch_state(tmp_path, key) == "watching", "the fix run's push is watched"
+
+
+def test_a_poll_that_offers_a_ci_fix_leaves_that_pr_s_review_threads_to_the_next_poll(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """The fix run's claim and a look at the PR's review threads both take the issue's
+    lease. Offered by one poll, they ran in two slots at once, and when the look came
+    first the fix found the lease busy and waited for the next poll (`run --once` did no
+    fix at all). The poll that offers a fix, or whose fix runs, leaves that PR's threads to
+    a later poll; a mention there is not lost, only looked at then."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    with ReplaySandbox(calc_script()) as model:
+        setup = ci_setup(tmp_path, forge, model)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
+
+        async def one_poll() -> list[str]:
+            service = AgentService(load_for_service(setup))
+            try:
+                return [item.key for item in (await service.producer.cycle(MemoryQueue())).enqueued]
+            finally:
+                await service.aclose()
+
+        offered = asyncio.run(one_poll())
+    assert offered == [f"github:{REPO}#{number}"], offered
+    assert watch_state(tmp_path, f"github:{REPO}#{number}") == "fix"

@@ -202,11 +202,14 @@ class CiWatcher:
 
     # -- driven by the producer's polls and by webhooks ------------------------------
 
-    async def poll(self, offer: Offer) -> None:
+    async def poll(self, offer: Offer) -> set[str]:
         """Look at every live watch once: one `ci_report` per watch waiting on CI; a fix
-        decided but not claimed yet (its message lost) is offered again."""
+        decided but not claimed yet (its message lost) is offered again.
+
+        Returns the keys of the PRs/MRs whose fix is offered or running now: their review
+        threads are for a later poll, as a look at them takes the lease the fix needs."""
         if not self.enabled:
-            return
+            return set()
         for watch in await asyncio.to_thread(self._watches.live_watches):
             source = self._source(watch.task_key)
             if source is None:
@@ -223,6 +226,9 @@ class CiWatcher:
                 raise  # the cycle's own outage handling
             except Exception:  # one watch's bug is not the poll's end
                 log.exception("%s: the CI watch failed; the next poll looks again", watch.task_key)
+        fixing = (WatchState.FIX, WatchState.FIXING)
+        live = await asyncio.to_thread(self._watches.live_watches)
+        return {str(_change_key(watch.task_key, watch)) for watch in live if watch.state in fixing}
 
     async def _recover(self, source: Source, task_key: str) -> None:
         """A fix run whose end never reached its watch: its worker died after the run

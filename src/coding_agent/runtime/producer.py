@@ -104,11 +104,14 @@ class Producer:
                 await self._offer(queue, str(task.key), "new", enqueued, task)
             # The watched PRs/MRs' CI, one request each; looked at before the follow-up
             # candidates are offered, whose examination holds the same task's lease (a
-            # watch finding its lease busy waits for the next poll).
+            # watch finding its lease busy waits for the next poll). A PR/MR whose fix is
+            # offered or running is not a candidate of this poll: the look at its review
+            # threads would take the issue's lease from under the fix's claim.
+            fixing: set[str] = set()
             if self._ci is not None:
-                await self._ci.poll(lambda key: self._offer(queue, key, "followup", enqueued))
+                fixing = await self._ci.poll(lambda key: self._offer(queue, key, "followup", enqueued))
             since = datetime.now(timezone.utc) - timedelta(days=self._config.comment_handling.followup_days)
-            pending = {str(task.key) for task in found}
+            pending = {str(task.key) for task in found} | fixing
             candidates = await self._discover("follow-up discovery", lambda source: source.discover_followups(since), errors)
             # The agent's own PRs/MRs: review threads there ask for more on their issue (SPEC 3).
             candidates += await self._discover(
