@@ -85,7 +85,7 @@ class _StoreOutage(Protocol):
     def end(self) -> None: ...
 
 
-def _outage_scenario(
+def assert_every_task_ends_done_once_through(
     forge: GitHubForge, tmp_path: Path, caplog: pytest.LogCaptureFixture, url: str, outage: _StoreOutage
 ) -> None:
     """`serve` on `url` with TASKS tasks and WORKERS slots; once every slot's run asked
@@ -177,7 +177,7 @@ def test_postgresql_killed_mid_run_holds_the_runs_and_every_task_ends_done_once(
     github_forge: GitHubForge, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with own_postgres_or_skip() as database:
-        _outage_scenario(github_forge, tmp_path, caplog, database.url, _Killed(database))
+        assert_every_task_ends_done_once_through(github_forge, tmp_path, caplog, database.url, _Killed(database))
 
 
 @pytest.mark.long
@@ -185,4 +185,4 @@ def test_sqlite_locked_past_its_busy_timeout_mid_run_holds_the_runs_and_every_ta
     github_forge: GitHubForge, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "state.db"
-    _outage_scenario(github_forge, tmp_path, caplog, f"sqlite:///{path}", _Locked(path))
+    assert_every_task_ends_done_once_through(github_forge, tmp_path, caplog, f"sqlite:///{path}", _Locked(path))
