@@ -501,3 +501,23 @@ async def test_the_answer_cache_keeps_at_most_its_bytes(sandbox: GitLabSandbox, 
     await source.get_assignees(issue_key(iids[-1]))
     await source.get_assignees(issue_key(iids[0]))
     assert [record.status for record in state.requests()] == [304, 200]
+
+
+async def test_the_answer_cache_weighs_notes_as_parsed_not_as_received(
+    sandbox: GitLabSandbox, make_source: SourceFactory
+) -> None:
+    # 100 issues of 100 short notes: about 5 MiB as received, more than the cache's 8 MiB
+    # once parsed (each note a dict of strings, its author another). Weighed as received,
+    # every listing stayed (the first one's re-read was a 304), holding more than the cap.
+    state = sandbox.state
+    iids = [state.create_issue(PROJECT, f"chatty {index}", author="alice") for index in range(100)]
+    for iid in iids:
+        for number in range(100):
+            state.add_note(PROJECT, iid, "bob", f"note {number}")
+    source = make_source()
+    for iid in iids:
+        assert len(await source.list_comments(issue_key(iid))) == 100
+    state.clear_requests()
+    await source.list_comments(issue_key(iids[-1]))
+    await source.list_comments(issue_key(iids[0]))
+    assert [record.status for record in state.requests()] == [304, 200]

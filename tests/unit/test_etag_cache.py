@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import tracemalloc
+from typing import Any
 
 import httpx
 
-from coding_agent.sources.http import CachedAnswer, ETagCache
+from coding_agent.sources.http import CachedAnswer, ETagCache, json_weight
 
 
 def _answer(size: int) -> CachedAnswer:
@@ -57,3 +59,44 @@ def test_many_small_answers_hold_no_more_memory_than_the_cap() -> None:
         tracemalloc.stop()
     assert cache.retained_bytes <= 1_000_000
     assert held <= 1_100_000, f"{len(cache)} answers hold {held} bytes"
+
+
+def _note_page(index: int) -> bytes:
+    """A page of GitLab notes as the server sends it (about 30 kB)."""
+    author = {"id": 7, "username": "maintainer", "name": "Maintainer", "state": "active", "avatar_url": None}
+    notes = [
+        {"id": index * 100 + n, "body": f"note {n} of {index}: " + "text " * 20, "author": author,
+         "created_at": "2026-11-27T12:00:00.000Z", "updated_at": "2026-11-27T12:00:00.000Z",
+         "system": False, "noteable_id": index, "noteable_type": "MergeRequest", "noteable_iid": index,
+         "resolvable": False, "confidential": False, "internal": False}
+        for n in range(50)
+    ]
+    return json.dumps(notes).encode()
+
+
+def test_parsed_json_is_weighed_as_what_it_holds_in_memory() -> None:
+    """A cache of parsed answers (GitLab's pages and notes) is bounded by what the parsed
+    objects hold: several times the bytes received."""
+    for raw in (_note_page(1), b'{"id": 1, "labels": ["a", "b"], "assignee": null, "n": 1.5, "ok": true}'):
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            value = json.loads(raw)
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert 0.8 * held <= json_weight(value) <= 1.25 * held + 128, (held, json_weight(value))
+
+
+def test_many_parsed_pages_hold_no_more_memory_than_the_cap() -> None:
+    cache: ETagCache[Any] = ETagCache(entries=100_000, max_bytes=1_000_000, weigh=json_weight)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(300):
+            cache.put(f"/projects/1/merge_requests/{index}/notes", json.loads(_note_page(index)))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert cache.retained_bytes <= 1_000_000
+    assert held <= 1_100_000, f"{len(cache)} pages hold {held} bytes"

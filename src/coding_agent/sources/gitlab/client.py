@@ -34,7 +34,14 @@ from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy, retry_async
 from coding_agent.sources.ci_logs import TailBuffer
 from coding_agent.sources.gitlab.mapping import JSON
-from coding_agent.sources.http import ETagCache, count_request, rate_limited, retry_after, transient_status
+from coding_agent.sources.http import (
+    ETagCache,
+    count_request,
+    json_weight,
+    rate_limited,
+    retry_after,
+    transient_status,
+)
 from coding_agent.sources.writes import write_once
 
 __all__ = ["GitLabClient", "PER_PAGE"]
@@ -63,7 +70,10 @@ class _Page:
     data: Any
     headers: Mapping[str, str]
     fresh: bool
-    size: int = 0  # bytes of the answer as received, what keeping it costs (near enough)
+
+    def weight(self) -> int:
+        """What keeping it costs: the parsed body, and the headers as text."""
+        return json_weight(self.data) + sum(len(name) + len(value) + 100 for name, value in self.headers.items())
 
 
 class GitLabClient:
@@ -84,8 +94,8 @@ class GitLabClient:
         session.hooks["response"].append(self._remember_response)
         self.gl = _Client(url, private_token=token, timeout=timeout, retry_transient_errors=False, session=session)
         self._local = threading.local()
-        self._pages: ETagCache[_Page] = ETagCache(weigh=lambda page: page.size)
-        self._notes: ETagCache[dict[int, JSON]] = ETagCache()
+        self._pages: ETagCache[_Page] = ETagCache(weigh=_Page.weight)
+        self._notes: ETagCache[dict[int, JSON]] = ETagCache(weigh=json_weight)
 
     def _remember_response(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
         """requests hook: python-gitlab's errors drop the headers, and Retry-After lives
@@ -147,7 +157,7 @@ class GitLabClient:
             if error.response_code == 304 and cached is not None:
                 return _Page(cached.data, cached.headers, fresh=False)
             raise
-        page = _Page(response.json(), CaseInsensitiveDict(response.headers), fresh=True, size=len(response.content))
+        page = _Page(response.json(), CaseInsensitiveDict(response.headers), fresh=True)
         if conditional and "ETag" in page.headers:
             self._pages.put(key, page)
         return page
