@@ -12,7 +12,7 @@ from coding_agent.sources.http import CachedAnswer, ETagCache, json_weight
 
 
 def _answer(size: int) -> CachedAnswer:
-    return CachedAnswer('"etag"', httpx.Headers({"content-type": "application/json"}), b"x" * size)
+    return CachedAnswer.of('"etag"', httpx.Headers({"content-type": "application/json"}), b"x" * size)
 
 
 def test_retained_bytes_stay_under_the_cap_after_many_large_answers() -> None:
@@ -53,7 +53,7 @@ def test_many_small_answers_hold_no_more_memory_than_the_cap() -> None:
         before = tracemalloc.get_traced_memory()[0]
         for index in range(5_000):
             answer = httpx.Response(200, headers=headers)
-            cache.put(f"/repos/acme/widgets/issues/{index}/comments", CachedAnswer(f'"{index}"', answer.headers, b"[]" * 100))
+            cache.put(f"/repos/acme/widgets/issues/{index}/comments", CachedAnswer.of(f'"{index}"', answer.headers, b"[]" * 100))
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
@@ -100,3 +100,13 @@ def test_many_parsed_pages_hold_no_more_memory_than_the_cap() -> None:
         tracemalloc.stop()
     assert cache.retained_bytes <= 1_000_000
     assert held <= 1_100_000, f"{len(cache)} pages hold {held} bytes"
+
+
+def test_an_answer_keeps_its_headers_as_received() -> None:
+    headers = httpx.Headers(
+        [("Link", '<https://x/?page=2>; rel="next"'), ("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"), ("X-Empty", ""), ("ETag", 'W/"1: 2"')]
+    )
+    kept = CachedAnswer.of('W/"1: 2"', headers, b"{}").headers()
+    assert kept.multi_items() == headers.multi_items()
+    assert kept.get_list("set-cookie") == ["a=1", "b=2"] and kept["link"] == '<https://x/?page=2>; rel="next"'
+    assert CachedAnswer.of('"e"', httpx.Headers(), b"").headers().multi_items() == []

@@ -308,30 +308,39 @@ def _what_happened(error: httpx.TimeoutException, request: httpx.Request) -> htt
     return kind(str(cause) or type(cause).__name__, request=request)
 
 
-# What a `CachedAnswer` holds besides its body and headers' bytes, measured with
-# tracemalloc over 1,000 answers (3 to 12 headers): the answer, its `httpx.Headers` and
-# their list, the ETag, and the cache's entry with its key (a URL): 410-620 bytes.
+# What a `CachedAnswer` holds besides its body and its headers' bytes: the answer, its
+# ETag, and the cache's entry with its key (a URL), near enough.
 _ANSWER_OBJECTS = 512
-# A header's tuple of three in httpx's list, and its place in the list.
-_HEADER_TUPLE = sys.getsizeof((b"", b"", b"")) + 8
 
 
 @dataclass(frozen=True)
 class CachedAnswer:
-    """A 200 answer as received: raw (still encoded) body and its headers."""
+    """A 200 answer as received: its raw (still encoded) body, and its headers as one
+    bytes object (`name: value` lines), made into `httpx.Headers` again when it is used.
+
+    Kept as httpx keeps headers, a cached answer was about 30 small objects (each
+    header's name twice and its value, in a tuple), allocated among a request's
+    short-lived ones and living for hundreds of polls: a cache always full, whose answers
+    are replaced one by one, scattered them over the allocator's pages (see
+    docs/performance.md, the soak)."""
 
     etag: str
-    headers: httpx.Headers
+    head: bytes
     raw: bytes
 
+    @classmethod
+    def of(cls, etag: str, headers: httpx.Headers, raw: bytes) -> CachedAnswer:
+        return cls(etag, b"\r\n".join(name + b": " + value for name, value in headers.raw), raw)
+
+    def headers(self) -> httpx.Headers:
+        """The headers as received (a name holds no colon, a value no line break)."""
+        lines = self.head.split(b"\r\n") if self.head else []
+        return httpx.Headers([(name, value) for name, _, value in (line.partition(b": ") for line in lines)])
+
     def weight(self) -> int:
-        """Bytes it holds in memory, near enough: the body, and each header as httpx keeps
-        it (its name twice, as sent and lowered, and its value: three bytes objects in a
-        tuple), with the objects around them (`_ANSWER_OBJECTS`). Counted as text alone,
-        an answer of a few hundred bytes weighed a fourth of what it held, and a cache
-        full of small answers held four times its cap."""
-        headers = sum(2 * sys.getsizeof(name) + sys.getsizeof(value) + _HEADER_TUPLE for name, value in self.headers.raw)
-        return sys.getsizeof(self.raw) + headers + _ANSWER_OBJECTS
+        """Bytes it holds in memory, near enough: the body, the headers and the objects
+        around them (`_ANSWER_OBJECTS`)."""
+        return sys.getsizeof(self.raw) + sys.getsizeof(self.head) + _ANSWER_OBJECTS
 
 
 class CachingTransport(httpx.AsyncBaseTransport):
@@ -406,7 +415,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
             # not read to its end closes the connection, and every checkpoint paid a new one.
             await self._read(response, request)
             # The stored answer, with the fresh rate-limit and date headers of the 304.
-            headers = httpx.Headers(cached.headers)
+            headers = cached.headers()
             for name, value in response.headers.items():
                 if name.lower().startswith(("x-ratelimit", "ratelimit", "date")):
                     headers[name] = value
@@ -414,7 +423,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
         response, raw = await self._read(response, request)
         etag = response.headers.get("etag")
         if response.status_code == 200 and etag:
-            self.cache.put(key, CachedAnswer(etag, httpx.Headers(response.headers), raw))
+            self.cache.put(key, CachedAnswer.of(etag, response.headers, raw))
         return response
 
     @staticmethod
