@@ -254,6 +254,25 @@ async def test_a_server_whose_end_is_seen_before_its_session_error_fails_its_sta
     assert "'quick-exit'" in str(connection.startup_error) and "handshake" in str(connection.startup_error)
 
 
+async def test_a_server_gone_before_the_handshake_is_reported_as_exited_whichever_error_comes_first(
+    workspace: Path,
+) -> None:
+    """A server that exits at once fails its start through the session (a closed
+    connection: `_startup_failed`, "exited during startup") or, under load, through the
+    transport first (a write to its gone stdin). Both are the same exit, said the same way."""
+
+    class WriteFailsFirst(Connection):
+        async def _serve(self, errlog: TextIO) -> None:
+            errlog.close()
+            raise anyio.BrokenResourceError  # the initialize request written to a gone stdin
+
+    connection = WriteFailsFirst(Launch("quick-exit", [sys.executable], {}, workspace), [])
+    connection.start()
+    await asyncio.wait_for(connection.ready.wait(), 10)
+    assert connection.startup_error is not None
+    assert "'quick-exit'" in str(connection.startup_error) and "exited during startup" in str(connection.startup_error)
+
+
 async def test_server_that_never_answers_times_out_at_startup(workspace: Path) -> None:
     marker = f"silent-server-{os.getpid()}-{id(workspace)}"
     silent = MCPServerConfig(

@@ -107,9 +107,12 @@ class Connection(SessionHolder):
                 logger.warning("MCP server %s session ended: %s", launch.name, cause.__class__.__name__)
         finally:
             # Ended before the handshake and not asked to: a failure, even when its stderr's
-            # end (which sets `_wake`) was seen before the session's own error.
+            # end (which sets `_wake`) was seen before the session's own error. A stdio
+            # server's session ends by itself only when its process closes its pipes, so
+            # this is the same quick exit `_startup_failed` reports, whichever error came
+            # first (under load, a write to its gone stdin often does).
             if not self.ready.is_set() and self.startup_error is None and not self._stop_requested:
-                self._fail("it ended before finishing the MCP handshake")
+                self._fail("it exited during startup, before finishing the MCP handshake")
             with contextlib.suppress(OSError):
                 errlog.close()
             with contextlib.suppress(OSError):
