@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -417,7 +418,10 @@ def test_queued_tasks_whose_broker_messages_were_purged_are_offered_again(
 
     assert [process.returncode for process in processes] == [0, 0], errors
     assert sorted(runs) == sorted((f"github:{REPO}#{n}", "done") for n in numbers), "each task once"
-    assert "3 queued task(s) had no message left" in errors[0] + "".join(p.read_text() for p in setup.logs.glob("*.log*"))
+    # One poll may release all three or, when the grace's end falls between their offers
+    # (a loaded machine spreads them), two polls the rest: each entry is released once.
+    logged = errors[0] + "".join(p.read_text() for p in setup.logs.glob("*.log*"))
+    assert sum(int(n) for n in re.findall(r"(\d+) queued task\(s\) had no message left", logged)) == 3, logged[-3000:]
     for number in numbers:
         assert len(_finals(github_forge, number)) == 1, number
 
