@@ -3,6 +3,7 @@ in-memory tool runner and real context files. Seconds, not a CLI run, per loop c
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from coding_agent.agent.loop import Checkpoint, Decision, LoopLimits, LoopOutcom
 from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import ProtocolPolicy
 from coding_agent.context.storage import ContextStorage, RunContextFiles
+from coding_agent.errors import ForgeError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.openai_client import OpenAICompatibleClient
 from coding_agent.llm.protocols import create_protocol
@@ -178,3 +180,79 @@ async def test_the_checkpoint_after_a_reply_says_whether_tools_run_next(
         Checkpoint.ITERATION_START,
         Checkpoint.AFTER_REPLY,
     ]
+
+
+class CommentAfterToolStarts(Comments):
+    """A step comment that is written only once the step's tool has started (a forge
+    write that takes longer than the tool's start): a loop that waits for the comment
+    before its tools never gets there."""
+
+    def __init__(self, tool_started: asyncio.Event) -> None:
+        super().__init__()
+        self.tool_started = tool_started
+
+    async def step_comment(self, text: str) -> None:
+        await self.tool_started.wait()
+        self.posted.append(text)
+
+
+class ToolThatSignals(MemoryTools):
+    def __init__(self, files: dict[str, str], started: asyncio.Event) -> None:
+        super().__init__(files)
+        self.started = started
+
+    async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
+        self.started.set()
+        await asyncio.sleep(0)  # the call's own I/O: the comment's write goes on meanwhile
+        return await super().call(name, args)
+
+
+class PostedAtCheckpoints:
+    """Steering that lets everything through and notes the comments posted by each checkpoint."""
+
+    def __init__(self, comments: Comments) -> None:
+        self.comments = comments
+        self.seen: list[tuple[Checkpoint, list[str]]] = []
+
+    async def checkpoint(self, point: Checkpoint, llm: LLMClient) -> Decision:
+        self.seen.append((point, list(self.comments.posted)))
+        return Decision()
+
+
+@pytest.mark.parametrize("function_calling", [False, True], ids=["json_text", "tool_calls"])
+async def test_a_step_s_comment_goes_out_while_its_tools_run(
+    server: ReplaySandbox, tmp_path: Path, function_calling: bool
+) -> None:
+    """Neither waits for the other, and both are done before the step's next checkpoint."""
+    script = {
+        "replies": [
+            {"tool": "workspace/view", "args": {"path": "README.md"}, "comment": "Reading the README"},
+            {"done": "The README is a heading."},
+        ]
+    }
+    run = Run(server, script, tmp_path, function_calling)
+    started = asyncio.Event()
+    run.tools = ToolThatSignals(run.tools.files, started)
+    run.comments = comments = CommentAfterToolStarts(started)
+    steering = PostedAtCheckpoints(comments)
+    outcome = await asyncio.wait_for(run.loop(oversight=Oversight(steering=steering)), 30)
+    assert outcome == LoopOutcome("done", "The README is a heading.", 2)
+    assert comments.posted == ["Reading the README"]
+    assert (Checkpoint.AFTER_TOOL, ["Reading the README"]) in steering.seen, "out before the step's next checkpoint"
+
+
+class FailingComments(Comments):
+    async def step_comment(self, text: str) -> None:
+        raise ForgeError("github POST /repos/o/r/issues/1/comments: 502")
+
+
+async def test_a_step_comment_that_cannot_be_written_ends_the_run_once_its_tools_ran(
+    server: ReplaySandbox, tmp_path: Path
+) -> None:
+    script = {"replies": [{"tool": "workspace/view", "args": {"path": "README.md"}, "comment": "Reading"}, {"done": "x"}]}
+    run = Run(server, script, tmp_path, True)
+    run.comments = FailingComments()
+    with pytest.raises(ForgeError, match="502"):
+        await run.loop()
+    assert run.tools.calls == [("workspace/view", {"path": "README.md"})], "the step's tool ran"
+    assert len(run.server.requests) == 1, "no further request to the model"

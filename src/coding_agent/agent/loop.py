@@ -11,9 +11,10 @@ Repetition is watched by one detector, the loop guard (`agent.loop_guard`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal, Protocol
@@ -264,13 +265,35 @@ class _Loop:
         parsed = await self.policy.accept(self.llm, parsed)
         if repeated is not None and not parsed.done:
             self.llm.send_user_message(repeated)
-        if parsed.comment and not parsed.done:
-            await self.reporter.step_comment(parsed.comment)
-        for action in parsed.actions:
-            await self.run_tool(action)
+        comment = parsed.comment if parsed.comment and not parsed.done else ""
+        if comment and not parsed.actions:
+            await self.reporter.step_comment(comment)
+        elif comment:
+            await self.run_tools_while_posting(comment, parsed.actions)
+        else:
+            for action in parsed.actions:
+                await self.run_tool(action)
         if parsed.actions:
             await self.consult(Checkpoint.AFTER_TOOL)
         return LoopOutcome("done", parsed.comment, self.steps) if parsed.done else None
+
+    async def run_tools_while_posting(self, comment: str, actions: Sequence[ToolAction]) -> None:
+        """The step's tools while its comment goes out: neither needs the other, and a
+        forge write (hundreds of milliseconds on a real forge) would otherwise hold the
+        step up, or the tools would hold the comment back. Both are done before the
+        step's next checkpoint, as if one ran after the other: a failed comment still
+        ends the run, once the tools have run; a failed tool (its error is the one
+        reported) leaves the comment to finish first."""
+        posting = asyncio.ensure_future(self.reporter.step_comment(comment))
+        try:
+            for action in actions:
+                await self.run_tool(action)
+        except BaseException:
+            await asyncio.wait([posting])
+            if not posting.cancelled():
+                posting.exception()  # retrieved: the tool's error is the one that ends the run
+            raise
+        await posting
 
     async def run_tool(self, action: ToolAction) -> None:
         """Run one action and send its output back, with the loop guard's note if any."""
