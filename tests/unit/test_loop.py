@@ -256,3 +256,27 @@ async def test_a_step_comment_that_cannot_be_written_ends_the_run_once_its_tools
         await run.loop()
     assert run.tools.calls == [("workspace/view", {"path": "README.md"})], "the step's tool ran"
     assert len(run.server.requests) == 1, "no further request to the model"
+
+
+class BrokenTools(MemoryTools):
+    async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
+        await asyncio.sleep(0)
+        raise RuntimeError("the tool runner broke")
+
+
+class SlowComments(Comments):
+    async def step_comment(self, text: str) -> None:
+        for _ in range(5):  # a write that outlasts the tool's failure
+            await asyncio.sleep(0)
+        self.posted.append(text)
+
+
+async def test_a_tool_that_raises_ends_the_run_with_its_error_once_the_step_comment_is_out(
+    server: ReplaySandbox, tmp_path: Path
+) -> None:
+    script = {"replies": [{"tool": "workspace/view", "args": {"path": "README.md"}, "comment": "Reading"}]}
+    run = Run(server, script, tmp_path, True)
+    run.tools, run.comments = BrokenTools(run.tools.files), SlowComments()
+    with pytest.raises(RuntimeError, match="the tool runner broke"):
+        await run.loop()
+    assert run.comments.posted == ["Reading"], "the comment was written, as before the tools ran"

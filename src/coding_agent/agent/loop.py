@@ -280,18 +280,22 @@ class _Loop:
     async def run_tools_while_posting(self, comment: str, actions: Sequence[ToolAction]) -> None:
         """The step's tools while its comment goes out: neither needs the other, and a
         forge write (hundreds of milliseconds on a real forge) would otherwise hold the
-        step up, or the tools would hold the comment back. Both are done before the
-        step's next checkpoint, as if one ran after the other: a failed comment still
-        ends the run, once the tools have run; a failed tool (its error is the one
-        reported) leaves the comment to finish first."""
-        posting = asyncio.ensure_future(self.reporter.step_comment(comment))
+        step up. Both are done before the step's next checkpoint, as if one ran after the
+        other: a comment that cannot be written still ends the run, once the tools have
+        run; a failed tool's error is the one that ends it, the comment finished first.
+        A cancelled run (a shutdown) cancels the comment too, as it would a comment
+        still being written."""
+        posting = asyncio.create_task(self.reporter.step_comment(comment))
         try:
             for action in actions:
                 await self.run_tool(action)
+        except asyncio.CancelledError:
+            posting.cancel()
+            raise
         except BaseException:
             await asyncio.wait([posting])
             if not posting.cancelled():
-                posting.exception()  # retrieved: the tool's error is the one that ends the run
+                posting.exception()  # retrieved: the tool's error is the one reported
             raise
         await posting
 
