@@ -280,3 +280,42 @@ async def test_a_tool_that_raises_ends_the_run_with_its_error_once_the_step_comm
     with pytest.raises(RuntimeError, match="the tool runner broke"):
         await run.loop()
     assert run.comments.posted == ["Reading"], "the comment was written, as before the tools ran"
+
+
+class HangingTools(MemoryTools):
+    def __init__(self, files: dict[str, str]) -> None:
+        super().__init__(files)
+        self.started = asyncio.Event()
+
+    async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
+        self.started.set()
+        await asyncio.Event().wait()  # a tool still running when the run is cancelled
+        raise AssertionError("never reached")
+
+
+class HangingComments(Comments):
+    def __init__(self) -> None:
+        super().__init__()
+        self.started, self.cancelled = asyncio.Event(), asyncio.Event()
+
+    async def step_comment(self, text: str) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()  # a forge write still going
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+
+async def test_a_cancelled_run_cancels_the_step_comment_being_written(server: ReplaySandbox, tmp_path: Path) -> None:
+    """A shutdown does not wait for a forge write's retries: the comment goes with the step."""
+    script = {"replies": [{"tool": "workspace/view", "args": {"path": "README.md"}, "comment": "Reading"}]}
+    run = Run(server, script, tmp_path, True)
+    run.tools, run.comments = tools, comments = HangingTools(run.tools.files), HangingComments()
+    looping = asyncio.create_task(run.loop())
+    await asyncio.wait_for(asyncio.gather(tools.started.wait(), comments.started.wait()), 30)
+    looping.cancel()
+    await asyncio.wait({looping}, timeout=30)
+    assert looping.cancelled(), "the run ended at once, not after the comment's write"
+    await asyncio.wait_for(comments.cancelled.wait(), 30)
+    assert comments.posted == []

@@ -174,6 +174,12 @@ class _Ended(Exception):
         self.outcome = outcome
 
 
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """Mark a task's outcome as seen (a task whose error nobody reads is logged at exit)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class _Loop:
     """One run of the loop: its collaborators and its counters."""
 
@@ -291,11 +297,11 @@ class _Loop:
                 await self.run_tool(action)
         except asyncio.CancelledError:
             posting.cancel()
+            posting.add_done_callback(_retrieved)  # a comment that failed just before: no warning
             raise
         except BaseException:
             await asyncio.wait([posting])
-            if not posting.cancelled():
-                posting.exception()  # retrieved: the tool's error is the one reported
+            _retrieved(posting)  # the tool's error is the one reported
             raise
         await posting
 
