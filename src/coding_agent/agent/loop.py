@@ -271,11 +271,8 @@ class _Loop:
         parsed = await self.policy.accept(self.llm, parsed)
         if repeated is not None and not parsed.done:
             self.llm.send_user_message(repeated)
-        comment = parsed.comment if parsed.comment and not parsed.done else ""
-        if comment and not parsed.actions:
-            await self.reporter.step_comment(comment)
-        elif comment:
-            await self.run_tools_while_posting(comment, parsed.actions)
+        if parsed.comment and not parsed.done:
+            await self.run_tools_while_posting(parsed.comment, parsed.actions)
         else:
             for action in parsed.actions:
                 await self.run_tool(action)
