@@ -6,6 +6,8 @@ import asyncio
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import httpx
+
 from coding_agent.config import GitHubConfig, GitLabConfig
 from coding_agent.domain.tasks import Comment
 from coding_agent.redaction import Redactor
@@ -14,6 +16,7 @@ from coding_agent.runtime.followups import FollowUpIntake, find_followup_comment
 from coding_agent.sandbox.github import GitHubSandbox, GitHubState
 from coding_agent.sources.github import GitHubSource
 from coding_agent.sources.gitlab import GitLabSource
+from coding_agent.sources.http import CachingTransport
 from coding_agent.store.state import StateStore
 from tests.support.gitlab import GitLabSandbox
 
@@ -272,3 +275,34 @@ def test_github_follow_up_searches_of_polls_a_minute_apart_are_one_cached_search
         asyncio.run(two_polls())
         searches = state.requests()[before:]
         assert [request.not_modified for request in searches] == [False, False, True, True]
+
+
+def test_a_gzipped_search_page_is_kept_encoded_and_revalidated() -> None:
+    """GitHub gzips its answers; the answer cache keeps them as received, so a page of
+    the bot's open PRs costs the cache its compressed size (a `serve` with many open PRs
+    revalidates up to ten such pages a poll), and a 304 still gives the whole page."""
+    with GitHubSandbox(compress=True) as sandbox:
+        state = sandbox.state
+        state.add_user("agent-bot", token=TOKEN, bot=True)
+        state.add_repo("acme/widgets")
+        for number in range(1, 101):
+            state.create_pull("acme/widgets", f"Greet {number}", author="agent-bot", head=f"coding-agent/{number}-greet")
+        transport = CachingTransport(30.0)
+
+        async def search_twice() -> tuple[httpx.Response, httpx.Response, int]:
+            headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/vnd.github+json"}
+            params = {"q": "is:pr is:open author:agent-bot", "per_page": "100"}
+            try:
+                async with httpx.AsyncClient(transport=transport, headers=headers) as client:
+                    first = await client.get(f"{sandbox.url}/search/issues", params=params)
+                    second = await client.get(f"{sandbox.url}/search/issues", params=params)
+                    return first, second, transport.cache.retained_bytes
+            finally:
+                await transport.close_pool()
+
+        before = len(state.requests())
+        first, second, kept = asyncio.run(search_twice())
+    assert [request.not_modified for request in state.requests()[before:]] == [False, True]
+    assert first.headers["content-encoding"] == "gzip"
+    assert len(second.json()["items"]) == 100 and second.json() == first.json()
+    assert len(first.content) > 100_000 and kept < len(first.content) / 5, (len(first.content), kept)

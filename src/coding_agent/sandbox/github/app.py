@@ -13,6 +13,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -102,11 +103,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return api_error_response(exc.status_code, message)
 
 
-def create_github_app(state: GitHubState, faults: FaultInjector | None = None) -> Starlette:
-    """The ASGI app serving `state`; `faults` (if given) is consulted before routing."""
+def create_github_app(state: GitHubState, faults: FaultInjector | None = None, compress: bool = False) -> Starlette:
+    """The ASGI app serving `state`; `faults` (if given) is consulted before routing.
+    `compress`: answers of 1 kB and more are gzipped for a client that accepts it, as
+    api.github.com sends them (the client then keeps and revalidates encoded bodies)."""
+    gzip = [Middleware(GZipMiddleware, minimum_size=1024)] if compress else []
     return Starlette(
         routes=_routes(_Api(state)),
-        middleware=[Middleware(GitHubMiddleware, state=state, faults=faults, unauthenticated=BLOB_PREFIX)],
+        middleware=[*gzip, Middleware(GitHubMiddleware, state=state, faults=faults, unauthenticated=BLOB_PREFIX)],
         exception_handlers={
             ApiError: _api_error,
             NotFoundError: _not_found,

@@ -30,13 +30,19 @@ class GitHubSandbox(ServedApp):
     """Serve a `GitHubState` on a loopback port; `state` and `faults` stay in the caller's hands."""
 
     def __init__(
-        self, state: GitHubState | None = None, faults: FaultInjector | None = None, playground: Playground | None = None
+        self,
+        state: GitHubState | None = None,
+        faults: FaultInjector | None = None,
+        playground: Playground | None = None,
+        compress: bool = False,
     ) -> None:
+        """`compress`: gzip the API's answers for clients that accept it, as GitHub does
+        (off by default: the tests read the sandbox's bodies as sent)."""
         self.state = state or GitHubState()
         self.faults = faults or FaultInjector()
         self.playground = playground
         self._webhooks: list[WebhookSender] = []
-        api: ASGIApp = create_github_app(self.state, self.faults)
+        api: ASGIApp = create_github_app(self.state, self.faults, compress)
         if playground is not None:
             api = WithPlayground(api, create_playground_app(self.state, playground))
         super().__init__(GitHttpRouter(api, github_git_backend(self.state), self.faults))
