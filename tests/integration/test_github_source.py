@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import secrets
 import socket
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -685,3 +688,21 @@ async def test_a_lookup_shared_by_two_runs_answers_both_when_its_first_asker_has
     identity = await asyncio.wait_for(waiting, 30)
     assert identity.name and identity.email
     assert [r.path for r in sandbox.state.requests() if r.path == "/user"] == ["/user", "/user"]
+
+
+async def test_a_parsed_answer_leaves_no_string_behind_in_the_json_parser(
+    sandbox: GitHubSandbox, source: GitHubSource
+) -> None:
+    """pydantic's JSON parser keeps each short string it made in a process-wide cache
+    (16,384 places) unless told not to. A `serve` reads forge answers for ever: such
+    strings, made among a request's short-lived objects and then held by the parser for
+    thousands of requests, were the only objects `bench_soak.py --trace` found alive,
+    out of the collector's sight and growing in number (docs/performance.md). Once the
+    task is dropped, nothing else holds its title."""
+    title = f"Probe {secrets.token_hex(8)}"
+    number = sandbox.state.create_issue(REPO, title, "body", author="alice")
+    task = await source.get_task(_issue_key(number))
+    assert task.title == title
+    gc.collect()
+    holders = sys.getrefcount(task.title) - 1  # less the call's own reference
+    assert holders == 1, "something besides the task holds the title it read"
