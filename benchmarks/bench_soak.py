@@ -10,8 +10,9 @@ the answer cache keeps bodies as received, and sent uncompressed, the pages of t
 open PRs (every PR stays open here) weighed about 25 times as much in it. Tasks arrive
 in waves of `--wave`: the issues are opened and labelled, the label's signed webhook
 is POSTed to `serve`, and the next wave comes when the state store shows the wave's
-runs done; after each wave one task's dashboard page is fetched. At every `--every` tasks, with no run going, the sample: `VmRSS` of
-`serve`, its open file descriptors, threads and child processes.
+runs done; after each wave one task's dashboard page is fetched. At every `--every`
+tasks, with no run going, the sample: `VmRSS` of `serve`, its open file descriptors,
+threads and child processes.
 
 Target: after the first 200 tasks (the warm-up: imports, caches filled, the allocator's
 arenas), RSS grows under 10 MB in all, however many tasks follow. Also checked: every
