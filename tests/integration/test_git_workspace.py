@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
@@ -28,7 +29,7 @@ from coding_agent.sources.github import GitHubSource
 from coding_agent.tools.host_git import git_dir_for
 from coding_agent.workspace.checkout import Checkout, branch_name, prepare_workspace, reopen_workspace
 from coding_agent.workspace.delivery import SUMMARY_END, SUMMARY_START, deliver
-from coding_agent.workspace.git import Git, PushRejected
+from coding_agent.workspace.git import Git, GitResult, PushRejected
 from coding_agent.workspace.mirror import Mirrors, mirrors_dir
 from coding_agent.workspace.rules import read_repository_rules
 
@@ -363,6 +364,40 @@ async def test_a_full_mirror_lends_its_objects_and_the_run_delivers_from_it(
     number = sandbox.state.create_pull(REPO, "Feature", author="alice", head="feature")
     change = await _prepare(source, _task(number, "Feature", change=True, head="feature"), tmp_path / "ws" / "pr", mirrors=mirrors)
     assert change.branch == "feature" and change.start_sha == sandbox.state.branches(REPO)["feature"]
+
+
+class _ReadingGit(Git):
+    """The host's git, counting what its commands printed: what the agent read."""
+
+    def __init__(self) -> None:
+        super().__init__(timeout=60)
+        self.read_bytes = 0
+
+    async def run(self, cwd: Path | None, *args: str, **options: Any) -> GitResult:
+        result = await super().run(cwd, *args, **options)
+        self.read_bytes += len(result.stdout) + len(result.stderr)
+        return result
+
+
+async def test_a_run_through_the_mirror_reads_only_its_own_branches_however_many_there_are(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    """The agent pushes a branch per task: a busy repository has thousands. A run reads
+    the few it needs; listing them all, twice a refresh, made each run's work (and the
+    memory of a long `serve`) grow with every task ever done."""
+    main = sandbox.state.branches(REPO)["main"]
+    earlier = sandbox.state.git.create_branch(REPO, "coding-agent/7-first-title", main)
+    for number in range(1000, 1300):
+        sandbox.state.git.create_branch(REPO, f"coding-agent/{number}-some-task-of-the-past", main)
+    mirrors = Mirrors(mirrors_dir(tmp_path / "ws"), depth=1)
+    git = _ReadingGit()
+    record = tmp_path / "ws" / "run.checkout.json"
+    checkout = await prepare_workspace(
+        source, _task(7, "Second title"), tmp_path / "ws" / "run", git, depth=1, retry=FAST, record=record, mirrors=mirrors
+    )
+    assert checkout.branch == "coding-agent/7-first-title" and checkout.branch_exists, "its earlier branch, found"
+    assert checkout.start_sha == earlier
+    assert git.read_bytes < 2_000, f"{git.read_bytes} bytes read for one run's checkout"
 
 
 async def test_a_shallow_mirror_lends_its_objects_too_and_the_run_delivers_from_it(

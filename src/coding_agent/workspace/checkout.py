@@ -34,7 +34,7 @@ from coding_agent.retry import RetryPolicy, retry_async
 from coding_agent.sources.base import Source
 from coding_agent.tools.host_git import git_dir_for, install_attributes
 from coding_agent.workspace.git import Git, GitAuth, GitError
-from coding_agent.workspace.mirror import MirrorRefs, Mirrors, parse_ls_remote
+from coding_agent.workspace.mirror import MirrorRefs, Mirrors, branch_commits, parse_ls_remote
 
 __all__ = [
     "Checkout",
@@ -114,12 +114,17 @@ async def _target(
 
     One `ls-remote` answers both: the default branch (HEAD) and the branches that matter.
     """
+    pattern = _branch_pattern(task)
+    remote = await retry_async(lambda: remote_refs(git, url, auth, [pattern]), retry, "git ls-remote")
+    return _choose(task, project, remote)
+
+
+def _branch_pattern(task: Task) -> str:
+    """The refs that may be the run's branch: a PR/MR's head branch, an issue's task branches."""
     key = task.key
     if key.is_change and not task.head_branch:
         raise AgentError(f"{key} has no head branch to work on")
-    pattern = f"refs/heads/{task.head_branch}" if key.is_change else f"refs/heads/{BRANCH_PREFIX}{key.number}-*"
-    remote = await retry_async(lambda: remote_refs(git, url, auth, [pattern]), retry, "git ls-remote")
-    return _choose(task, project, remote)
+    return f"refs/heads/{task.head_branch}" if key.is_change else f"refs/heads/{BRANCH_PREFIX}{key.number}-*"
 
 
 def _choose(task: Task, project: str, remote: _Remote) -> tuple[str, str, bool]:
@@ -169,12 +174,14 @@ async def prepare_workspace(
         except GitError as error:  # the mirror, not the forge: this run clones from the forge
             log.warning("%s: no mirror of %s (%s); cloning from the forge", key, project, error)
     if mirror is not None:
-        branch, base, exists = _choose(task, project, _Remote(mirror.default_branch, mirror.branches))
+        default = [f"refs/heads/{mirror.default_branch}"] if mirror.default_branch else []
+        remote = _Remote(mirror.default_branch, await branch_commits(git, mirror, [_branch_pattern(task), *default]))
+        branch, base, exists = _choose(task, project, remote)
     else:
         branch, base, exists = await _target(git, task, project, url, auth, retry)
     ref = branch if exists else base or None
     if mirror is not None:
-        start_sha = await borrow_from_mirror(git, path, mirror, branch, mirror.branches.get(ref) if ref else None)
+        start_sha = await borrow_from_mirror(git, path, mirror, branch, remote.branches.get(ref) if ref else None)
     else:
         await clone_into(git, path, url, auth, ref, depth=depth, retry=retry)
         if not exists:

@@ -7,6 +7,12 @@ together share one refresh (`ls-remote` for the default branch, then one `fetch`
 every branch), and each run's clone borrows the mirror's objects
 (`objects/info/alternates`, `checkout.borrow_from_mirror`): no copy, no network.
 
+A refresh reads no list of every branch: a run asks the mirror for the few branches it
+needs (`branch_commits`). The agent pushes a branch per task, so a busy repository has
+thousands; listing them all on every refresh, twice, made each run's work (and the
+memory `serve` needs for it) grow with the number of tasks ever done
+(docs/performance.md, the soak).
+
 Freshness is what a network clone gave: a run uses a refresh that *began after the run
 was picked up*, never an older one, so a push just before the run started is always seen.
 Runs in other processes on the machine share the same mirrors; a file lock keeps
@@ -36,7 +42,7 @@ from pathlib import Path
 from coding_agent.retry import RetryPolicy, retry_async
 from coding_agent.workspace.git import Git, GitAuth, GitError
 
-__all__ = ["Mirrors", "MirrorRefs", "mirrors_dir", "parse_ls_remote"]
+__all__ = ["Mirrors", "MirrorRefs", "branch_commits", "mirrors_dir", "parse_ls_remote"]
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +56,20 @@ def mirrors_dir(workspaces: Path) -> Path:
 
 @dataclass(frozen=True)
 class MirrorRefs:
-    """A refreshed mirror: its path, the forge's default branch and every branch's commit."""
+    """A refreshed mirror: its path, the forge's default branch, and whether it is shallow."""
 
     path: Path
     default_branch: str | None
-    branches: dict[str, str]
     shallow: bool
+
+
+async def branch_commits(git: Git, mirror: MirrorRefs, patterns: list[str]) -> dict[str, str]:
+    """{branch: commit} of the mirror's branches that match `patterns` (`refs/heads/...`,
+    globs allowed; at least one: no pattern would list every branch)."""
+    if not patterns:
+        raise ValueError("branch_commits needs at least one pattern")
+    listing = await git.run(None, f"--git-dir={mirror.path}", "for-each-ref", "--format=%(objectname)\t%(refname)", *patterns)
+    return parse_ls_remote(listing.stdout)[1]
 
 
 @dataclass
@@ -113,10 +127,12 @@ class Mirrors:
         try:
             await _lock(descriptor)
             await asyncio.to_thread(_remove_dead_locks, path)
-            listing = await git.run(None, "ls-remote", "--symref", url, "HEAD", "refs/heads/*", auth=auth)
-            default, listed = parse_ls_remote(listing.stdout)
+            listing = await git.run(None, "ls-remote", "--symref", url, "HEAD", auth=auth)
+            default, any_branch = parse_ls_remote(listing.stdout)[0], _names_a_commit(listing.stdout)
+            if not any_branch:  # empty, or HEAD names a branch that is not there: any other?
+                any_branch = bool((await git.run(None, "ls-remote", url, "refs/heads/*", auth=auth)).stdout.strip())
             try:
-                branches = await self._fetch(git, path, url, auth, bool(listed))
+                await self._fetch(git, path, url, auth, any_branch)
             except GitError:
                 if await _is_repository(git, path):
                     # Sound, and running runs' clones borrow its objects: it stays. This
@@ -127,31 +143,30 @@ class Mirrors:
                 log.warning("the mirror %s is no git repository any more; it is made again next time", path.name)
                 shutil.rmtree(path, ignore_errors=True)
                 raise
-            return MirrorRefs(path, default, branches, (path / "shallow").is_file())
+            return MirrorRefs(path, default, (path / "shallow").is_file())
         finally:
             os.close(descriptor)  # releases the lock
 
-    async def _fetch(self, git: Git, path: Path, url: str, auth: GitAuth | None, any_branch: bool) -> dict[str, str]:
-        """Fetch every branch into the mirror; {branch: commit} as the mirror now has them.
+    async def _fetch(self, git: Git, path: Path, url: str, auth: GitAuth | None, any_branch: bool) -> None:
+        """Fetch every branch into the mirror.
 
-        The branches are read from the mirror, not from the `ls-remote` before the fetch:
-        a branch that moved in between would name a commit the (shallow) fetch never got.
-        (An empty repository is never fetched: a glob refspec matching nothing fails.
-        Its mirror is still made: a run's clone borrows from it all the same.)
+        A run reads its branches from the mirror (`branch_commits`), never from an
+        `ls-remote` before the fetch: a branch that moved in between would name a commit
+        the (shallow) fetch never got. (An empty repository is never fetched: a glob
+        refspec matching nothing fails. Its mirror is still made: a run's clone borrows
+        from it all the same.)
         """
         if not (path / "HEAD").is_file():
             await git.run(None, "init", "--quiet", "--bare", "--template=", str(path))
             await git.run(None, f"--git-dir={path}", "config", "gc.auto", "0")
         if not any_branch:
-            return {}
+            return
         # Every fetch keeps what it got as one pack (never loose objects), so that the
         # packs can be counted and rolled up below.
         fetch = ["-c", "fetch.unpackLimit=1", f"--git-dir={path}", "fetch", "--quiet", "--prune", "--no-tags"]
         fetch += ["--no-write-fetch-head", *(["--depth", str(self._depth)] if self._depth > 0 else [])]
         await git.run(None, *fetch, url, "+refs/heads/*:refs/heads/*", auth=auth)
         await self._roll_up_packs(git, path)
-        listing = await git.run(None, f"--git-dir={path}", "for-each-ref", "--format=%(objectname)\t%(refname)", "refs/heads/")
-        return parse_ls_remote(listing.stdout)[1]
 
     async def _roll_up_packs(self, git: Git, path: Path) -> None:
         """Roll the small packs the refreshes left into bigger ones once there are more
@@ -190,6 +205,11 @@ async def _lock(descriptor: int) -> None:
             return
         except BlockingIOError:
             await asyncio.sleep(_LOCK_POLL_SECONDS)
+
+
+def _names_a_commit(stdout: str) -> bool:
+    """Whether `git ls-remote ... HEAD` output gives HEAD a commit (not only a symref)."""
+    return any(line.endswith("\tHEAD") and not line.startswith("ref: ") for line in stdout.splitlines())
 
 
 def parse_ls_remote(stdout: str) -> tuple[str | None, dict[str, str]]:
