@@ -332,7 +332,7 @@ def test_a_poll_offers_only_the_agents_pulls_not_examined_as_they_stand(github_f
         async def poll() -> list[tuple[str, str]]:
             service = AgentService(load_for_service(setup))
             try:
-                found = await service.sources[0].discover_review_followups(_a_week_ago())
+                found = [task async for page in service.sources[0].discover_review_followups(_a_week_ago()) for task in page]
                 [pull] = [task for task in found if task.key.number == examined]
                 later = pull.updated_at.timestamp() + 60  # its `updated_at` settled
                 FollowUpRecords(service.store.engine, clock=lambda: later).mark_seen(str(pull.key), pull.updated_at)
@@ -343,6 +343,38 @@ def test_a_poll_offers_only_the_agents_pulls_not_examined_as_they_stand(github_f
 
         offered = asyncio.run(asyncio.wait_for(poll(), 120))
     assert offered == [(f"github:{REPO}!{fresh}", "followup")], offered
+
+
+def test_a_poll_with_more_open_pulls_than_a_page_offers_each_unexamined_one_page_by_page(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """150 open PRs of the agent fill two search pages. The poll deals with each page
+    before it asks for the next (a busy bot's thousand candidates were all held at once,
+    every poll: docs/performance.md), and offers the unexamined PRs of both pages."""
+    state = github_forge.sandbox.state
+    pulls = [state.create_pull(REPO, f"Change {n}", author=BOT, head=f"coding-agent/{n}-x") for n in range(150)]
+    unexamined = {pulls[0], pulls[-1]}
+    with ReplaySandbox({"replies": []}) as model:
+        setup = write_config(tmp_path, [github_forge], llm_section(model))
+
+        async def poll() -> tuple[list[tuple[str, str]], list[int]]:
+            service = AgentService(load_for_service(setup))
+            try:
+                source, records = service.sources[0], FollowUpRecords(service.store.engine, clock=lambda: 2e9)
+                sizes = []
+                async for page in source.discover_review_followups(_a_week_ago()):
+                    sizes.append(len(page))
+                    for pull in page:
+                        if pull.key.number not in unexamined:
+                            records.mark_seen(str(pull.key), pull.updated_at)
+                report = await service.producer.cycle(await service.queue())
+                return sorted((item.key, item.reason) for item in report.enqueued), sizes
+            finally:
+                await service.aclose()
+
+        offered, sizes = asyncio.run(asyncio.wait_for(poll(), 120))
+    assert sizes == [100, 50], "two pages"
+    assert offered == sorted((f"github:{REPO}!{number}", "followup") for number in unexamined), offered
 
 
 def _a_week_ago() -> datetime:

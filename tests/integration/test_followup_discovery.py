@@ -58,7 +58,7 @@ def test_github_search_finds_done_items_mentioning_the_bot_since_a_time() -> Non
             config = GitHubConfig(api_url=sandbox.url, token=TOKEN, owner="acme", bot_name="agent-bot")
             source = GitHubSource(config, RetryPolicy(retries=0))
             try:
-                return [task.key.number for task in await source.discover_followups(since)]
+                return [task.key.number async for page in source.discover_followups(since) for task in page]
             finally:
                 await source.aclose()
 
@@ -85,7 +85,7 @@ def test_gitlab_lists_done_items_updated_since_a_time() -> None:
             config = GitLabConfig(api_url=sandbox.url, token="glpat-" + "FollowupDiscovery01", group="acme", bot_name="agent-bot")
             source = GitLabSource(config, RetryPolicy(retries=0))
             try:
-                return [task.key.number for task in await source.discover_followups(since)]
+                return [task.key.number async for page in source.discover_followups(since) for task in page]
             finally:
                 await source.aclose()
 
@@ -110,7 +110,7 @@ def test_github_review_candidates_are_the_bots_open_pulls_in_one_search() -> Non
             config = GitHubConfig(api_url=sandbox.url, token=TOKEN, owner="acme", bot_name="agent-bot")
             source = GitHubSource(config, RetryPolicy(retries=0))
             try:
-                return [task.key.number for task in await source.discover_review_followups(since)]
+                return [task.key.number async for page in source.discover_review_followups(since) for task in page]
             finally:
                 await source.aclose()
 
@@ -136,7 +136,7 @@ def test_gitlab_review_candidates_are_the_bots_open_merge_requests_in_one_listin
             config = GitLabConfig(api_url=sandbox.url, token=token, group="acme", bot_name="agent-bot")
             source = GitLabSource(config, RetryPolicy(retries=0))
             try:
-                return [(task.key.number, task.head_branch) for task in await source.discover_review_followups(since)]
+                return [(task.key.number, task.head_branch) async for page in source.discover_review_followups(since) for task in page]
             finally:
                 await source.aclose()
 
@@ -144,6 +144,54 @@ def test_gitlab_review_candidates_are_the_bots_open_merge_requests_in_one_listin
         assert asyncio.run(discover(datetime.now(timezone.utc) - timedelta(days=7))) == [(ours, "coding-agent/1-greet")]
         assert len(state.requests()) - before == 1, "one listing per poll"
         assert asyncio.run(discover(datetime.now(timezone.utc) + timedelta(days=1))) == []
+
+
+def test_the_bots_open_pulls_come_a_page_at_a_time_the_next_asked_for_when_this_one_is_taken() -> None:
+    """A poll holds one page of candidates, not all of a busy bot's open PRs at once."""
+    with GitHubSandbox() as sandbox:
+        state = sandbox.state
+        state.add_user("agent-bot", token=TOKEN, bot=True)
+        state.add_repo("acme/widgets")
+        for number in range(150):
+            state.create_pull("acme/widgets", f"Change {number}", author="agent-bot", head=f"coding-agent/{number}-x")
+
+        def searches() -> int:
+            return sum(request.path == "/search/issues" for request in state.requests())
+
+        async def pages() -> list[tuple[int, int]]:
+            config = GitHubConfig(api_url=sandbox.url, token=TOKEN, owner="acme", bot_name="agent-bot")
+            source = GitHubSource(config, RetryPolicy(retries=0))
+            try:
+                return [(len(page), searches()) async for page in source.discover_review_followups(T0)]
+            finally:
+                await source.aclose()
+
+        assert asyncio.run(pages()) == [(100, 1), (50, 2)], "(the page's size, searches made when it was handed over)"
+
+
+def test_the_bots_open_merge_requests_come_a_page_at_a_time_the_next_asked_for_when_this_one_is_taken() -> None:
+    with GitLabSandbox() as sandbox:
+        state = sandbox.state
+        token = "glpat-" + "FollowupDiscovery03"
+        state.add_user("agent-bot", token=token, bot=True)
+        state.add_group("acme")
+        state.add_project("acme/widgets")
+        state.set_access("acme/widgets", "agent-bot", 30)
+        for number in range(150):
+            state.create_merge_request("acme/widgets", f"Change {number}", author="agent-bot", source_branch=f"coding-agent/{number}-x")
+
+        def listings() -> int:
+            return sum(request.path.endswith("/merge_requests") for request in state.requests())
+
+        async def pages() -> list[tuple[int, int]]:
+            config = GitLabConfig(api_url=sandbox.url, token=token, group="acme", bot_name="agent-bot")
+            source = GitLabSource(config, RetryPolicy(retries=0))
+            try:
+                return [(len(page), listings()) async for page in source.discover_review_followups(T0)]
+            finally:
+                await source.aclose()
+
+        assert asyncio.run(pages()) == [(100, 1), (50, 2)], "(the page's size, listings made when it was handed over)"
 
 
 def _acme_widgets(state: GitHubState, writers: tuple[str, ...] = ("alice",), readers: tuple[str, ...] = ()) -> None:
@@ -166,7 +214,7 @@ def _claim_the_candidate(sandbox: GitHubSandbox, store: StateStore, since: datet
         intake = FollowUpIntake(store, "w1", 60, Redactor([]), "en", ["thanks"], False)
         try:
             discover = source.discover_review_followups if review else source.discover_followups
-            [candidate] = await discover(since)
+            [candidate] = [task async for page in discover(since) for task in page]
             before = len(sandbox.state.requests())
             result = await intake.try_claim(source, candidate)
             return result, len(sandbox.state.requests()) - before
@@ -266,8 +314,8 @@ def test_github_follow_up_searches_of_polls_a_minute_apart_are_one_cached_search
             source = GitHubSource(config, RetryPolicy(retries=0))
             try:
                 for since in (week_ago, week_ago + timedelta(minutes=1)):
-                    await source.discover_followups(since)
-                    await source.discover_review_followups(since)
+                    [page async for page in source.discover_followups(since)]
+                    [page async for page in source.discover_review_followups(since)]
             finally:
                 await source.aclose()
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -112,19 +113,18 @@ class Producer:
                 fixing = await self._ci.poll(lambda key: self._offer(queue, key, "followup", enqueued))
             since = datetime.now(timezone.utc) - timedelta(days=self._config.comment_handling.followup_days)
             pending = {str(task.key) for task in found} | fixing
-            candidates = await self._discover("follow-up discovery", lambda source: source.discover_followups(since), errors)
-            # The agent's own PRs/MRs: review threads there ask for more on their issue (SPEC 3).
-            candidates += await self._discover(
-                "review follow-up discovery", lambda source: source.discover_review_followups(since), errors
+            await self._offer_followups(
+                "follow-up discovery", lambda source: source.discover_followups(since), pending, queue, enqueued, errors
             )
-            # An item examined already at its `updated_at` is not offered: with many open
-            # PRs of the agent, each poll would queue (and keep a snapshot of) every one of
-            # them, only for its worker to find it unchanged.
-            candidates = [task for task in candidates if str(task.key) not in pending]
-            unchanged = await asyncio.to_thread(self._unchanged, candidates) if candidates else set()
-            for task in candidates:
-                if str(task.key) not in unchanged:
-                    await self._offer(queue, str(task.key), "followup", enqueued, task)
+            # The agent's own PRs/MRs: review threads there ask for more on their issue (SPEC 3).
+            await self._offer_followups(
+                "review follow-up discovery",
+                lambda source: source.discover_review_followups(since),
+                pending,
+                queue,
+                enqueued,
+                errors,
+            )
         except (QueueUnavailable, OperationalError) as error:
             # The broker or the state store is away (a restart, a network blip, a failover):
             # what is not enqueued is offered again by the next cycle, once it is back (the
@@ -181,6 +181,37 @@ class Producer:
             raise
         enqueued.append(item)
         return True
+
+    async def _offer_followups(
+        self,
+        what: str,
+        pages: Callable[[Source], AsyncIterator[list[Task]]],
+        pending: set[str],
+        queue: TaskQueue,
+        enqueued: list[QueuedTask],
+        errors: list[str],
+    ) -> None:
+        """Offer the follow-up candidates of every source, one page of them at a time: with
+        many open PRs of the agent, a poll held them all at once (a thousand snapshots),
+        and that peak, each poll, grew the process's memory (docs/performance.md).
+
+        A candidate offered or running already (`pending`) is not offered, nor one examined
+        already at its `updated_at`: each poll would queue (and keep a snapshot of) every
+        one of them, only for its worker to find it unchanged. A source that fails is an
+        error of this cycle, not its end; what its earlier pages offered stays offered."""
+        for source in self._sources:
+            try:
+                async with aclosing(pages(source)) as listed:
+                    async for page in listed:
+                        candidates = [task for task in page if str(task.key) not in pending]
+                        unchanged = await asyncio.to_thread(self._unchanged, candidates) if candidates else set()
+                        for task in candidates:
+                            if str(task.key) not in unchanged:
+                                await self._offer(queue, str(task.key), "followup", enqueued, task)
+            except AgentError as error:
+                message = f"{source.forge}: {what} failed: {self._redactor.text(str(error))}"
+                log.error(message)
+                errors.append(message)
 
     async def _discover(self, what: str, find: Callable[[Source], Awaitable[list[Task]]], errors: list[str]) -> list[Task]:
         """`find` on every source; a source that fails is an error of this cycle, not its end."""

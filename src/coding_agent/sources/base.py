@@ -8,6 +8,7 @@ in a worker thread. Transient failures are retried inside the adapter with the s
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -36,20 +37,24 @@ class Source(Protocol):
         """
         ...
 
-    async def discover_followups(self, since: datetime) -> list[Task]:
+    def discover_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
         """Open items carrying `done_label` updated since `since` that may hold a new @mention
         of the bot (SPEC 3 follow-ups): candidates, checked comment by comment at claim.
 
-        Costs O(1) requests per scope, like `discover`; [] when `bot_name` is unknown.
+        Page by page, as the forge lists them: the next page is asked for once the caller
+        has dealt with this one, so a poll holds one page of candidates, not every item
+        updated in `comment_handling.followup_days` (thousands, for a busy bot).
+        Costs O(1) requests per scope, like `discover`; no page when `bot_name` is unknown.
         """
         ...
 
-    async def discover_review_followups(self, since: datetime) -> list[Task]:
+    def discover_review_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
         """Open PRs/MRs the bot opened (its author is `bot_name`) updated since `since`:
         candidates for a follow-up from a review thread / MR discussion (SPEC 3), checked
         thread by thread at claim.
 
-        Costs O(1) requests per scope; [] when `bot_name` is unknown.
+        Page by page, as `discover_followups`; O(1) requests per scope; no page when
+        `bot_name` is unknown.
         """
         ...
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timezone
 from typing import Any
@@ -90,34 +90,36 @@ class GitHubSource:
     # ------------------------------------------------------------ discovery and snapshots
 
     async def discover(self) -> list[Task]:
-        return await self._search(*build_search_query(self._config))
+        return [task async for page in self._search(*build_search_query(self._config)) for task in page]
 
-    async def discover_followups(self, since: datetime) -> list[Task]:
+    async def discover_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
         """One search: done items that @mention the bot, updated since `since`."""
         if not self.bot_name:
-            return []
+            return
         stamp = since_the_hour(since).strftime("%Y-%m-%dT%H:%M:%SZ")
         query = f"{self._config.query} mentions:{self.bot_name} updated:>={stamp}".strip()
         scope = self._config.model_copy(update={"bot_label": self._config.done_label, "query": query})
-        return await self._search(*build_search_query(scope))
+        async for page in self._search(*build_search_query(scope)):
+            yield page
 
-    async def discover_review_followups(self, since: datetime) -> list[Task]:
+    async def discover_review_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
         """One search: open PRs the bot opened, updated since `since` (review threads, SPEC 3)."""
         if not self.bot_name:
-            return []
+            return
         stamp = since_the_hour(since).strftime("%Y-%m-%dT%H:%M:%SZ")
         head = ["is:pr", "is:open", f"author:{self.bot_name}", f"updated:>={stamp}"]
-        return await self._search(*build_search_query(self._config, head))
+        async for page in self._search(*build_search_query(self._config, head)):
+            yield page
 
-    async def _search(self, query: str, keep: frozenset[str] | None) -> list[Task]:
-        """Every page of one issue search (`keep`: the repositories to keep of a widened query)."""
+    async def _search(self, query: str, keep: frozenset[str] | None) -> AsyncIterator[list[Task]]:
+        """One issue search, page by page (`keep`: the repositories to keep of a widened query)."""
         search = self._rest.search.async_issues_and_pull_requests
-        tasks: list[Task] = []
         for page in range(1, _MAX_SEARCH_PAGES + 1):
             response = await self._http.call(
                 "GET", "/search/issues", lambda number=page: search(q=query, per_page=PER_PAGE, page=number)  # type: ignore[misc]
             )
             result = self._http.data(response, "GET", "/search/issues")
+            tasks: list[Task] = []
             for item in result.items:
                 project = project_of(item.repository_url)
                 if keep is not None and project.lower() not in keep:
@@ -126,9 +128,11 @@ class GitHubSource:
                 task = to_task(project, kind, item)
                 self._remember_labels(project, task.labels)
                 tasks.append(task)
-            if not has_next_page(response, len(result.items)) or page * PER_PAGE >= result.total_count:
-                break
-        return tasks
+            last = not has_next_page(response, len(result.items)) or page * PER_PAGE >= result.total_count
+            del response, result  # this page's answer is not held while the caller deals with its tasks
+            yield tasks
+            if last:
+                return
 
     async def get_task(self, key: TaskKey) -> Task:
         owner, repo = split_project(key.project)

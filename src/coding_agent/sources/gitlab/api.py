@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
 from typing import Any
@@ -94,26 +94,40 @@ class GitLabSource(GitLabCi):
 
     async def discover(self) -> list[Task]:
         """Opened issues and MRs with `bot_label` in the group or project: two listings, all pages."""
-        return await self._list_labelled(self.config.bot_label)
+        tasks = [task async for page in self._labelled(self.config.bot_label) for task in page]
+        return sorted(tasks, key=lambda task: (task.created_at, str(task.key)))
 
-    async def discover_followups(self, since: datetime) -> list[Task]:
+    async def discover_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
         """Done issues and MRs updated since `since`: two listings; mentions are checked at claim."""
         if not self.bot_name:
-            return []
-        return await self._list_labelled(self.config.done_label, updated_after=since_the_hour(since).isoformat())
+            return
+        async for page in self._labelled(self.config.done_label, updated_after=since_the_hour(since).isoformat()):
+            yield page
 
-    async def discover_review_followups(self, since: datetime) -> list[Task]:
+    async def discover_review_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
         """One listing: open MRs the bot opened, updated since `since` (MR discussions, SPEC 3)."""
         if not self.bot_name:
-            return []
-        path, scope = self._scope()
+            return
+        where, scope = self._scope()
         filters: dict[str, Any] = {"state": "opened", "scope": "all", "author_username": self.bot_name}
         filters["updated_after"] = since_the_hour(since).isoformat()
-        changes = await self._http.call(
-            f"GET {path}/merge_requests",
-            lambda: [item.attributes for item in scope.mergerequests.list(get_all=True, per_page=PER_PAGE, **filters)],
-        )
-        return [to_task(data, TaskKind.CHANGE) for data in changes]
+        async for page in self._pages(f"GET {where}/merge_requests", scope.mergerequests, filters, TaskKind.CHANGE):
+            yield page
+
+    async def _pages(self, what: str, manager: Any, filters: dict[str, Any], kind: TaskKind) -> AsyncIterator[list[Task]]:
+        """A listing's items as tasks, one page of `PER_PAGE` per request, until a short page."""
+        number = 1
+        while True:
+            items = await self._http.call(
+                what,
+                lambda page=number: [  # type: ignore[misc]
+                    item.attributes for item in manager.list(page=page, per_page=PER_PAGE, get_all=False, **filters)
+                ],
+            )
+            yield [to_task(data, kind) for data in items]
+            if len(items) < PER_PAGE:
+                return
+            number += 1
 
     def _scope(self) -> tuple[str, Any]:
         """The configured group or project, as a lazy python-gitlab object, and its path."""
@@ -122,20 +136,16 @@ class GitLabSource(GitLabCi):
         assert self.config.project_id is not None  # GitLabConfig requires group or project_id
         return "/projects/:id", self._http.gl.projects.get(self.config.project_id, lazy=True)
 
-    async def _list_labelled(self, label: str, **more: Any) -> list[Task]:
+    async def _labelled(self, label: str, **more: Any) -> AsyncIterator[list[Task]]:
+        """Opened issues, then MRs, carrying `label` (and the configured assignee), a page at a time."""
         where, scope = self._scope()
         filters: dict[str, Any] = {"labels": [label], "state": "opened", "scope": "all", **more}
         if self.config.assignee:
             filters["assignee_username"] = self.config.assignee
-
-        def listing(manager: Any) -> Callable[[], list[JSON]]:
-            return lambda: [item.attributes for item in manager.list(get_all=True, per_page=PER_PAGE, **filters)]
-
-        issues = await self._http.call(f"GET {where}/issues", listing(scope.issues))
-        changes = await self._http.call(f"GET {where}/merge_requests", listing(scope.mergerequests))
-        tasks = [to_task(data, TaskKind.ISSUE) for data in issues]
-        tasks += [to_task(data, TaskKind.CHANGE) for data in changes]
-        return sorted(tasks, key=lambda task: (task.created_at, str(task.key)))
+        async for page in self._pages(f"GET {where}/issues", scope.issues, filters, TaskKind.ISSUE):
+            yield page
+        async for page in self._pages(f"GET {where}/merge_requests", scope.mergerequests, filters, TaskKind.CHANGE):
+            yield page
 
     async def get_task(self, key: TaskKey) -> Task:
         path = item_path(key)
