@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
 from coding_agent.runtime.followups import FollowUpIntake, find_followup_comment, mentions
 from coding_agent.sandbox.github import GitHubSandbox, GitHubState
+from coding_agent.sources.base import Source
 from coding_agent.sources.github import GitHubSource
 from coding_agent.sources.gitlab import GitLabSource
 from coding_agent.sources.http import CachingTransport
@@ -158,15 +160,9 @@ def test_the_bots_open_pulls_come_a_page_at_a_time_the_next_asked_for_when_this_
         def searches() -> int:
             return sum(request.path == "/search/issues" for request in state.requests())
 
-        async def pages() -> list[tuple[int, int]]:
-            config = GitHubConfig(api_url=sandbox.url, token=TOKEN, owner="acme", bot_name="agent-bot")
-            source = GitHubSource(config, RetryPolicy(retries=0))
-            try:
-                return [(len(page), searches()) async for page in source.discover_review_followups(T0)]
-            finally:
-                await source.aclose()
-
-        assert asyncio.run(pages()) == [(100, 1), (50, 2)], "(the page's size, searches made when it was handed over)"
+        config = GitHubConfig(api_url=sandbox.url, token=TOKEN, owner="acme", bot_name="agent-bot")
+        pages = asyncio.run(_pages_and_requests(lambda: GitHubSource(config, RetryPolicy(retries=0)), searches))
+        assert pages == [(100, 1), (50, 2)], "(the page's size, searches made when it was handed over)"
 
 
 def test_the_bots_open_merge_requests_come_a_page_at_a_time_the_next_asked_for_when_this_one_is_taken() -> None:
@@ -183,15 +179,19 @@ def test_the_bots_open_merge_requests_come_a_page_at_a_time_the_next_asked_for_w
         def listings() -> int:
             return sum(request.path.endswith("/merge_requests") for request in state.requests())
 
-        async def pages() -> list[tuple[int, int]]:
-            config = GitLabConfig(api_url=sandbox.url, token=token, group="acme", bot_name="agent-bot")
-            source = GitLabSource(config, RetryPolicy(retries=0))
-            try:
-                return [(len(page), listings()) async for page in source.discover_review_followups(T0)]
-            finally:
-                await source.aclose()
+        config = GitLabConfig(api_url=sandbox.url, token=token, group="acme", bot_name="agent-bot")
+        pages = asyncio.run(_pages_and_requests(lambda: GitLabSource(config, RetryPolicy(retries=0)), listings))
+        assert pages == [(100, 1), (50, 2)], "(the page's size, listings made when it was handed over)"
 
-        assert asyncio.run(pages()) == [(100, 1), (50, 2)], "(the page's size, listings made when it was handed over)"
+
+async def _pages_and_requests(make: Callable[[], Source], requests: Callable[[], int]) -> list[tuple[int, int]]:
+    """Each page of the bot's open PRs/MRs a new source hands over: its size, and the
+    forge's `requests` count at that moment."""
+    source = make()
+    try:
+        return [(len(page), requests()) async for page in source.discover_review_followups(T0)]
+    finally:
+        await source.aclose()
 
 
 def _acme_widgets(state: GitHubState, writers: tuple[str, ...] = ("alice",), readers: tuple[str, ...] = ()) -> None:
