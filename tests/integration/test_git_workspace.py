@@ -400,6 +400,20 @@ async def test_a_run_through_the_mirror_reads_only_its_own_branches_however_many
     assert git.read_bytes < 2_000, f"{git.read_bytes} bytes read for one run's checkout"
 
 
+async def test_a_mirror_of_a_repository_whose_head_names_no_branch_still_holds_its_branches(
+    sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
+) -> None:
+    """HEAD left pointing at a deleted branch: the refresh cannot tell from HEAD that the
+    repository has branches, so it looks, and still fetches them."""
+    feature = sandbox.state.git.create_branch(REPO, "feature", "main")
+    sandbox.state.git.point_head(REPO, "gone")
+    mirrors = Mirrors(mirrors_dir(tmp_path / "ws"), depth=1)
+    number = sandbox.state.create_pull(REPO, "Feature", author="alice", head="feature")
+    change = await _prepare(source, _task(number, "Feature", change=True, head="feature"), tmp_path / "ws" / "pr", mirrors=mirrors)
+    assert change.branch == "feature" and change.branch_exists and change.start_sha == feature
+    assert (change.git_dir / "objects" / "info" / "alternates").is_file(), "through the mirror"
+
+
 async def test_a_shallow_mirror_lends_its_objects_too_and_the_run_delivers_from_it(
     sandbox: GitHubSandbox, source: GitHubSource, tmp_path: Path
 ) -> None:

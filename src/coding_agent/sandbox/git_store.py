@@ -168,6 +168,11 @@ class GitRepoStore:
             self._git(name, "update-ref", f"refs/heads/{branch}", sha, "")
             return sha
 
+    def point_head(self, name: str, branch: str) -> None:
+        """Make HEAD name `branch`, which need not exist (a HEAD whose branch was deleted)."""
+        with self._lock:
+            self._git(name, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+
     def has_commit(self, name: str, ref: str) -> bool:
         """Whether `ref` (a sha or a branch) names a commit of `name`."""
         result = subprocess.run(
