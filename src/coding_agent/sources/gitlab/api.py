@@ -115,19 +115,14 @@ class GitLabSource(GitLabCi):
             yield page
 
     async def _pages(self, what: str, manager: Any, filters: dict[str, Any], kind: TaskKind) -> AsyncIterator[list[Task]]:
-        """A listing's items as tasks, one page of `PER_PAGE` per request, until a short page."""
-        number = 1
-        while True:
-            items = await self._http.call(
-                what,
-                lambda page=number: [  # type: ignore[misc]
-                    item.attributes for item in manager.list(page=page, per_page=PER_PAGE, get_all=False, **filters)
-                ],
+        """A listing's items as tasks, a page per request, following `X-Next-Page`. Not
+        kept in the answer cache: a poll's pages would crowd out what steering rereads."""
+        number: int | None = 1
+        while number is not None:
+            items, number = await self._http.call(
+                what, lambda page=number: self._http.page(manager.path, filters, page, conditional=False)  # type: ignore[misc]
             )
             yield [to_task(data, kind) for data in items]
-            if len(items) < PER_PAGE:
-                return
-            number += 1
 
     def _scope(self) -> tuple[str, Any]:
         """The configured group or project, as a lazy python-gitlab object, and its path."""
@@ -139,7 +134,7 @@ class GitLabSource(GitLabCi):
     async def _labelled(self, label: str, **more: Any) -> AsyncIterator[list[Task]]:
         """Opened issues, then MRs, carrying `label` (and the configured assignee), a page at a time."""
         where, scope = self._scope()
-        filters: dict[str, Any] = {"labels": [label], "state": "opened", "scope": "all", **more}
+        filters: dict[str, Any] = {"labels": label, "state": "opened", "scope": "all", **more}
         if self.config.assignee:
             filters["assignee_username"] = self.config.assignee
         async for page in self._pages(f"GET {where}/issues", scope.issues, filters, TaskKind.ISSUE):

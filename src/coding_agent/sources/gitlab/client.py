@@ -165,13 +165,20 @@ class GitLabClient:
     def get_all(self, path: str, query: Mapping[str, Any] | None = None) -> list[JSON]:
         """Every page of a listing, each page a conditional request (blocking)."""
         items: list[JSON] = []
-        page_number: int | None = 1
-        while page_number is not None:
-            page = self.get(path, {**(query or {}), "per_page": PER_PAGE, "page": page_number})
-            items.extend(page.data)
-            next_page = page.headers.get("X-Next-Page") or ""
-            page_number = int(next_page) if next_page.isdigit() else None
+        number: int | None = 1
+        while number is not None:
+            data, number = self.page(path, query or {}, number)
+            items.extend(data)
         return items
+
+    def page(
+        self, path: str, query: Mapping[str, Any], number: int, *, conditional: bool = True
+    ) -> tuple[list[JSON], int | None]:
+        """Page `number` of a listing (`PER_PAGE` items) and the next page's number, None
+        after the last (`X-Next-Page`); `conditional` as for `get` (blocking)."""
+        page = self.get(path, {**query, "per_page": PER_PAGE, "page": number}, conditional=conditional)
+        next_page = page.headers.get("X-Next-Page") or ""
+        return page.data, int(next_page) if next_page.isdigit() else None
 
     def tail(self, path: str, limit: int) -> tuple[bytes, bool] | None:
         """The last `limit` bytes of a plain-text answer (a job trace), and whether they
