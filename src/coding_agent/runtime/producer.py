@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -185,7 +185,7 @@ class Producer:
     async def _offer_followups(
         self,
         what: str,
-        pages: Callable[[Source], AsyncIterator[list[Task]]],
+        pages: Callable[[Source], AsyncGenerator[list[Task], None]],
         pending: set[str],
         queue: TaskQueue,
         enqueued: list[QueuedTask],

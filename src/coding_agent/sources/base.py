@@ -8,7 +8,7 @@ in a worker thread. Transient failures are retried inside the adapter with the s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -37,7 +37,7 @@ class Source(Protocol):
         """
         ...
 
-    def discover_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
+    def discover_followups(self, since: datetime) -> AsyncGenerator[list[Task], None]:
         """Open items carrying `done_label` updated since `since` that may hold a new @mention
         of the bot (SPEC 3 follow-ups): candidates, checked comment by comment at claim.
 
@@ -48,7 +48,7 @@ class Source(Protocol):
         """
         ...
 
-    def discover_review_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
+    def discover_review_followups(self, since: datetime) -> AsyncGenerator[list[Task], None]:
         """Open PRs/MRs the bot opened (its author is `bot_name`) updated since `since`:
         candidates for a follow-up from a review thread / MR discussion (SPEC 3), checked
         thread by thread at claim.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timezone
 from typing import Any
@@ -92,7 +92,7 @@ class GitHubSource:
     async def discover(self) -> list[Task]:
         return [task async for page in self._search(*build_search_query(self._config)) for task in page]
 
-    async def discover_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
+    async def discover_followups(self, since: datetime) -> AsyncGenerator[list[Task], None]:
         """One search: done items that @mention the bot, updated since `since`."""
         if not self.bot_name:
             return
@@ -102,7 +102,7 @@ class GitHubSource:
         async for page in self._search(*build_search_query(scope)):
             yield page
 
-    async def discover_review_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
+    async def discover_review_followups(self, since: datetime) -> AsyncGenerator[list[Task], None]:
         """One search: open PRs the bot opened, updated since `since` (review threads, SPEC 3)."""
         if not self.bot_name:
             return
@@ -111,7 +111,7 @@ class GitHubSource:
         async for page in self._search(*build_search_query(self._config, head)):
             yield page
 
-    async def _search(self, query: str, keep: frozenset[str] | None) -> AsyncIterator[list[Task]]:
+    async def _search(self, query: str, keep: frozenset[str] | None) -> AsyncGenerator[list[Task], None]:
         """One issue search, page by page (`keep`: the repositories to keep of a widened query)."""
         search = self._rest.search.async_issues_and_pull_requests
         for page in range(1, _MAX_SEARCH_PAGES + 1):

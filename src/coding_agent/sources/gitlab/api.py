@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
 from typing import Any
@@ -97,14 +97,14 @@ class GitLabSource(GitLabCi):
         tasks = [task async for page in self._labelled(self.config.bot_label) for task in page]
         return sorted(tasks, key=lambda task: (task.created_at, str(task.key)))
 
-    async def discover_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
+    async def discover_followups(self, since: datetime) -> AsyncGenerator[list[Task], None]:
         """Done issues and MRs updated since `since`: two listings; mentions are checked at claim."""
         if not self.bot_name:
             return
         async for page in self._labelled(self.config.done_label, updated_after=since_the_hour(since).isoformat()):
             yield page
 
-    async def discover_review_followups(self, since: datetime) -> AsyncIterator[list[Task]]:
+    async def discover_review_followups(self, since: datetime) -> AsyncGenerator[list[Task], None]:
         """One listing: open MRs the bot opened, updated since `since` (MR discussions, SPEC 3)."""
         if not self.bot_name:
             return
@@ -114,7 +114,9 @@ class GitLabSource(GitLabCi):
         async for page in self._pages(f"GET {where}/merge_requests", scope.mergerequests, filters, TaskKind.CHANGE):
             yield page
 
-    async def _pages(self, what: str, manager: Any, filters: dict[str, Any], kind: TaskKind) -> AsyncIterator[list[Task]]:
+    async def _pages(
+        self, what: str, manager: Any, filters: dict[str, Any], kind: TaskKind
+    ) -> AsyncGenerator[list[Task], None]:
         """A listing's items as tasks, a page per request, following `X-Next-Page`. Not
         kept in the answer cache: a poll's pages would crowd out what steering rereads."""
         number: int | None = 1
@@ -131,7 +133,7 @@ class GitLabSource(GitLabCi):
         assert self.config.project_id is not None  # GitLabConfig requires group or project_id
         return "/projects/:id", self._http.gl.projects.get(self.config.project_id, lazy=True)
 
-    async def _labelled(self, label: str, **more: Any) -> AsyncIterator[list[Task]]:
+    async def _labelled(self, label: str, **more: Any) -> AsyncGenerator[list[Task], None]:
         """Opened issues, then MRs, carrying `label` (and the configured assignee), a page at a time."""
         where, scope = self._scope()
         filters: dict[str, Any] = {"labels": label, "state": "opened", "scope": "all", **more}
