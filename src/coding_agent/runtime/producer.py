@@ -209,9 +209,7 @@ class Producer:
                             if str(task.key) not in unchanged:
                                 await self._offer(queue, str(task.key), "followup", enqueued, task)
             except AgentError as error:
-                message = f"{source.forge}: {what} failed: {self._redactor.text(str(error))}"
-                log.error(message)
-                errors.append(message)
+                errors.append(self._source_failed(source, what, error))
 
     async def _discover(self, what: str, find: Callable[[Source], Awaitable[list[Task]]], errors: list[str]) -> list[Task]:
         """`find` on every source; a source that fails is an error of this cycle, not its end."""
@@ -220,7 +218,11 @@ class Producer:
             try:
                 found.extend(await find(source))
             except AgentError as error:
-                message = f"{source.forge}: {what} failed: {self._redactor.text(str(error))}"
-                log.error(message)
-                errors.append(message)
+                errors.append(self._source_failed(source, what, error))
         return found
+
+    def _source_failed(self, source: Source, what: str, error: AgentError) -> str:
+        """The cycle's error for `what` failing on `source`, logged (redacted)."""
+        message = f"{source.forge}: {what} failed: {self._redactor.text(str(error))}"
+        log.error(message)
+        return message
