@@ -377,5 +377,27 @@ def test_a_poll_with_more_open_pulls_than_a_page_offers_each_unexamined_one_page
     assert offered == sorted((f"github:{REPO}!{number}", "followup") for number in unexamined), offered
 
 
+def test_a_search_page_that_fails_costs_the_poll_only_the_pages_after_it(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """The second page of the agent's open PRs answers 422: the first page's candidates
+    are offered all the same, and the failure is one error of the cycle."""
+    state = github_forge.sandbox.state
+    pulls = [state.create_pull(REPO, f"Change {n}", author=BOT, head=f"coding-agent/{n}-x") for n in range(150)]
+    github_forge.sandbox.faults.add(Fault(pattern="GET /search/issues", query=r"is:pr.*page=2", status=422))
+    with ReplaySandbox({"replies": []}) as model:
+        setup = write_config(tmp_path, [github_forge], llm_section(model))
+
+        async def poll() -> tuple[list[str], tuple[str, ...]]:
+            service = AgentService(load_for_service(setup))
+            try:
+                report = await service.producer.cycle(await service.queue())
+                return [item.key for item in report.enqueued if item.reason == "followup"], report.errors
+            finally:
+                await service.aclose()
+
+        offered, errors = asyncio.run(asyncio.wait_for(poll(), 120))
+    assert len(offered) == 100 and set(offered) <= {f"github:{REPO}!{number}" for number in pulls}, offered
+    assert len(errors) == 1 and "review follow-up discovery failed" in errors[0], errors
+
+
 def _a_week_ago() -> datetime:
     return datetime.now(timezone.utc) - timedelta(days=7)
