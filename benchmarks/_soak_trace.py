@@ -64,8 +64,8 @@ def _heap() -> dict[str, int]:
 
 def _pymalloc() -> dict[str, int]:
     """Python's own small-object allocator (its arenas are mapped apart from glibc's heap,
-    so `mallinfo2` never counts them), in kB: the arenas mapped, the blocks in use in them,
-    and the blocks free in their pools (`sys._debugmallocstats`, which writes to fd 2)."""
+    so `mallinfo2` never counts them), in kB: the arenas mapped and the most ever mapped
+    at once, the blocks in use in them, and the blocks free in their pools (`sys._debugmallocstats`, which writes to fd 2)."""
     with tempfile.TemporaryFile() as report:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -84,6 +84,7 @@ def _pymalloc() -> dict[str, int]:
 
     return {
         "pymalloc_arenas_kb": figure("arenas allocated current") * 1024,
+        "pymalloc_arenas_highwater_kb": figure("arenas highwater mark") * 1024,
         "pymalloc_in_use_kb": figure("bytes in allocated blocks") // 1024,
         "pymalloc_free_kb": figure("bytes in available blocks") // 1024,
     }

@@ -11,8 +11,12 @@ open PRs (every PR stays open here) weighed about 25 times as much in it. Tasks 
 in waves of `--wave`: the issues are opened and labelled, the label's signed webhook
 is POSTed to `serve`, and the next wave comes when the state store shows the wave's
 runs done; after each wave one task's dashboard page is fetched. At every `--every`
-tasks, with no run going, the sample: `VmRSS` of `serve`, its open file descriptors,
-threads and child processes.
+tasks, the sample, taken at rest: once the wave's runs are done, `serve` has used no CPU
+for half a second (its worker has released the last run's queue entry and given the
+free pages back, `runtime/native_memory.py`), and before that wave's dashboard look:
+`VmRSS` of `serve`, its open file descriptors, threads and child processes. Also
+`rss_mb_when_done`, RSS the moment the store shows the wave done, as the samples were
+taken before 2026-11-28: it counts the runs' tails still going.
 
 Target: after the first 200 tasks (the warm-up: imports, caches filled, the allocator's
 arenas), RSS grows under 10 MB in all, however many tasks follow. Also checked: every
@@ -69,6 +73,8 @@ TARGET_MB = 10.0
 WAVE_TIMEOUT_S = 600.0
 STARTUP_TIMEOUT_S = 600.0  # tracemalloc makes the imports slow
 TRACER = Path(__file__).with_name("_soak_trace.py")
+REST_S = 0.5  # no CPU used this long: the sample is of a process at rest
+REST_DEADLINE_S = 20.0
 
 SCRIPT: dict[str, Any] = {
     "replies": [
@@ -125,10 +131,41 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _cpu_ticks(pid: int) -> int:
+    """CPU time `pid` has used (user and system, every thread), in clock ticks."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (the stat's 14th and 15th)
+
+
+def _wait_at_rest(pid: int) -> bool:
+    """Until `serve` has used no CPU for `REST_S`: the wave's runs are done in the store a
+    moment before their worker is (the queue entry released, the free pages given back),
+    and a sample taken in that moment counts what is about to be freed. False when it was
+    not at rest within `REST_DEADLINE_S` (a poll that lasts: the sample is taken anyway)."""
+    last = {"ticks": _cpu_ticks(pid), "since": time.monotonic()}
+
+    def at_rest() -> bool:
+        ticks = _cpu_ticks(pid)
+        if ticks != last["ticks"]:
+            last.update(ticks=ticks, since=time.monotonic())
+        return time.monotonic() - last["since"] >= REST_S
+
+    try:
+        wait_for(at_rest, REST_DEADLINE_S, "serve at rest")
+    except AssertionError:
+        return False
+    return True
+
+
 def _sample(pid: int, tasks: int, started: float) -> dict[str, Any]:
+    when_done = round(_status_field(pid, "VmRSS") / 1024, 1)
+    at_rest = _wait_at_rest(pid) if tasks else True
     return {
         "tasks": tasks,
         "rss_mb": round(_status_field(pid, "VmRSS") / 1024, 1),
+        "at_rest": at_rest,
+        "rss_mb_when_done": when_done,  # as sampled before 2026-11-28: the runs' tails still going
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
         "threads": _status_field(pid, "Threads"),
         "children": len(_children(pid)),
@@ -233,7 +270,6 @@ def _soak(sandbox: GitHubSandbox, serve: Serve, store: StateStore, options: argp
         numbers = _open_wave(sandbox, hooks, serve.url, size, opened)
         opened += size
         _wait_done(store, serve, opened)
-        _look_at_dashboard(serve.url, numbers[-1])
         sandbox.state.clear_requests()  # the forge's own log, in this process
         if opened % options.every == 0 or opened == options.tasks:
             samples.append(_sample(serve.process.pid, opened, started))
@@ -243,6 +279,7 @@ def _soak(sandbox: GitHubSandbox, serve: Serve, store: StateStore, options: argp
                 serve.dump_trace(opened)
                 samples[-1]["heap"] = json.loads((serve.trace_dir / f"{opened}.heap").read_text())
             print(json.dumps(samples[-1]), file=sys.stderr, flush=True)
+        _look_at_dashboard(serve.url, numbers[-1])
     return samples
 
 
