@@ -82,7 +82,16 @@ def _pymalloc() -> dict[str, int]:
         found = re.search(rf"^# {label}\s*=\s*([0-9,]+)", text, re.MULTILINE)
         return int(found[1].replace(",", "")) if found else -1
 
+    # Per size class (`class size num-pools blocks-in-use avail-blocks`): the free bytes
+    # of the classes with the most, where the arenas' growth is when their blocks in use
+    # stay level.
+    free_by_size = {
+        int(size): int(avail) * int(size) // 1024
+        for size, avail in re.findall(r"^\s*\d+\s+(\d+)\s+\d+\s+\d+\s+(\d+)\s*$", text, re.MULTILINE)
+    }
+    largest = sorted(free_by_size.items(), key=lambda item: item[1], reverse=True)[:6]
     return {
+        "pymalloc_free_kb_by_block_size": {str(size): kb for size, kb in largest},
         "pymalloc_arenas_kb": figure("arenas allocated current") * 1024,
         "pymalloc_arenas_highwater_kb": figure("arenas highwater mark") * 1024,
         "pymalloc_in_use_kb": figure("bytes in allocated blocks") // 1024,
