@@ -14,9 +14,7 @@ runs done; after each wave one task's dashboard page is fetched. At every `--eve
 tasks, the sample, taken at rest: once the wave's runs are done, `serve` has used no CPU
 for half a second (its worker has released the last run's queue entry and given the
 free pages back, `runtime/native_memory.py`), and before that wave's dashboard look:
-`VmRSS` of `serve`, its open file descriptors, threads and child processes. Also
-`rss_mb_when_done`, RSS the moment the store shows the wave done, as the samples were
-taken before 2026-11-28: it counts the runs' tails still going.
+`VmRSS` of `serve`, its open file descriptors, threads and child processes.
 
 Target: after the first 200 tasks (the warm-up: imports, caches filled, the allocator's
 arenas), RSS grows under 10 MB in all, however many tasks follow. Also checked: every
@@ -141,8 +139,8 @@ def _cpu_ticks(pid: int) -> int:
 def _wait_at_rest(pid: int) -> bool:
     """Until `serve` has used no CPU for `REST_S`: the wave's runs are done in the store a
     moment before their worker is (the queue entry released, the free pages given back),
-    and a sample taken in that moment counts what is about to be freed. False when it was
-    not at rest within `REST_DEADLINE_S` (a poll that lasts: the sample is taken anyway)."""
+    and a sample is of a process at rest. False when it was not at rest within
+    `REST_DEADLINE_S` (a poll that lasts: the sample is taken anyway)."""
     last = {"ticks": _cpu_ticks(pid), "since": time.monotonic()}
 
     def at_rest() -> bool:
@@ -159,13 +157,11 @@ def _wait_at_rest(pid: int) -> bool:
 
 
 def _sample(pid: int, tasks: int, started: float) -> dict[str, Any]:
-    when_done = round(_status_field(pid, "VmRSS") / 1024, 1)
     at_rest = _wait_at_rest(pid) if tasks else True
     return {
         "tasks": tasks,
         "rss_mb": round(_status_field(pid, "VmRSS") / 1024, 1),
         "at_rest": at_rest,
-        "rss_mb_when_done": when_done,  # as sampled before 2026-11-28: the runs' tails still going
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
         "threads": _status_field(pid, "Threads"),
         "children": len(_children(pid)),
