@@ -26,6 +26,7 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 FRAMES = 10
 
@@ -41,7 +42,7 @@ class _MallInfo2(ctypes.Structure):
     ]
 
 
-def _heap() -> dict[str, int]:
+def _heap() -> dict[str, Any]:
     """Where the process's memory is, in kB: glibc's heap (in use, free in it, mmapped
     blocks) and SQLite's own allocations (its page caches), which tracemalloc never sees."""
     import _sqlite3
@@ -62,10 +63,12 @@ def _heap() -> dict[str, int]:
     }
 
 
-def _pymalloc() -> dict[str, int]:
+def _pymalloc() -> dict[str, Any]:
     """Python's own small-object allocator (its arenas are mapped apart from glibc's heap,
     so `mallinfo2` never counts them), in kB: the arenas mapped and the most ever mapped
-    at once, the blocks in use in them, and the blocks free in their pools (`sys._debugmallocstats`, which writes to fd 2)."""
+    at once, the blocks in use in them, the blocks free in their pools, and those free
+    bytes for the six block sizes with the most (`sys._debugmallocstats`, which writes
+    to fd 2)."""
     with tempfile.TemporaryFile() as report:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -82,9 +85,9 @@ def _pymalloc() -> dict[str, int]:
         found = re.search(rf"^# {label}\s*=\s*([0-9,]+)", text, re.MULTILINE)
         return int(found[1].replace(",", "")) if found else -1
 
-    # Per size class (`class size num-pools blocks-in-use avail-blocks`): the free bytes
-    # of the classes with the most, where the arenas' growth is when their blocks in use
-    # stay level.
+    # A row per size class (`class size num-pools blocks-in-use avail-blocks`): when the
+    # arenas grow and the blocks in use stay level, the growth is free blocks, and their
+    # size says what kind of object scatters them.
     free_by_size = {
         int(size): int(avail) * int(size) // 1024
         for size, avail in re.findall(r"^\s*\d+\s+(\d+)\s+\d+\s+\d+\s+(\d+)\s*$", text, re.MULTILINE)
