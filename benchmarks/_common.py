@@ -40,6 +40,7 @@ __all__ = [
     "open_labelled_issues",
     "ServerProcess",
     "TRIGGER_LABEL",
+    "proc_stat_fields",
 ]
 
 TRIGGER_LABEL = "coding agent"
@@ -52,6 +53,16 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(fraction * len(ordered)))
     return ordered[rank - 1]
+
+
+def proc_stat_fields(pid: int | str) -> list[str] | None:
+    """/proc/`pid`/stat after the command name (field 3 onwards); None once it is gone.
+    utime, stime, cutime and cstime, fields 14-17, are items 11-14."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
 
 
 def summary_ms(seconds: Sequence[float]) -> dict[str, float | int]:

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import ServerProcess, emit, percentile
+from _common import ServerProcess, emit, percentile, proc_stat_fields
 
 from coding_agent.config import AgentConfig, parse_config
 from coding_agent.runtime.service import AgentService
@@ -169,16 +169,6 @@ async def _lag_sampler(samples: list[float], stop: asyncio.Event) -> None:
         samples.append(loop.time() - before - 0.01)
 
 
-def _stat_fields(pid: int | str) -> list[str] | None:
-    """/proc/`pid`/stat after the command name (field 3 onwards); None once it is gone.
-    utime, stime, cutime and cstime, fields 14-17, are items 11-14."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
 def _tree_cpu_seconds(leave_out: int | None) -> float:
     """CPU time of this process, its live descendants and the children it reaped, but
     for the process `leave_out` (the servers') and its descendants. (A servers' process
@@ -187,7 +177,7 @@ def _tree_cpu_seconds(leave_out: int | None) -> float:
     tick = os.sysconf("SC_CLK_TCK")
     stats: dict[int, list[str]] = {}
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and (fields := _stat_fields(entry.name)) is not None:
+        if entry.name.isdigit() and (fields := proc_stat_fields(entry.name)) is not None:
             stats[int(entry.name)] = fields
     me = os.getpid()
     tree, changed = {me}, True
@@ -368,7 +358,7 @@ async def _pickup(servers: ServerProcess, latency: float, interval: float, by_we
 
 def _process_cpu_seconds(pid: int | None) -> float:
     """CPU time of process `pid` and its reaped children (0 without one)."""
-    fields = _stat_fields(pid) if pid is not None else None
+    fields = proc_stat_fields(pid) if pid is not None else None
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK") if fields else 0.0
 
 

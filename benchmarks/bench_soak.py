@@ -53,7 +53,7 @@ from urllib.parse import quote
 
 import httpx
 import yaml
-from _common import TRIGGER_LABEL, emit, seed_github
+from _common import TRIGGER_LABEL, emit, proc_stat_fields, seed_github
 
 from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sandbox.replay_model import ReplaySandbox
@@ -131,9 +131,10 @@ def _children(pid: int) -> list[int]:
 
 def _cpu_ticks(pid: int) -> int:
     """CPU time `pid` has used (user and system, every thread), in clock ticks."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (the stat's 14th and 15th)
+    fields = proc_stat_fields(pid)
+    if fields is None:
+        raise SystemExit(f"serve (pid {pid}) is gone")
+    return int(fields[11]) + int(fields[12])  # utime, stime
 
 
 def _wait_at_rest(pid: int) -> bool:
