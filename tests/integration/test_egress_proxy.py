@@ -14,6 +14,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -187,6 +188,67 @@ async def test_a_deep_temp_directory_still_gets_a_socket(tmp_path: Path, monkeyp
         await EgressProxy([], [], socket_dir=deep).start()
     assert str(raised.value).startswith(f"the egress proxy cannot listen on {deep / 'proxy.sock'}: ")
     assert "\n" not in str(raised.value)
+
+
+_HOLD_A_PROXY = """
+import asyncio
+from coding_agent.tools.egress_proxy import EgressProxy
+
+async def main():
+    async with EgressProxy([], []) as proxy:
+        print(proxy.socket_path, flush=True)
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_process_s_socket_directory_is_swept_by_the_next_one() -> None:
+    """A process SIGKILLed with its proxy open leaves its socket directory behind; the next
+    process's first socket directory in that place removes it, and nothing else: not a
+    live process's, not one whose socket something still listens on (a process this one
+    cannot see), not a directory not named after a process."""
+    base = Path(tempfile.mkdtemp(prefix="ca-sweep-", dir="/tmp"))  # short: a socket's path fits
+    environment = {**os.environ, "TMPDIR": str(base)}
+    environment.pop("XDG_RUNTIME_DIR", None)
+    holders = [
+        subprocess.Popen([sys.executable, "-c", _HOLD_A_PROXY], env=environment, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        killed_socket, live_socket = (Path(holder.stdout.readline().strip()) for holder in holders)  # type: ignore[union-attr]
+        assert killed_socket.parent.parent == base == live_socket.parent.parent
+        holders[0].kill()
+        holders[0].wait(30)
+        assert killed_socket.parent.is_dir()  # nobody removed it
+        unseen = base / f"ca-egress-{holders[0].pid}-unseen00"
+        unseen.mkdir(mode=0o700)
+        listener.bind(str(unseen / "proxy.sock"))
+        listener.listen()
+        unnamed = base / "ca-egress-notapid"
+        unnamed.mkdir()
+
+        made = subprocess.run(
+            [sys.executable, "-c", "from coding_agent.tools.egress_proxy import socket_directory; print(socket_directory())"],
+            env=environment, capture_output=True, text=True, timeout=60, check=True,
+        )
+
+        assert Path(made.stdout.strip()).parent == base
+        assert not killed_socket.parent.exists()
+        assert live_socket.parent.is_dir() and unseen.is_dir() and unnamed.is_dir()
+        with socket.socket(socket.AF_UNIX) as client:  # the live proxy still answers
+            client.settimeout(30)
+            client.connect(str(live_socket))
+            client.sendall(b"GET http://127.0.0.1:1/ HTTP/1.1\r\n\r\n")
+            assert client.recv(12) == b"HTTP/1.1 403"
+    finally:
+        listener.close()
+        for holder in holders:
+            holder.kill()
+            holder.wait(30)
+            holder.stdout.close()  # type: ignore[union-attr]
+        shutil.rmtree(base)
 
 
 async def test_empty_probe_is_not_a_refusal() -> None:

@@ -125,7 +125,12 @@ class EgressUnavailable(AgentError):
     """The proxy's socket cannot be made: the run ends saying so, in one line naming the path."""
 
 
-def socket_directory(prefix: str = "ca-egress-") -> Path:
+_DIRECTORY_PREFIX = "ca-egress-"
+_DIRECTORY_NAME = re.compile(rf"{_DIRECTORY_PREFIX}(\d+)-[^/]+")
+_swept: set[str] = set()
+
+
+def socket_directory() -> Path:
     """A new private directory (0700) where a Unix socket can listen, whatever the
     temp directory's depth.
 
@@ -134,7 +139,13 @@ def socket_directory(prefix: str = "ca-egress-") -> Path:
     directory is used when the path fits in it, else `$XDG_RUNTIME_DIR` (the user's own),
     else `/tmp`. (Not an abstract socket: it is bound into the sandbox as a file, and an
     abstract one is not reachable from the sandbox's network namespace.)
+
+    The directory's name carries this process's id: a process killed with its proxy open
+    (SIGKILL, the OOM killer) cannot remove its directory, so the first directory a
+    process makes in a place sweeps the ones left there by dead processes
+    (`_sweep_dead`) instead of letting them pile up over a worker's restarts.
     """
+    prefix = f"{_DIRECTORY_PREFIX}{os.getpid()}-"
     tried: list[str] = []
     for base in dict.fromkeys(filter(None, (tempfile.gettempdir(), os.environ.get("XDG_RUNTIME_DIR"), "/tmp"))):
         # mkdtemp appends 8 characters to the prefix
@@ -143,13 +154,67 @@ def socket_directory(prefix: str = "ca-egress-") -> Path:
             tried.append(f"{base} is too deep")
             continue
         try:
-            return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+            directory = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
         except OSError as error:
             tried.append(f"{base}: {error.strerror or error}")
+            continue
+        if base not in _swept:
+            _swept.add(base)
+            _sweep_dead(Path(base))
+        return directory
     raise EgressUnavailable(
         f"the egress proxy's socket cannot be made: no directory for a path of at most {MAX_SOCKET_PATH} bytes "
         f"({'; '.join(tried)})"
     )
+
+
+def _sweep_dead(base: Path) -> None:
+    """Remove the socket directories in `base` that a dead process of this user left.
+
+    A directory is left alone unless all of these hold: it is named after a process id,
+    it is this user's, no process of that id lives, and nothing listens on its socket.
+    The last check keeps a live proxy's directory whose process this one cannot see (a
+    temp directory shared with another pid namespace)."""
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for entry in entries:
+        named = _DIRECTORY_NAME.fullmatch(entry.name)
+        if named is None or int(named[1]) == os.getpid():
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue
+        except OSError:
+            continue
+        if _process_lives(int(named[1])) or _listened_on(Path(entry.path) / _SOCKET_NAME):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _process_lives(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process (EPERM): alive
+        return True
+    return True
+
+
+def _listened_on(path: Path) -> bool:
+    """Whether something accepts connections on the Unix socket at `path` (a connection
+    made is closed at once: the proxy takes that as a client gone before its request)."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:  # no such file, refused: nobody listens
+            return False
+    return True
 
 
 def _check_length(path: Path) -> None:
