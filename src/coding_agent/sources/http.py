@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Generic, TypeVar
@@ -343,45 +343,6 @@ class CachedAnswer:
         return sys.getsizeof(self.raw) + sys.getsizeof(self.head) + _ANSWER_OBJECTS
 
 
-class _ReadBody(httpx.AsyncByteStream):
-    """The body of an answer this transport hands its client, already read; once the client
-    has closed the answer, the answer no longer refers to the client's wrapper around it.
-
-    An httpx client wraps each answer's stream in one that points back at the answer (to
-    set `elapsed` when it closes): every answer was a reference cycle, its headers'
-    tuples, its request and URL with it, about twenty objects that only the garbage
-    collector frees. A run keeps some answers across a young collection, and those wait
-    for a full one, which comes after tens of thousands of them (docs/performance.md, the
-    soak). The wrapper closes this stream last, when the answer is closed (read to its
-    end, or closed by its reader): the link back goes, and the answer is freed as soon
-    as its reader lets go of it."""
-
-    def __init__(self, body: bytes) -> None:
-        self._body = body
-        self.answer: httpx.Response | None = None
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield self._body
-
-    async def aclose(self) -> None:
-        answer, self.answer = self.answer, None
-        if answer is not None:
-            answer.stream = _CLOSED_BODY
-
-
-_CLOSED_BODY = httpx.ByteStream(b"")
-
-
-def _answer(
-    status: int, headers: httpx.Headers, body: bytes, request: httpx.Request, extensions: dict[str, Any] | None = None
-) -> httpx.Response:
-    """An answer whose read body (`_ReadBody`) lets go of its client's wrapper once closed."""
-    stream = _ReadBody(body)
-    answer = httpx.Response(status, headers=headers, stream=stream, extensions=extensions, request=request)
-    stream.answer = answer
-    return answer
-
-
 class CachingTransport(httpx.AsyncBaseTransport):
     """httpx transport with a per-request deadline, conditional GETs and one connection pool.
 
@@ -452,14 +413,13 @@ class CachingTransport(httpx.AsyncBaseTransport):
         if response.status_code == 304 and cached is not None:
             # Read to the end of the (empty) answer before closing it: closing an answer
             # not read to its end closes the connection, and every checkpoint paid a new one.
-            # (What it reads to is closed too: nobody else will, see `_ReadBody`.)
-            await (await self._read(response, request))[0].aclose()
+            await self._read(response, request)
             # The stored answer, with the fresh rate-limit and date headers of the 304.
             headers = cached.headers()
             for name, value in response.headers.items():
                 if name.lower().startswith(("x-ratelimit", "ratelimit", "date")):
                     headers[name] = value
-            return _answer(200, headers, cached.raw, request)
+            return httpx.Response(200, headers=headers, stream=httpx.ByteStream(cached.raw), request=request)
         response, raw = await self._read(response, request)
         etag = response.headers.get("etag")
         if response.status_code == 200 and etag:
@@ -487,7 +447,14 @@ class CachingTransport(httpx.AsyncBaseTransport):
         if keep is not None and len(raw) > keep:
             raw = raw[len(raw) - keep :]
             headers = httpx.Headers([(k, v) for k, v in headers.multi_items() if k.lower() != "content-length"])
-        return _answer(response.status_code, headers, raw, request, response.extensions), raw
+        read = httpx.Response(
+            response.status_code,
+            headers=headers,
+            stream=httpx.ByteStream(raw),
+            extensions=response.extensions,
+            request=request,
+        )
+        return read, raw
 
     async def aclose(self) -> None:
         """Ignored: called by every short-lived githubkit client."""
