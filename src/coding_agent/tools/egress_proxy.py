@@ -198,7 +198,7 @@ def _process_lives(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # someone else's process (EPERM): alive
+    except (OSError, OverflowError):  # someone else's process (EPERM), or no process id at all: left alone
         return True
     return True
 
