@@ -150,7 +150,7 @@ def socket_directory() -> Path:
     for base in dict.fromkeys(filter(None, (tempfile.gettempdir(), os.environ.get("XDG_RUNTIME_DIR"), "/tmp"))):
         # mkdtemp appends 8 characters to the prefix
         example = os.path.join(base, prefix + "x" * 8, _SOCKET_NAME)
-        if len(os.fsencode(example)) > MAX_SOCKET_PATH:
+        if not _fits(example):
             tried.append(f"{base} is too deep")
             continue
         try:
@@ -181,14 +181,15 @@ def _sweep_dead(base: Path) -> None:
         return
     for entry in entries:
         named = _DIRECTORY_NAME.fullmatch(entry.name)
-        if named is None or int(named[1]) == os.getpid():
+        pid = int(named[1]) if named is not None else None
+        if pid is None or pid == os.getpid():
             continue
         try:
             if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.geteuid():
                 continue
         except OSError:
             continue
-        if _process_lives(int(named[1])) or _listened_on(Path(entry.path) / _SOCKET_NAME):
+        if _process_lives(pid) or _listened_on(Path(entry.path) / _SOCKET_NAME):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
 
@@ -206,7 +207,7 @@ def _process_lives(pid: int) -> bool:
 def _listened_on(path: Path) -> bool:
     """Whether something accepts connections on the Unix socket at `path` (a connection
     made is closed at once: the proxy takes that as a client gone before its request)."""
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+    if not _fits(path):
         return False
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
@@ -217,8 +218,13 @@ def _listened_on(path: Path) -> bool:
     return True
 
 
+def _fits(path: str | Path) -> bool:
+    """Whether a Unix socket can have `path` (at most `MAX_SOCKET_PATH` bytes)."""
+    return len(os.fsencode(path)) <= MAX_SOCKET_PATH
+
+
 def _check_length(path: Path) -> None:
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+    if not _fits(path):
         raise EgressUnavailable(
             f"the egress proxy cannot listen on {path}: a Unix socket's path has at most {MAX_SOCKET_PATH} bytes"
         )
