@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -111,6 +113,31 @@ def spawn_cli(
         stderr=output,
         text=True,
     )
+
+
+def start_serve(config_path: Path, stderr: Path) -> tuple[subprocess.Popen[str], str]:
+    """`serve` in its own process, and the URL it serves the dashboard and webhooks on
+    (from its stderr, which goes to `stderr`)."""
+    with stderr.open("w") as sink:
+        process = spawn_cli(config_path, "serve", output=sink.fileno())
+
+    def served_url() -> str | None:
+        if process.poll() is not None:
+            raise AssertionError(f"serve exited {process.returncode}: {stderr.read_text()[-3000:]}")
+        found = re.search(r"dashboard at (http://\S+)", stderr.read_text())
+        return found.group(1) if found else None
+
+    return process, wait_for(served_url, 120, "serve to listen")
+
+
+def stop_serve(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
 
 
 def user_messages(request: RecordedRequest) -> list[str]:

@@ -22,7 +22,7 @@ from coding_agent.sandbox.replay_model import ReplaySandbox
 from tests.support.github_webhooks import GitHubWebhooks
 from tests.support.waiting import wait_for
 
-from ._steering import spawn_cli, steering_config
+from ._steering import start_serve, steering_config, stop_serve
 from .conftest import HELLO_SCRIPT, MAINTAINER, REPO, GitHubForge
 
 SECRET = "whsec-" + "hostile0123456789abcdef"
@@ -46,30 +46,6 @@ def _webhook_config(tmp_path: Path, forge: GitHubForge, model: ReplaySandbox) ->
         dashboard={"bind": "127.0.0.1:0"},
         webhooks={"github_secret": SECRET, "body_timeout_seconds": BODY_TIMEOUT_SECONDS},
     )
-
-
-def _start_serve(config_path: Path, stderr: Path) -> tuple[subprocess.Popen[str], str]:
-    """`serve` in its own process, and the URL it serves webhooks on (from its stderr)."""
-    with stderr.open("w") as sink:
-        process = spawn_cli(config_path, "serve", output=sink.fileno())
-
-    def served_url() -> str | None:
-        if process.poll() is not None:
-            raise AssertionError(f"serve exited {process.returncode}: {stderr.read_text()[-3000:]}")
-        found = re.search(r"dashboard at (http://\S+)", stderr.read_text())
-        return found.group(1) if found else None
-
-    return process, wait_for(served_url, 120, "serve to listen")
-
-
-def _stop_serve(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(30)
 
 
 def _deliver(url: str, event: str, payload: dict[str, Any], delivery: str | None = None) -> httpx.Response:
@@ -164,7 +140,7 @@ def test_stalled_webhook_bodies_are_cut_off_and_release_memory_and_connections(
 ) -> None:
     with ReplaySandbox({"replies": HELLO_SCRIPT["replies"] * 2}) as model:
         setup = _webhook_config(tmp_path, github_forge, model)
-        process, url = _start_serve(setup.config_path, tmp_path / "serve.stderr")
+        process, url = start_serve(setup.config_path, tmp_path / "serve.stderr")
         try:
             port = int(url.rsplit(":", 1)[1])
             first = _label_by_webhook(url, github_forge, "Before the flood")
@@ -183,7 +159,7 @@ def test_stalled_webhook_bodies_are_cut_off_and_release_memory_and_connections(
             second = _label_by_webhook(url, github_forge, "After the flood")
             wait_for(lambda: "coding agent done" in github_forge.labels("issue", second), 120, "the second task to end")
         finally:
-            _stop_serve(process)
+            stop_serve(process)
     assert process.returncode == 0, (tmp_path / "serve.stderr").read_text()[-3000:]
 
 
@@ -199,7 +175,7 @@ def test_deep_json_missing_ids_and_replays_are_refused_without_a_traceback(
     hooks = GitHubWebhooks(github_forge.sandbox.state, github_forge.url)
     with ReplaySandbox(HELLO_SCRIPT) as model:
         setup = _webhook_config(tmp_path, github_forge, model)
-        process, url = _start_serve(setup.config_path, tmp_path / "serve.stderr")
+        process, url = start_serve(setup.config_path, tmp_path / "serve.stderr")
         try:
             deep = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
             nested = httpx.post(f"{url}/webhooks/github", content=deep, headers=hooks.headers("issues", deep, SECRET))
@@ -213,7 +189,7 @@ def test_deep_json_missing_ids_and_replays_are_refused_without_a_traceback(
             garbage = _raw_exchange(int(url.rsplit(":", 1)[1]), b"NOT HTTP AT ALL\r\n\r\n")
             wait_for(lambda: "coding agent done" in github_forge.labels("issue", number), 120, "the task to end")
         finally:
-            _stop_serve(process)
+            stop_serve(process)
         requests = model.requests
 
     assert (nested.status_code, "deeper than 64" in nested.text) == (400, True), nested.text

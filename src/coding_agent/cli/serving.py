@@ -5,8 +5,11 @@ reachable, pausing on signals, printing a cycle's report."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import signal
-from typing import TYPE_CHECKING, Annotated, Literal
+import sys
+from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 
 import typer
 
@@ -68,6 +71,11 @@ async def _start_service(config: AgentConfig) -> AgentService:
     return service
 
 
+class _StartAfresh(Exception):
+    """`serve`/`worker` stopped taking work, with none in progress, to start afresh
+    (`scheduling.restart_after_runs`); raised once the service is closed."""
+
+
 async def _run_service(config: AgentConfig, role: Role) -> int:
     service = await _start_service(config)
     stop = asyncio.Event()
@@ -80,19 +88,38 @@ async def _run_service(config: AgentConfig, role: Role) -> int:
             return 0
         if role == "worker":  # no HTTP: many workers may share a machine
             await service.work(stop)
-            return 0
-        from coding_agent.web.server import BindError, serving_http
+        else:
+            from coding_agent.web.server import BindError, serving_http
 
-        try:
-            async with serving_http(config, service) as url:
-                if url:
-                    typer.echo(f"coding-agent: dashboard at {url}", err=True)
-                await (service.produce(stop) if role == "producer" else service.serve(stop))
-        except BindError as error:
-            raise Unreachable(str(error)) from None
-        return 0
+            try:
+                async with serving_http(config, service) as url:
+                    if url:
+                        typer.echo(f"coding-agent: dashboard at {url}", err=True)
+                    await (service.produce(stop) if role == "producer" else service.serve(stop))
+            except BindError as error:
+                raise Unreachable(str(error)) from None
     finally:
         await service.aclose()
+    if service.restart_due:
+        raise _StartAfresh
+    return 0
+
+
+def _start_afresh() -> NoReturn:
+    """Replace this process's image with a new start of the same command line.
+
+    The pid stays (a service manager or a container's runtime sees no exit), and so do the environment, the working directory and the listening socket (handed down
+    by `web.server`); everything the old image allocated goes back to the system. Every
+    task's state is in the store and no run is in progress, so the new image's start
+    (preflight, recovery, the first poll) picks up where this one stopped."""
+    log.info("starting afresh (scheduling.restart_after_runs): %s", " ".join(sys.orig_argv))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(sys.executable, sys.orig_argv)
+    except OSError as error:  # the interpreter gone (an upgrade under it): a service manager restarts it
+        raise fail(f"could not start afresh: {sys.executable}: {error.strerror or error}", 1) from None
 
 
 def pause_on_signals(service: AgentService, stop: asyncio.Event) -> None:
@@ -137,7 +164,10 @@ def _run(config: AgentConfig, role: Role) -> None:
         raise fail(f"`{role}` needs a shared queue: set queue.backend to rabbitmq (or use `serve`)", 2)
     if role != "producer":
         _check_sandbox(config)
-    exit_with(config, _run_service(config, role))
+    try:
+        exit_with(config, _run_service(config, role))
+    except _StartAfresh:
+        _start_afresh()
 
 
 async def continue_runs(config: AgentConfig, only: set[str] | None) -> int:

@@ -49,6 +49,9 @@ class SchedulingConfig(_Strict):
     interval_seconds: float = Field(default=60, gt=0)
     # a stopped worker's task is taken over this long after its last heartbeat (every third of it)
     lease_seconds: float = Field(default=60, gt=0)
+    # `serve`/`worker`: after this many runs, the process starts itself afresh (same pid and
+    # listening socket) at its next moment with no run in progress; 0: never
+    restart_after_runs: int = Field(default=500, ge=0)
 
 
 class LoggingConfig(_Strict):

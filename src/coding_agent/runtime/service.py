@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -246,22 +246,42 @@ class AgentService:
             except asyncio.TimeoutError:
                 pass
 
+    @property
+    def restart_due(self) -> bool:
+        """Whether `serve`/`worker` stopped taking work to start afresh
+        (`scheduling.restart_after_runs`), rather than for a signal."""
+        return self.workers.restart_due.is_set() and not self.shutdown.is_set()
+
     async def work(self, stop: asyncio.Event) -> None:
-        """The worker role: take queued tasks as slots free up, until `stop`."""
-        await self.workers.run(await self.queue(), stop)
+        """The worker role: take queued tasks as slots free up, until `stop` or a restart is due."""
+        queue = await self.queue()
+        await self._until_stop_or_restart(stop, lambda halt: self.workers.run(queue, halt))
 
     async def serve(self, stop: asyncio.Event) -> None:
-        """Producer and workers in one process, until `stop` (or a graceful shutdown)."""
-        await self.queue()
+        """Producer and workers in one process, until `stop` (or a graceful shutdown, or a
+        restart due)."""
+        queue = await self.queue()
+        await self._until_stop_or_restart(
+            stop, lambda halt: asyncio.gather(self.produce(halt), self.workers.run(queue, halt))
+        )
+
+    async def _until_stop_or_restart(self, stop: asyncio.Event, work: Callable[[asyncio.Event], Awaitable[Any]]) -> None:
+        """`work(halt)`, with `halt` set once `stop` is or a restart is due: the poll ends
+        its cycle, each slot its run, and neither starts another."""
         halt = asyncio.Event()
 
-        async def until_stopped() -> None:
-            await stop.wait()
+        async def until_halted() -> None:
+            waits = [asyncio.ensure_future(event.wait()) for event in (stop, self.workers.restart_due)]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
             halt.set()
 
-        watcher = asyncio.create_task(until_stopped())
+        watcher = asyncio.create_task(until_halted())
         try:
-            await asyncio.gather(self.produce(halt), self.work(halt))
+            await work(halt)
         finally:
             watcher.cancel()
 

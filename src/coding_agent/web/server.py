@@ -6,13 +6,20 @@ starts, so an address in use is handled as the SPEC says instead of uvicorn's ex
 failed bind: without webhooks, one warning naming `dashboard.bind` and the process goes
 on working tasks (the dashboard is a view of them); with webhooks, `BindError` (the CLI
 exits 2 naming `dashboard.bind`), since a missed delivery is missed work.
+
+When the process starts afresh (`scheduling.restart_after_runs`: the CLI replaces its
+image, same pid), the listening socket is handed down to the new image rather than closed
+and bound again: a delivery that arrives meanwhile waits in the socket's backlog and is
+answered once the new image serves, instead of being refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -51,6 +58,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# "<pid>:<fd>": the listening socket a process handed down to its next image (same pid).
+HANDED_DOWN_SOCKET = "CODING_AGENT_LISTENING_SOCKET"
 
 
 class BindError(Exception):
@@ -120,6 +130,46 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _hand_down(sock: socket.socket) -> None:
+    """Keep `sock` listening across the coming `exec` of this process: a copy of it that
+    the new image inherits, named in the environment it inherits."""
+    kept = os.dup(sock.fileno())
+    os.set_inheritable(kept, True)
+    os.environ[HANDED_DOWN_SOCKET] = f"{os.getpid()}:{kept}"
+
+
+def _handed_down(host: str, port: int) -> socket.socket | None:
+    """The listening socket this process's previous image handed down (`_hand_down`), if it
+    listens where `dashboard.bind` says; None otherwise (it is then closed, and the caller
+    binds anew: the configuration may have changed in between)."""
+    named = os.environ.pop(HANDED_DOWN_SOCKET, "")
+    pid, _, fd = named.partition(":")
+    if pid != str(os.getpid()) or not fd.isdigit():  # not ours: set by hand, or by a parent
+        return None
+    try:
+        sock = socket.socket(fileno=int(fd))
+    except OSError:
+        return None
+    try:
+        listening = sock.type == socket.SOCK_STREAM and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        bound_host, bound_port = sock.getsockname()[:2]
+    except (OSError, TypeError, ValueError):
+        listening, bound_host, bound_port = False, "", -1
+    if listening and port in (0, bound_port) and _same_host(host, bound_host):
+        sock.set_inheritable(False)
+        sock.setblocking(False)
+        return sock
+    sock.close()
+    return None
+
+
+def _same_host(configured: str, bound: str) -> bool:
+    try:
+        return ipaddress.ip_address(configured) == ipaddress.ip_address(bound)
+    except ValueError:  # a name (localhost): what it resolved to when it was bound
+        return True
+
+
 @contextlib.asynccontextmanager
 async def _serving(app: Starlette, sock: socket.socket) -> AsyncIterator[str]:
     server = _Server(uvicorn_config(app))
@@ -142,7 +192,8 @@ async def serving_http(
     """Serve the dashboard and the webhooks of `service` while the block runs; yields the
     URL, or None when neither is on (or, without webhooks, the address is taken).
 
-    `sock`: an already bound socket (tests bind port 0); by default `dashboard.bind`.
+    `sock`: an already bound socket (tests bind port 0); by default `dashboard.bind`, or
+    the socket the process's previous image listened on, when it started afresh.
     """
     route_lists = _dashboard_routes(config, service.store) if config.dashboard.enabled else []
     hooks = webhooks_configured(config)
@@ -159,11 +210,16 @@ async def serving_http(
             service.ci,
         )
         route_lists.append(webhook_routes(config, sink))
+    host, port = config.dashboard.host_port
+    handed_down = _handed_down(host, port)  # this image follows a restart in place
+    if handed_down is not None and (sock is not None or not route_lists):
+        handed_down.close()
+    elif sock is None:
+        sock = handed_down
     if not route_lists:
         yield None
         return
     if sock is None:
-        host, port = config.dashboard.host_port
         try:
             sock = bind_socket(host, port)
         except OSError as error:
@@ -174,7 +230,11 @@ async def serving_http(
             return
     async with _serving(_app(config, route_lists), sock) as url:
         log.info("serving %s at %s", "dashboard and webhooks" if hooks and config.dashboard.enabled else "webhooks" if hooks else "dashboard", url)
-        yield url
+        try:
+            yield url
+        finally:
+            if service.restart_due:
+                _hand_down(sock)
 
 
 @contextlib.asynccontextmanager

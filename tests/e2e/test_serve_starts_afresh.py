@@ -1,0 +1,128 @@
+"""A long-running `serve` or `worker` starts afresh after `scheduling.restart_after_runs`
+runs, at a moment no run is in progress: the same process (pid) with a new image, the
+webhooks' listening socket kept (a delivery made meanwhile waits in its backlog), and
+every task done exactly once across the restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import httpx
+
+from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.store.state import StateStore
+from tests.support.github_webhooks import GitHubWebhooks
+from tests.support.waiting import wait_for
+
+from ._steering import distributed_config, spawn_cli, start_serve, steering_config, stop_serve
+from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, REPO, GitHubForge, load_for_service, progress_comments
+from .test_runtime_queue import _produce_once, _stop
+
+SECRET = "whsec-" + "afresh0123456789abcdefgh"
+RESTART_AFTER_RUNS = 2
+STARTED_AFRESH = "starting afresh (scheduling.restart_after_runs)"
+
+
+def _finals(forge: GitHubForge, number: int) -> list[str]:
+    bodies = [body for author, body in forge.comments("issue", number) if author == BOT]
+    return [body for body in bodies if body not in progress_comments(bodies)]
+
+
+def _label_by_webhook(url: str, forge: GitHubForge, number: int) -> int:
+    """POSTs the signed `labeled` delivery; its HTTP status."""
+    hooks = GitHubWebhooks(forge.sandbox.state, forge.url)
+    body = GitHubWebhooks.body(hooks.issues(REPO, number, "labeled", MAINTAINER, label="coding agent"))
+    response = httpx.post(f"{url}/webhooks/github", content=body, headers=GitHubWebhooks.headers("issues", body, SECRET), timeout=60)
+    return response.status_code
+
+
+def _done(forge: GitHubForge, number: int) -> bool:
+    return "coding agent done" in forge.labels("issue", number)
+
+
+def _images(owners: set[str], pid: int) -> set[str]:
+    """The process images (lease owner ids: host-pid-random) among `owners` of process `pid`."""
+    return {owner for owner in owners if re.search(rf"-{pid}-[0-9a-f]{{8}}$", owner)}
+
+
+def test_serve_starts_afresh_after_its_runs_keeping_its_pid_its_socket_and_every_task(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    numbers = [github_forge.open_task("issue", f"Task {n}", f"Please add hello.txt ({n}).") for n in range(4)]
+    stderr = tmp_path / "serve.stderr"
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = steering_config(
+            tmp_path,
+            [github_forge],
+            model,
+            scheduling={"interval_seconds": 3600, "restart_after_runs": RESTART_AFTER_RUNS},
+            dashboard={"bind": "127.0.0.1:0"},
+            webhooks={"github_secret": SECRET},
+        )
+        log = setup.logs / "coding-agent.log"
+        process, url = start_serve(setup.config_path, stderr)
+        try:
+            statuses = [_label_by_webhook(url, github_forge, number) for number in numbers[:2]]
+            wait_for(lambda: all(_done(github_forge, n) for n in numbers[:2]), 120, "the first two tasks to end")
+            # Delivered as the restart begins: answered by one image or the other, never refused.
+            statuses.append(_label_by_webhook(url, github_forge, numbers[2]))
+            wait_for(lambda: log.read_text().count(STARTED_AFRESH) >= 1, 120, "serve to start afresh")
+            wait_for(lambda: len(re.findall(r"dashboard at (http://\S+)", stderr.read_text())) >= 2, 120, "the new image to serve")
+            statuses.append(_label_by_webhook(url, github_forge, numbers[3]))
+            wait_for(lambda: all(_done(github_forge, n) for n in numbers), 120, "every task to end")
+            alive_throughout = process.poll() is None
+        finally:
+            stop_serve(process)
+        store = StateStore(f"sqlite:///{setup.directory / 'state.db'}")
+        try:
+            runs = store.runs.all()
+        finally:
+            store.close()
+
+    assert alive_throughout, "the process never exited: the new image runs under the same pid"
+    assert statuses == [202] * 4
+    served = re.findall(r"dashboard at (http://\S+)", stderr.read_text())
+    assert len(served) >= 2 and set(served) == {url}, f"the new image listens on the socket handed down (port 0): {served}"
+    assert sorted(run.task_key for run in runs) == sorted(f"github:{REPO}#{n}" for n in numbers), "one run per task"
+    assert {run.status for run in runs} == {"done"}
+    assert len(_images({run.owner for run in runs}, process.pid)) >= 2, "runs by two images of one process"
+    for number in numbers:
+        assert len(_finals(github_forge, number)) == 1, number
+    text = log.read_text()
+    assert "Traceback" not in text and " ERROR " not in text, text[-3000:]
+    assert process.returncode == 0, stderr.read_text()[-3000:]
+
+
+def test_a_worker_starts_afresh_between_runs_and_the_queue_s_tasks_are_each_done_once(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+) -> None:
+    url, name = distributed
+    numbers = [github_forge.open_task("issue", f"Task {n}", f"Please add hello.txt ({n}).") for n in range(5)]
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = distributed_config(
+            tmp_path, github_forge, model, url, name, scheduling={"restart_after_runs": RESTART_AFTER_RUNS}
+        )
+        assert len(asyncio.run(_produce_once(load_for_service(setup)))) == 5
+        worker = spawn_cli(setup.config_path, "worker")
+        store = StateStore(url)
+        try:
+            wait_for(
+                lambda: len([run for run in store.runs.all() if run.status == "done"]) >= 5 or worker.poll() is not None,
+                300,
+                "5 runs done",
+            )
+            runs = store.runs.all()
+        finally:
+            store.close()
+            errors = _stop(worker)
+
+    assert worker.returncode == 0, errors
+    assert sorted(run.task_key for run in runs) == sorted(f"github:{REPO}#{n}" for n in numbers), "one run per task"
+    assert {run.status for run in runs} == {"done"}
+    assert len(_images({run.owner for run in runs}, worker.pid)) >= 3, "a new image every two runs"
+    for number in numbers:
+        assert len(_finals(github_forge, number)) == 1, number
+    text = (setup.logs / "coding-agent.log").read_text()
+    assert text.count(STARTED_AFRESH) >= 2 and "Traceback" not in text, text[-3000:]
