@@ -227,9 +227,9 @@ def run_playground(llm: LLMConfig | None, keep: Path | None, serve_http: ServeHt
 
 
 # Picked up within a second or two of labelling; an unassign seen at the next step;
-# a few issues at once.
+# a few issues at once. Never started afresh: the sandbox forge lives in this process.
 _PLAYGROUND_SETTINGS: dict[str, Any] = {
-    "scheduling": {"interval_seconds": 1},
+    "scheduling": {"interval_seconds": 1, "restart_after_runs": 0},
     "task_stop": {"enabled": True, "check_interval": 1, "min_check_interval_seconds": 0},
     "dashboard": {"enabled": True, "bind": "127.0.0.1:0"},
     "workers": 3,

@@ -6,13 +6,18 @@ every task done exactly once across the restarts."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import socket
 from pathlib import Path
 
 import httpx
+import pytest
 
+from coding_agent.runtime.service import AgentService
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.store.state import StateStore
+from coding_agent.web.server import HANDED_DOWN_SOCKET, bind_socket, serving_http
 from tests.support.github_webhooks import GitHubWebhooks
 from tests.support.waiting import wait_for
 
@@ -126,3 +131,54 @@ def test_a_worker_starts_afresh_between_runs_and_the_queue_s_tasks_are_each_done
         assert len(_finals(github_forge, number)) == 1, number
     text = (setup.logs / "coding-agent.log").read_text()
     assert text.count(STARTED_AFRESH) >= 2 and "Traceback" not in text, text[-3000:]
+
+
+def _inode(fd: int) -> int | None:
+    """What `fd` is open on now (None: closed); a closed number may be reused at once."""
+    try:
+        return os.fstat(fd).st_ino
+    except OSError:
+        return None
+
+
+async def _served_url(config: object) -> str | None:
+    service = AgentService(config)  # type: ignore[arg-type]
+    try:
+        async with serving_http(service.config, service) as url:
+            return url
+    finally:
+        await service.aclose()
+
+
+@pytest.mark.parametrize("whose", ["another process's", "this process's, listening elsewhere"])
+def test_a_named_socket_is_taken_only_from_this_process_s_previous_image_and_where_configured(
+    github_forge: GitHubForge, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whose: str
+) -> None:
+    """The environment names a listening socket, as a restart would: one named for
+    another pid (set by hand, or inherited from a parent) is neither used nor closed; this
+    pid's own, listening elsewhere than `dashboard.bind` (the config changed), is closed;
+    either way the configured address is bound."""
+    other = bind_socket("127.0.0.1", 0)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    inode = _inode(other.fileno())
+    pid = os.getpid() if whose.startswith("this") else os.getppid()
+    monkeypatch.setenv(HANDED_DOWN_SOCKET, f"{pid}:{other.fileno()}")
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = steering_config(
+            tmp_path, [github_forge], model, dashboard={"bind": f"127.0.0.1:{port}"}, webhooks={"github_secret": SECRET}
+        )
+        kept = True
+        try:
+            url = asyncio.run(_served_url(load_for_service(setup)))
+            kept = _inode(other.fileno()) == inode
+        finally:
+            if kept:
+                other.close()
+            else:
+                other.detach()  # closed already; its number may be another file's now
+
+    assert url == f"http://127.0.0.1:{port}"
+    assert HANDED_DOWN_SOCKET not in os.environ, "read once, not passed on to the runs' commands"
+    assert kept == whose.startswith("another"), whose
