@@ -9,6 +9,7 @@ import asyncio
 import os
 import re
 import socket
+import threading
 from pathlib import Path
 
 import httpx
@@ -43,6 +44,14 @@ def _label_by_webhook(url: str, forge: GitHubForge, number: int) -> int:
     return response.status_code
 
 
+def _read_until_closed(url: str, received: list[str]) -> None:
+    """A live page's update stream, read until the server ends it."""
+    with httpx.stream("GET", f"{url}/events", timeout=httpx.Timeout(10, read=120)) as response:
+        for line in response.iter_lines():
+            received.append(line)
+    received.append("<closed>")
+
+
 def _done(forge: GitHubForge, number: int) -> bool:
     return "coding agent done" in forge.labels("issue", number)
 
@@ -68,7 +77,11 @@ def test_serve_starts_afresh_after_its_runs_keeping_its_pid_its_socket_and_every
         )
         log = setup.logs / "coding-agent.log"
         process, url = start_serve(setup.config_path, stderr)
+        page: list[str] = []
+        reader = threading.Thread(target=_read_until_closed, args=(url, page), daemon=True)
         try:
+            reader.start()  # a dashboard page left open: it must not hold the restart up
+            wait_for(lambda: any(line.startswith("data: ") for line in page), 60, "the page's first update")
             statuses = [_label_by_webhook(url, github_forge, number) for number in numbers[:2]]
             wait_for(lambda: all(_done(github_forge, n) for n in numbers[:2]), 120, "the first two tasks to end")
             # Delivered as the restart begins: answered by one image or the other, never refused.
@@ -78,6 +91,7 @@ def test_serve_starts_afresh_after_its_runs_keeping_its_pid_its_socket_and_every
             statuses.append(_label_by_webhook(url, github_forge, numbers[3]))
             wait_for(lambda: all(_done(github_forge, n) for n in numbers), 120, "every task to end")
             alive_throughout = process.poll() is None
+            reader.join(60)
         finally:
             stop_serve(process)
         store = StateStore(f"sqlite:///{setup.directory / 'state.db'}")
@@ -87,6 +101,7 @@ def test_serve_starts_afresh_after_its_runs_keeping_its_pid_its_socket_and_every
             store.close()
 
     assert alive_throughout, "the process never exited: the new image runs under the same pid"
+    assert page[-1] == "<closed>", "the open page's stream was ended by the restart (its browser reconnects)"
     assert statuses == [202] * 4
     served = re.findall(r"dashboard at (http://\S+)", stderr.read_text())
     assert len(served) >= 2 and set(served) == {url}, f"the new image listens on the socket handed down (port 0): {served}"

@@ -6,13 +6,14 @@ features stay independent of each other and of the server that runs them.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
-__all__ = ["build_app"]
+__all__ = ["build_app", "closing_event"]
 
 
 def build_app(
@@ -22,3 +23,12 @@ def build_app(
     routes = [route for routes in route_lists for route in routes]
     routes.extend(extra)
     return Starlette(routes=routes, middleware=list(middleware))
+
+
+def closing_event(app: Starlette) -> asyncio.Event:
+    """Set by the server that runs `app` when it begins to close: long responses (the
+    dashboard's live updates) end then rather than hold the close up."""
+    closing: asyncio.Event | None = getattr(app.state, "closing", None)
+    if closing is None:
+        closing = app.state.closing = asyncio.Event()
+    return closing

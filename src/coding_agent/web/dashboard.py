@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.store.state import StateStore
 from coding_agent.web.activity import RunActivity
+from coding_agent.web.app import closing_event
 from coding_agent.web.feed import EVENT_INTERVAL_SECONDS, ListFeed, list_updates
 from coding_agent.web.pages import render_list, render_parts, render_problem, render_task, render_usage
 from coding_agent.web.views import TaskFilter, UnknownFilter, task_detail, task_list, usage
@@ -38,6 +39,19 @@ __all__ = ["dashboard_routes"]
 
 def _html(status: int, text: str) -> HTMLResponse:
     return HTMLResponse(text, status_code=status)
+
+
+def _streaming(request: Request) -> Callable[[], Awaitable[bool]]:
+    """Whether a live update stream goes on: its client is connected and the server is not
+    closing (`app.closing_event`). An open page must not hold up a shutdown or a restart in place
+    for the server's grace period: its stream ends, and the browser's `EventSource`
+    reconnects by itself, to the next image when it was a restart."""
+    closing = closing_event(request.app)
+
+    async def connected() -> bool:
+        return not closing.is_set() and not await request.is_disconnected()
+
+    return connected
 
 
 def _task_event(detail: dict[str, Any]) -> str:
@@ -74,10 +88,7 @@ class _Pages:
         except UnknownFilter as error:
             return JSONResponse({"error": str(error)}, status_code=400)
 
-        async def connected() -> bool:
-            return not await request.is_disconnected()
-
-        updates = list_updates(self.feed, only, connected)
+        updates = list_updates(self.feed, only, _streaming(request))
         return StreamingResponse(updates, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     async def task(self, request: Request) -> Response:
@@ -94,9 +105,11 @@ class _Pages:
             detail = self._detail(key)
             return None if detail is None else _task_event(detail)
 
+        connected = _streaming(request)
+
         async def stream() -> AsyncIterator[str]:
             last = None
-            while not await request.is_disconnected():
+            while await connected():
                 text = await run_in_threadpool(read)
                 if text is not None and text != last:
                     last = text

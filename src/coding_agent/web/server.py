@@ -38,7 +38,7 @@ from coding_agent.store.deliveries import DeliveryLog
 from coding_agent.store.state import StateStore
 from coding_agent.web.activity import RunActivity
 from coding_agent.web.api import api_routes
-from coding_agent.web.app import build_app
+from coding_agent.web.app import build_app, closing_event
 from coding_agent.web.auth import TokenGuard, login_routes
 from coding_agent.web.dashboard import dashboard_routes
 from coding_agent.web.feed import ListFeed
@@ -179,6 +179,7 @@ async def _serving(app: Starlette, sock: socket.socket) -> AsyncIterator[str]:
     try:
         yield url
     finally:
+        closing_event(app).set()
         server.should_exit = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, 10)
