@@ -108,8 +108,9 @@ async def _run_service(config: AgentConfig, role: Role) -> int:
 def _start_afresh() -> NoReturn:
     """Replace this process's image with a new start of the same command line.
 
-    The pid stays (a service manager or a container's runtime sees no exit), and so do the environment, the working directory and the listening socket (handed down
-    by `web.server`); everything the old image allocated goes back to the system. Every
+    The pid stays (a service manager or a container's runtime sees no exit), and so do
+    the environment, the working directory and the listening socket (handed down by
+    `web.server`); everything the old image allocated goes back to the system. Every
     task's state is in the store and no run is in progress, so the new image's start
     (preflight, recovery, the first poll) picks up where this one stopped."""
     log.info("starting afresh (scheduling.restart_after_runs): %s", " ".join(sys.orig_argv))

@@ -196,7 +196,7 @@ class Workers:
         limit = self._config.scheduling.restart_after_runs
         if self._serving and limit and self._runs_ended >= limit and not self._running and not self.restart_due.is_set():
             log.info(
-                "%d runs ended since this process started and none is in progress: it starts afresh "
+                "%d runs ended since the process last started and none is in progress: it starts afresh "
                 "to give its memory back (scheduling.restart_after_runs)",
                 self._runs_ended,
             )
