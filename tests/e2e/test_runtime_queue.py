@@ -244,29 +244,38 @@ def _stop(process: subprocess.Popen[str]) -> str:
     return err
 
 
+def _work_queued_tasks(
+    forge: GitHubForge, setup: Any, url: str, tasks: int, processes: int
+) -> tuple[list[int], list[Any], list[subprocess.Popen[str]], list[str]]:
+    """`tasks` issues opened and queued by one producer cycle, worked by `processes`
+    `worker` processes until every task's run is done (or a worker exits), then each
+    worker stopped: the issues' numbers, the runs, the workers and their stderr."""
+    numbers = [forge.open_task("issue", f"Task {n}", f"Please add hello.txt ({n}).") for n in range(tasks)]
+    assert len(asyncio.run(_produce_once(load_for_service(setup)))) == tasks
+    workers = [spawn_cli(setup.config_path, "worker") for _ in range(processes)]
+    store = StateStore(url)
+    try:
+        wait_for(
+            lambda: len([run for run in store.runs.all() if run.status == "done"]) >= tasks
+            or any(worker.poll() is not None for worker in workers),
+            900,
+            f"{tasks} runs done",
+        )
+        runs = store.runs.all()
+    finally:
+        store.close()
+        errors = [_stop(worker) for worker in workers]
+    return numbers, runs, workers, errors
+
+
 @pytest.mark.long
 def test_two_worker_processes_share_32_tasks_each_done_once(
     github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
 ) -> None:
     url, name = distributed
-    numbers = [github_forge.open_task("issue", f"Task {n}", f"Please add hello.txt ({n}).") for n in range(32)]
     with ReplaySandbox(HELLO_SCRIPT) as model:
         setup = distributed_config(tmp_path, github_forge, model, url, name, workers=4)
-        config = load_for_service(setup)
-        assert len(asyncio.run(_produce_once(config))) == 32
-        workers = [spawn_cli(setup.config_path, "worker") for _ in range(2)]
-        store = StateStore(url)
-        try:
-            wait_for(
-                lambda: len([run for run in store.runs.all() if run.status == "done"]) >= 32
-                or any(worker.poll() is not None for worker in workers),
-                900,
-                "32 runs done",
-            )
-            runs = store.runs.all()
-        finally:
-            store.close()
-            errors = [_stop(worker) for worker in workers]
+        numbers, runs, workers, errors = _work_queued_tasks(github_forge, setup, url, 32, processes=2)
 
     assert [worker.returncode for worker in workers] == [0, 0], errors
     assert sorted(run.task_key for run in runs) == sorted(f"github:{REPO}#{n}" for n in numbers), "one run per task"

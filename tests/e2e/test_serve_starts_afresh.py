@@ -22,18 +22,13 @@ from coding_agent.web.server import HANDED_DOWN_SOCKET, bind_socket, serving_htt
 from tests.support.github_webhooks import GitHubWebhooks
 from tests.support.waiting import wait_for
 
-from ._steering import distributed_config, spawn_cli, start_serve, steering_config, stop_serve
-from .conftest import BOT, HELLO_SCRIPT, MAINTAINER, REPO, GitHubForge, load_for_service, progress_comments
-from .test_runtime_queue import _produce_once, _stop
+from ._steering import distributed_config, start_serve, steering_config, stop_serve
+from .conftest import HELLO_SCRIPT, MAINTAINER, REPO, GitHubForge, load_for_service
+from .test_runtime_queue import _finals, _work_queued_tasks
 
 SECRET = "whsec-" + "afresh0123456789abcdefgh"
 RESTART_AFTER_RUNS = 2
 STARTED_AFRESH = "starting afresh (scheduling.restart_after_runs)"
-
-
-def _finals(forge: GitHubForge, number: int) -> list[str]:
-    bodies = [body for author, body in forge.comments("issue", number) if author == BOT]
-    return [body for body in bodies if body not in progress_comments(bodies)]
 
 
 def _label_by_webhook(url: str, forge: GitHubForge, number: int) -> int:
@@ -119,24 +114,11 @@ def test_a_worker_starts_afresh_between_runs_and_the_queue_s_tasks_are_each_done
     github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
 ) -> None:
     url, name = distributed
-    numbers = [github_forge.open_task("issue", f"Task {n}", f"Please add hello.txt ({n}).") for n in range(5)]
     with ReplaySandbox(HELLO_SCRIPT) as model:
         setup = distributed_config(
             tmp_path, github_forge, model, url, name, scheduling={"restart_after_runs": RESTART_AFTER_RUNS}
         )
-        assert len(asyncio.run(_produce_once(load_for_service(setup)))) == 5
-        worker = spawn_cli(setup.config_path, "worker")
-        store = StateStore(url)
-        try:
-            wait_for(
-                lambda: len([run for run in store.runs.all() if run.status == "done"]) >= 5 or worker.poll() is not None,
-                300,
-                "5 runs done",
-            )
-            runs = store.runs.all()
-        finally:
-            store.close()
-            errors = _stop(worker)
+        numbers, runs, [worker], errors = _work_queued_tasks(github_forge, setup, url, 5, processes=1)
 
     assert worker.returncode == 0, errors
     assert sorted(run.task_key for run in runs) == sorted(f"github:{REPO}#{n}" for n in numbers), "one run per task"
