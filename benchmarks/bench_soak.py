@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -255,7 +256,11 @@ def _wait_done(store: StateStore, serve: Serve, total: int) -> None:
         serve.alive()
         return len(store.runs.runs_with_status("done")) >= total
 
-    wait_for(done, WAVE_TIMEOUT_S, f"{total} runs done")
+    try:
+        wait_for(done, WAVE_TIMEOUT_S, f"{total} runs done")
+    except AssertionError:
+        statuses = Counter(run.status for run in store.runs.all())
+        raise SystemExit(f"{total} runs not done within {WAVE_TIMEOUT_S:.0f} s; runs by status: {dict(statuses)}") from None
 
 
 def _look_at_dashboard(url: str, number: int) -> None:
