@@ -305,10 +305,11 @@ def _checks(sandbox: GitHubSandbox, store: StateStore, directory: Path, tasks: i
         sum(1 for comment in sandbox.state.comments(REPO, issue.number) if comment.author == BOT and _is_final(comment.body))
         for issue in issues
     ]
+    outputs = [*_log_files(directory), directory / "serve.out"]
     problems = [
         line.strip()
-        for path in [*sorted((directory / "logs").glob("*")), directory / "serve.out"]
-        if path.is_file() and path.suffix != ".gz"
+        for path in outputs
+        if path.is_file()
         for line in path.read_text(errors="replace").splitlines()
         if re.search(r"\b(ERROR|WARNING|Traceback)\b", line)
     ]
@@ -393,12 +394,16 @@ def _growth(samples: list[dict[str, Any]]) -> tuple[float, float] | None:
     return (round(after[-1] - after[0], 1), round(max(after[1:]) - after[0], 1)) if len(after) > 1 else None
 
 
+def _log_files(directory: Path) -> list[Path]:
+    """`serve`'s log files, the compressed ones (rotated away) left out."""
+    return [path for path in sorted((directory / "logs").glob("*")) if path.is_file() and path.suffix != ".gz"]
+
+
 def _fresh_starts(directory: Path) -> int:
     """How often `serve` started afresh (`scheduling.restart_after_runs`), from its log."""
     return sum(
         path.read_text(errors="replace").count("starting afresh (scheduling.restart_after_runs)")
-        for path in sorted((directory / "logs").glob("*"))
-        if path.is_file() and path.suffix != ".gz"
+        for path in _log_files(directory)
     )
 
 

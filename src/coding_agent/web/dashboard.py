@@ -43,9 +43,9 @@ def _html(status: int, text: str) -> HTMLResponse:
 
 def _streaming(request: Request) -> Callable[[], Awaitable[bool]]:
     """Whether a live update stream goes on: its client is connected and the server is not
-    closing (`app.closing_event`). An open page must not hold up a shutdown or a restart in place
-    for the server's grace period: its stream ends, and the browser's `EventSource`
-    reconnects by itself, to the next image when it was a restart."""
+    closing (`app.closing_event`). An open page must not hold up a shutdown or a restart
+    in place for the server's grace period: its stream ends, and the browser's
+    `EventSource` reconnects by itself, to the next image when it was a restart."""
     closing = closing_event(request.app)
 
     async def connected() -> bool:
