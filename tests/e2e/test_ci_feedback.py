@@ -812,3 +812,38 @@ def test_a_poll_that_offers_a_ci_fix_leaves_that_pr_s_review_threads_to_the_next
         offered = asyncio.run(one_poll())
     assert offered == [f"github:{REPO}#{number}"], offered
     assert watch_state(tmp_path, f"github:{REPO}#{number}") == "fix"
+
+
+def test_a_ci_fix_is_offered_with_its_task_s_lease_free_for_the_fix_run_s_claim(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """The watch decided the fix under the task's lease and offered it still holding
+    that lease. A worker that took the offer at once (a free slot) found the lease busy,
+    dropped the message, and the fix waited for the next poll: `run --once` did no fix at
+    all, now and then (a CI run found it). The offer comes after the lease is let go."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(calc_script()) as model:
+        setup = ci_setup(tmp_path, forge, model)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
+
+        async def one_poll() -> dict[str, str | None]:
+            service = AgentService(load_for_service(setup))
+            assert service.ci is not None
+            holders: dict[str, str | None] = {}
+
+            async def offer(offered: str) -> bool:
+                holders[offered] = await asyncio.to_thread(service.store.leases.lease_owner, offered)
+                return True
+
+            try:
+                await service.ci.poll(offer)
+            finally:
+                await service.aclose()
+            return holders
+
+        holders = asyncio.run(one_poll())
+    assert holders == {key: None}, "offered with the lease free"
+    assert watch_state(tmp_path, key) == "fix"

@@ -284,23 +284,29 @@ class CiWatcher:
 
     async def _drive(self, source: Source, task_key: str, offer: Offer) -> None:
         """One look at one watch under its task's lease (busy: the next look decides);
-        none while the pause signal holds every task (SPEC 8.3)."""
+        none while the pause signal holds every task (SPEC 8.3). A fix it decides is
+        offered once the lease is let go: the fix run's claim takes that lease, and a
+        worker that took the offer at once found it busy and dropped the message."""
         if self._signal_file is not None and self._signal_file.exists():
             return
         if not await self._lease(task_key):
             return
+        fix_decided = False
         try:
             watch = await asyncio.to_thread(self._watches.watch, task_key)
             if watch is None or watch.state not in (WatchState.WATCHING, WatchState.RERUN):
                 return  # another look acted on it meanwhile
             report = await source.ci_report(watch.project, watch.sha)
-            await self._decide_and_act(source, watch, report, offer)
+            fix_decided = await self._decide_and_act(source, watch, report)
         except AgentError as error:
             log.error("%s: CI watch: %s; the next poll looks again", task_key, self._redactor.text(str(error)))
         finally:
             await asyncio.to_thread(self._store.leases.release_lease, task_key, self._owner)
+        if fix_decided:
+            await offer(task_key)
 
-    async def _decide_and_act(self, source: Source, watch: CiWatch, report: CiReport, offer: Offer) -> None:
+    async def _decide_and_act(self, source: Source, watch: CiWatch, report: CiReport) -> bool:
+        """Decide on `report` and act; True when the action is a fix run, to be offered."""
         now = self._clock()
         if report.appeared and watch.appeared_at is None:
             watch = await asyncio.to_thread(self._watches.update_watch, watch, appeared_at=now)
@@ -308,20 +314,21 @@ class CiWatcher:
             watch = await asyncio.to_thread(self._watches.update_watch, watch, state=WatchState.WATCHING)
         decision = decide(watch, report, now, self._settings)
         if decision.action == "wait":
-            return
+            return False
         if decision.action == "no_ci":  # nothing to say, nothing to check
             await asyncio.to_thread(self._watches.update_watch, watch, state=WatchState.NO_CI, acted_at=now)
             log.info("%s: no CI appeared for %s; not watched any more", watch.task_key, watch.sha[:12])
-            return
+            return False
         verdict = await self._still_ours(source, watch)
         if verdict == "hold":
-            return
+            return False
         if verdict == "end":
             await asyncio.to_thread(self._watches.update_watch, watch, state=WatchState.ENDED, acted_at=now)
-            return
+            return False
         if decision.action == "rerun":
             watch, decision = await self._rerun(source, watch, decision, report, now)
-        await self._act(source, watch, decision, offer, now)
+        await self._act(source, watch, decision, now)
+        return decision.action == "fix"
 
     async def _still_ours(self, source: Source, watch: CiWatch) -> Literal["go", "hold", "end"]:
         """Whether the watch may act now: the task not stopped, paused or closed, and the
@@ -373,7 +380,7 @@ class CiWatcher:
         watch = await asyncio.to_thread(self._watches.update_watch, watch, reran=True)
         return watch, decide(watch, report, now, self._settings)
 
-    async def _act(self, source: Source, watch: CiWatch, decision: CiDecision, offer: Offer, now: float) -> None:
+    async def _act(self, source: Source, watch: CiWatch, decision: CiDecision, now: float) -> None:
         key, sha = watch.task_key, watch.sha[:12]
         update = self._watches.update_watch
         if decision.action == "timed_out":
@@ -392,7 +399,6 @@ class CiWatcher:
         elif decision.action == "fix":
             await asyncio.to_thread(update, watch, state=WatchState.FIX, acted_at=now, failing=decision.checks)
             log.info("%s: CI failed on %s (%d check(s)); a fix run is offered", key, sha, len(decision.checks))
-            await offer(key)
         elif decision.action == "give_up":
             await asyncio.to_thread(update, watch, state=WatchState.FAILED, acted_at=now, failing=decision.checks)
             listing = self._listing(decision.checks)
