@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import signal
 import subprocess
 import threading
@@ -19,6 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from coding_agent.domain.ci import Check, CheckKind, CheckState, WatchState
+from coding_agent.errors import QueueUnavailable
 from coding_agent.runtime.queue.memory import MemoryQueue
 from coding_agent.runtime.service import AgentService
 from coding_agent.redaction import Redactor
@@ -27,7 +29,7 @@ from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.web.views import task_detail, task_list
 
 from tests.support.state import agent_store
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_until
 
 from ._steering import assign, post_comment, run_cycle, spawn_cli, unassign, user_messages
 from .conftest import (
@@ -848,3 +850,41 @@ def test_a_ci_fix_is_offered_with_its_task_s_lease_free_for_the_fix_run_s_claim(
         holders = asyncio.run(one_poll())
     assert holders == {key: None}, "offered with the lease free"
     assert watch_state(tmp_path, key) == "fix"
+
+
+def test_a_ci_webhook_s_fix_offered_while_the_broker_is_away_waits_for_the_next_poll_without_a_traceback(
+    github_forge: GitHubForge, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CI webhook's look decides a fix and the broker refuses the offer: the watch stays
+    `fix` (the next poll offers it) and the log says so in one line, as for any outage."""
+    forge, state = github_forge, github_forge.sandbox.state
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    key = f"github:{REPO}#{number}"
+    with ReplaySandbox(calc_script()) as model:
+        setup = ci_setup(tmp_path, forge, model)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        sha = head(forge)
+        state.ci_job(REPO, sha, "tests", conclusion="failure", log=FAILING_LOG)
+
+        def errors() -> list[logging.LogRecord]:
+            return [record for record in caplog.records if record.levelname == "ERROR"]
+
+        async def hinted() -> list[logging.LogRecord]:
+            service = AgentService(load_for_service(setup))
+            assert service.ci is not None
+
+            async def offer(_: str) -> bool:
+                raise QueueUnavailable("the broker at amqp://127.0.0.1:1 cannot be reached")
+
+            try:
+                service.ci.hint("github", REPO, sha, offer)
+                return await wait_until(errors, 60, "the webhook's look to log its end")
+            finally:
+                await service.aclose()
+
+        with caplog.at_level("INFO"):
+            logged = asyncio.run(hinted())
+    assert watch_state(tmp_path, key) == "fix"
+    assert logged == errors()
+    assert [record.exc_info for record in logged] == [None], [record.getMessage() for record in logged]
+    assert "cannot be reached" in logged[0].getMessage() and "next poll" in logged[0].getMessage()

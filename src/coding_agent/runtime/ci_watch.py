@@ -276,6 +276,9 @@ class CiWatcher:
                 waiting = watch.state in (WatchState.WATCHING, WatchState.RERUN)
                 if source is not None and source.forge == forge and waiting:
                     await self._drive(source, watch.task_key, offer)
+        except QueueUnavailable as error:  # the fix decided stays `fix`: the next poll offers it
+            cause = self._redactor.text(str(error))
+            log.error("%s: a CI webhook's fix for %s: %s; the next poll offers it", project, sha[:12], cause)
         except Exception:  # a hint is a hint: the next poll looks again
             log.exception("%s: a CI webhook's look at %s failed; the next poll looks again", project, sha[:12])
 
