@@ -7,12 +7,14 @@ instead of fixed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -790,6 +792,19 @@ def test_pausing_a_watched_task_holds_its_watch_until_it_is_resumed(github_forge
     assert watch_state(tmp_path, key) == "watching", "the fix run's push is watched"
 
 
+@contextlib.contextmanager
+def failing_ci_on_the_first_push(forge: GitHubForge, tmp_path: Path) -> Iterator[tuple[AgentSetup, str, str]]:
+    """An issue worked once (its PR watched), its head's CI failed since: the config,
+    the issue's key and that head, with the replay model serving while the test goes on."""
+    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    with ReplaySandbox(calc_script()) as model:
+        setup = ci_setup(tmp_path, forge, model)
+        assert run_cycle(load_for_service(setup)).errors == ()
+        sha = head(forge)
+        forge.sandbox.state.ci_job(REPO, sha, "tests", conclusion="failure", log=FAILING_LOG)
+        yield setup, f"github:{REPO}#{number}", sha
+
+
 def test_a_poll_that_offers_a_ci_fix_leaves_that_pr_s_review_threads_to_the_next_poll(
     github_forge: GitHubForge, tmp_path: Path
 ) -> None:
@@ -798,12 +813,7 @@ def test_a_poll_that_offers_a_ci_fix_leaves_that_pr_s_review_threads_to_the_next
     first the fix found the lease busy and waited for the next poll (`run --once` did no
     fix at all). The poll that offers a fix, or whose fix runs, leaves that PR's threads to
     a later poll; a mention there is not lost, only looked at then."""
-    forge, state = github_forge, github_forge.sandbox.state
-    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
-    with ReplaySandbox(calc_script()) as model:
-        setup = ci_setup(tmp_path, forge, model)
-        assert run_cycle(load_for_service(setup)).errors == ()
-        state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
+    with failing_ci_on_the_first_push(github_forge, tmp_path) as (setup, key, _):
 
         async def one_poll() -> list[str]:
             service = AgentService(load_for_service(setup))
@@ -813,8 +823,8 @@ def test_a_poll_that_offers_a_ci_fix_leaves_that_pr_s_review_threads_to_the_next
                 await service.aclose()
 
         offered = asyncio.run(one_poll())
-    assert offered == [f"github:{REPO}#{number}"], offered
-    assert watch_state(tmp_path, f"github:{REPO}#{number}") == "fix"
+    assert offered == [key], offered
+    assert watch_state(tmp_path, key) == "fix"
 
 
 def test_a_ci_fix_is_offered_with_its_task_s_lease_free_for_the_fix_run_s_claim(
@@ -824,13 +834,7 @@ def test_a_ci_fix_is_offered_with_its_task_s_lease_free_for_the_fix_run_s_claim(
     that lease. A worker that took the offer at once (a free slot) found the lease busy,
     dropped the message, and the fix waited for the next poll: `run --once` did no fix at
     all, now and then (a CI run found it). The offer comes after the lease is let go."""
-    forge, state = github_forge, github_forge.sandbox.state
-    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
-    key = f"github:{REPO}#{number}"
-    with ReplaySandbox(calc_script()) as model:
-        setup = ci_setup(tmp_path, forge, model)
-        assert run_cycle(load_for_service(setup)).errors == ()
-        state.ci_job(REPO, head(forge), "tests", conclusion="failure", log=FAILING_LOG)
+    with failing_ci_on_the_first_push(github_forge, tmp_path) as (setup, key, _):
 
         async def one_poll() -> dict[str, str | None]:
             service = AgentService(load_for_service(setup))
@@ -857,14 +861,7 @@ def test_a_ci_webhook_s_fix_offered_while_the_broker_is_away_waits_for_the_next_
 ) -> None:
     """A CI webhook's look decides a fix and the broker refuses the offer: the watch stays
     `fix` (the next poll offers it) and the log says so in one line, as for any outage."""
-    forge, state = github_forge, github_forge.sandbox.state
-    number = forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
-    key = f"github:{REPO}#{number}"
-    with ReplaySandbox(calc_script()) as model:
-        setup = ci_setup(tmp_path, forge, model)
-        assert run_cycle(load_for_service(setup)).errors == ()
-        sha = head(forge)
-        state.ci_job(REPO, sha, "tests", conclusion="failure", log=FAILING_LOG)
+    with failing_ci_on_the_first_push(github_forge, tmp_path) as (setup, key, sha):
 
         def errors() -> list[logging.LogRecord]:
             return [record for record in caplog.records if record.levelname == "ERROR"]
