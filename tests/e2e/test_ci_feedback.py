@@ -873,6 +873,7 @@ def test_a_ci_webhook_s_fix_offered_while_the_broker_is_away_waits_for_the_next_
             async def offer(_: str) -> bool:
                 raise QueueUnavailable("the broker at amqp://127.0.0.1:1 cannot be reached")
 
+            caplog.clear()  # the hint's records only
             try:
                 service.ci.hint("github", REPO, sha, offer)
                 return await wait_until(errors, 60, "the webhook's look to log its end")
