@@ -134,14 +134,44 @@ def _demo_directory(keep: Path | None) -> Iterator[Path]:
         yield Path(name)
 
 
-def run_demo(llm: LLMConfig | None, keep: Path | None, planning: bool = False) -> int:
-    """Run the demo (`planning`: in planning mode, SPEC 10); return the process exit code."""
-    sandbox_none = _no_bwrap()
-    if sandbox_none:
+def _sandbox_none(command: str, llm: LLMConfig | None, allow_none: bool, replay_note: str) -> bool | None:
+    """Whether `command` runs the model's commands unsandboxed, having said so first; None
+    when it must refuse (SPEC 15 "Run unsandboxed by accident").
+
+    Without bwrap the replay model may run unsandboxed: it runs only its own scripted
+    steps (`replay_note` says so). A model of the operator's (`--llm`) runs whatever an
+    issue talks it into, so, like `serve`, only the operator's own `security.sandbox:
+    none` (`allow_none`) lets it run without bwrap."""
+    if not _no_bwrap():
+        return False
+    if llm is not None and not allow_none:
         typer.echo(
-            "No bubblewrap (bwrap) on this machine: the demo runs with security.sandbox: none "
-            "(commands unsandboxed; it runs only its own scripted task)."
+            f"{command} --llm runs the commands of your model: it needs bubblewrap (bwrap), not found. "
+            "Install bubblewrap, or set security.sandbox: none in the config to run them unsandboxed.",
+            err=True,
         )
+        return None
+    if llm is not None:
+        typer.echo(
+            f"No bubblewrap (bwrap) on this machine: {command} runs the commands of your model unsandboxed, "
+            "as your config's security.sandbox: none says."
+        )
+    else:
+        typer.echo(f"No bubblewrap (bwrap) on this machine: {replay_note}")
+    return True
+
+
+def run_demo(llm: LLMConfig | None, keep: Path | None, planning: bool = False, allow_none: bool = False) -> int:
+    """Run the demo (`planning`: in planning mode, SPEC 10); return the process exit code.
+    `allow_none`: the config of `--llm` sets `security.sandbox: none`."""
+    sandbox_none = _sandbox_none(
+        "demo",
+        llm,
+        allow_none,
+        "the demo runs with security.sandbox: none (commands unsandboxed; it runs only its own scripted task).",
+    )
+    if sandbox_none is None:
+        return 2
     with _demo_directory(keep) as directory:
         return _run_in(directory, llm, keep is not None, sandbox_none, planning)
 
@@ -189,22 +219,25 @@ def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bo
     return 0 if ok else 1
 
 
-def run_playground(llm: LLMConfig | None, keep: Path | None, serve_http: ServeHttp, planning: bool = False) -> int:
+def run_playground(
+    llm: LLMConfig | None, keep: Path | None, serve_http: ServeHttp, planning: bool = False, allow_none: bool = False
+) -> int:
     """`demo --serve` (SPEC 12): the sandbox forge with its page for people, the dashboard
     (served by `serve_http`, the web layer's, which this module sits below) and the agent
-    working what is labelled there, until Ctrl-C; return the process exit code."""
+    working what is labelled there, until Ctrl-C; return the process exit code.
+    `allow_none`: the config of `--llm` sets `security.sandbox: none`."""
     if planning and llm is None:
         typer.echo("demo --serve --planning needs a model that plans: add --llm (the replay model does not).", err=True)
         return 2
-    sandbox_none = _no_bwrap()
-    if sandbox_none and llm is not None:
-        typer.echo("demo --serve --llm runs the commands of your model: it needs bubblewrap (bwrap), not found.", err=True)
+    sandbox_none = _sandbox_none(
+        "demo --serve",
+        llm,
+        allow_none,
+        "the playground runs with security.sandbox: none "
+        "(commands unsandboxed; the replay model runs only its own scripted steps).",
+    )
+    if sandbox_none is None:
         return 2
-    if sandbox_none:
-        typer.echo(
-            "No bubblewrap (bwrap) on this machine: the playground runs with security.sandbox: none "
-            "(commands unsandboxed; the replay model runs only its own scripted steps)."
-        )
     with _demo_directory(keep) as directory:
         playground = Playground(DEMO_REPO, DEMO_USER, DEMO_BOT)
         with GitHubSandbox(playground=playground) as forge:
