@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import shutil
 import signal
 import sys
@@ -42,7 +43,6 @@ __all__ = ["run_demo", "run_playground", "ServeHttp", "DEMO_REPO", "DEMO_BOT", "
 DEMO_REPO = "demo/hello-world"
 DEMO_USER = "octocat"
 DEMO_BOT = "coding-agent-bot"
-_DEMO_TOKEN = "demo-bot-token-not-a-secret"
 
 # Serves the dashboard of a service while the block runs, yielding its URL (or None).
 ServeHttp = Callable[[AgentConfig, AgentService], AbstractAsyncContextManager[str | None]]
@@ -54,8 +54,20 @@ def _demo_script(planning: bool = False) -> ReplayScript:
     return ReplayScript.from_dict(yaml.safe_load(text))
 
 
+def _bot_token() -> str:
+    """The sandbox forge's bot token, drawn per run: a fixed one would let any user of this
+    machine act as the bot on the forge's loopback port while the demo runs."""
+    return "demo-" + secrets.token_urlsafe(24)
+
+
 def _config(
-    forge_url: str, llm: dict[str, Any], directory: Path, sandbox_none: bool, planning: bool = False, keep: bool = False
+    forge_url: str,
+    token: str,
+    llm: dict[str, Any],
+    directory: Path,
+    sandbox_none: bool,
+    planning: bool = False,
+    keep: bool = False,
 ) -> dict[str, Any]:
     """The demo's config; `keep` (`--dir`): the run's clone stays for the user to look at."""
     security: dict[str, Any] = {"sandbox": "none"} if sandbox_none else {}
@@ -63,7 +75,7 @@ def _config(
         **({"planning": {"enabled": True}} if planning else {}),
         "security": security,
         "task_source": "github",
-        "github": {"api_url": forge_url, "token": _DEMO_TOKEN, "owner": "demo", "bot_name": DEMO_BOT},
+        "github": {"api_url": forge_url, "token": token, "owner": "demo", "bot_name": DEMO_BOT},
         "llm": llm,
         "workspace": {"base_dir": str(directory / "workspaces"), "keep_finished": keep},
         "context_storage": {"base_dir": str(directory / "contexts")},
@@ -74,20 +86,20 @@ def _config(
     }
 
 
-def _seed_repository(sandbox: GitHubSandbox) -> None:
-    """The demo's repository, its maintainer and the bot (with write access)."""
+def _seed_repository(sandbox: GitHubSandbox, token: str) -> None:
+    """The demo's repository, its maintainer and the bot (with write access, `token`)."""
     state = sandbox.state
     state.add_user(DEMO_USER)
-    state.add_user(DEMO_BOT, token=_DEMO_TOKEN, bot=True)
+    state.add_user(DEMO_BOT, token=token, bot=True)
     state.add_repo(DEMO_REPO)
     state.init_repo(DEMO_REPO, files={"README.md": "# hello-world\n\nThe repository of `coding-agent demo`.\n"})
     state.set_permission(DEMO_REPO, DEMO_USER, "admin")
     state.set_permission(DEMO_REPO, DEMO_BOT, "write")
 
 
-def _seed(sandbox: GitHubSandbox) -> int:
+def _seed(sandbox: GitHubSandbox, token: str) -> int:
     state = sandbox.state
-    _seed_repository(sandbox)
+    _seed_repository(sandbox, token)
     number = state.create_issue(
         DEMO_REPO,
         "Add a greeting script",
@@ -195,13 +207,14 @@ def _model(llm: LLMConfig | None, script: ReplayScript) -> tuple[ReplaySandbox |
 
 
 def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bool, planning: bool) -> int:
+    token = _bot_token()
     with GitHubSandbox() as forge:
-        number = _seed(forge)
+        number = _seed(forge, token)
         replay, llm_section = _model(llm, _demo_script(planning))
         try:
             # An empty environment: forge tokens exported for real work (GITHUB_TOKEN ...)
             # must not replace the sandbox forge's token (SPEC 12).
-            data = _config(forge.url, llm_section, directory, sandbox_none, planning, keep)
+            data = _config(forge.url, token, llm_section, directory, sandbox_none, planning, keep)
             config = parse_config(data, source="demo", env={})
             configure_logging(config.logging, Redactor(config.secrets()), console=True)
             typer.echo(f"Sandbox GitHub at {forge.url}; issue {DEMO_REPO}#{number} labelled 'coding agent' by @{DEMO_USER}.")
@@ -240,11 +253,12 @@ def run_playground(
         return 2
     with _demo_directory(keep) as directory:
         playground = Playground(DEMO_REPO, DEMO_USER, DEMO_BOT)
+        token = _bot_token()
         with GitHubSandbox(playground=playground) as forge:
-            _seed_repository(forge)
+            _seed_repository(forge, token)
             replay, llm_section = _model(llm, _playground_script())
             try:
-                data = _config(forge.url, llm_section, directory, sandbox_none, planning, keep is not None)
+                data = _config(forge.url, token, llm_section, directory, sandbox_none, planning, keep is not None)
                 config = parse_config({**data, **_PLAYGROUND_SETTINGS}, source="demo --serve", env={})
                 configure_logging(config.logging, Redactor(config.secrets()), console=True)
                 logging.getLogger("coding_agent.runtime.producer").addFilter(_quiet_idle_polls)
@@ -300,6 +314,7 @@ async def _serve_playground(
         async with serve_http(config, service) as dashboard_url:
             playground.dashboard_url = dashboard_url
             typer.echo(f"Sandbox forge page: {forge.playground_url} (open and label issues there, as @{DEMO_USER})")
+            typer.echo("  (its key is this run's secret: the page and its API answer only with it; keep it to yourself)")
             typer.echo(f"Dashboard: {dashboard_url or 'not served (see the log)'}")
             model = f"the replay model (scripted) at {replay.url}" if replay else f"{config.llm.provider} {config.llm.active.model}"
             typer.echo(f"Model: {model}")
