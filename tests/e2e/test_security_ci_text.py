@@ -93,10 +93,33 @@ def test_hostile_ci_names_urls_and_40_long_logs_stay_untrusted_capped_and_inert(
 
     failed = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith("CI still fails")]
     assert len(failed) == 1, bot_comments(forge, the_pull(forge).number)
-    rendered = MarkdownIt("commonmark").render(failed[0])
+    text = _assert_inert(failed[0])
+    assert "Maintainer note" in text and "tracker.example" in text.replace(JOINER, ""), "the words stay readable"
+    assert "job-39" in text
+
+
+def _assert_inert(comment: str) -> str:
+    """`comment` renders as paragraphs, lists and code spans only, mentions no one and
+    links nothing; returns its text."""
+    rendered = MarkdownIt("commonmark").render(comment)
     text = html.unescape(re.sub(r"<[^>]+>", "", rendered))
     tags = set(re.findall(r"<(\w+)", rendered))
     assert tags <= {"p", "ul", "li", "code"}, (tags, rendered[:2000])
     assert MENTION.search(text) is None and "http://" not in text, text[:2000]
-    assert "Maintainer note" in text and "tracker.example" in text.replace(JOINER, ""), "the words stay readable"
-    assert "job-39" in text
+    return text
+
+
+def test_a_hostile_flaky_jobs_name_in_ci_passed_is_inert(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """The other comment that names checks: "CI passed ... after re-running NAMES"."""
+    forge = github_forge
+    forge.open_task("issue", "Add a calculator", "Please add calc.py with add().")
+    with ReplaySandbox(calc_script()) as model:
+        config = ci_config(tmp_path, forge, model, rerun_flaky=True)
+        assert run_cycle(config).errors == ()
+        forge.sandbox.state.ci_job(REPO, head(forge), HOSTILE_NAME, conclusion="failure", log="boom\n", rerun="success")
+        assert run_cycle(config).errors == ()  # re-runs it
+        assert run_cycle(config).errors == ()  # sees it pass
+        assert fix_requests(model) == []
+    passed = [body for body in bot_comments(forge, the_pull(forge).number) if body.startswith("CI passed")]
+    assert len(passed) == 1 and "flaky" in passed[0], passed
+    assert "Maintainer note" in _assert_inert(passed[0])
