@@ -14,6 +14,7 @@ heading, mention, image or link.
 from __future__ import annotations
 
 import html
+import json
 import re
 from pathlib import Path
 
@@ -81,6 +82,8 @@ def test_hostile_ci_names_urls_and_40_long_logs_stay_untrusted_capped_and_inert(
         blocks = _blocks(ci_part)
         assert sum(len(block) for block in blocks) <= DEFAULT_CAP, "all CI text within ci.max_prompt_chars"
         assert len(ci_part) < DEFAULT_CAP + 20_000, len(ci_part)
+        first_request = next(request for request in model.requests if CI_TURN in json.dumps(request.body))
+        assert len(json.dumps(first_request.body)) < 150_000, "the whole first request stays small (was 8 MB)"
         assert "cut from the start" in outside and "ci.max_prompt_chars" in outside, "the cut is said"
         for n in range(JOBS):
             assert f"END-OF-job-{n:02d}" in ci_part, f"every log keeps its end (job-{n:02d})"
