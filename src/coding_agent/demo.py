@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import shutil
 import signal
 import sys
@@ -42,7 +43,6 @@ __all__ = ["run_demo", "run_playground", "ServeHttp", "DEMO_REPO", "DEMO_BOT", "
 DEMO_REPO = "demo/hello-world"
 DEMO_USER = "octocat"
 DEMO_BOT = "coding-agent-bot"
-_DEMO_TOKEN = "demo-bot-token-not-a-secret"
 
 # Serves the dashboard of a service while the block runs, yielding its URL (or None).
 ServeHttp = Callable[[AgentConfig, AgentService], AbstractAsyncContextManager[str | None]]
@@ -54,8 +54,20 @@ def _demo_script(planning: bool = False) -> ReplayScript:
     return ReplayScript.from_dict(yaml.safe_load(text))
 
 
+def _bot_token() -> str:
+    """The sandbox forge's bot token, drawn per run: a fixed one would let any user of this
+    machine act as the bot on the forge's loopback port while the demo runs."""
+    return "demo-" + secrets.token_urlsafe(24)
+
+
 def _config(
-    forge_url: str, llm: dict[str, Any], directory: Path, sandbox_none: bool, planning: bool = False, keep: bool = False
+    forge_url: str,
+    token: str,
+    llm: dict[str, Any],
+    directory: Path,
+    sandbox_none: bool,
+    planning: bool = False,
+    keep: bool = False,
 ) -> dict[str, Any]:
     """The demo's config; `keep` (`--dir`): the run's clone stays for the user to look at."""
     security: dict[str, Any] = {"sandbox": "none"} if sandbox_none else {}
@@ -63,7 +75,7 @@ def _config(
         **({"planning": {"enabled": True}} if planning else {}),
         "security": security,
         "task_source": "github",
-        "github": {"api_url": forge_url, "token": _DEMO_TOKEN, "owner": "demo", "bot_name": DEMO_BOT},
+        "github": {"api_url": forge_url, "token": token, "owner": "demo", "bot_name": DEMO_BOT},
         "llm": llm,
         "workspace": {"base_dir": str(directory / "workspaces"), "keep_finished": keep},
         "context_storage": {"base_dir": str(directory / "contexts")},
@@ -74,20 +86,20 @@ def _config(
     }
 
 
-def _seed_repository(sandbox: GitHubSandbox) -> None:
-    """The demo's repository, its maintainer and the bot (with write access)."""
+def _seed_repository(sandbox: GitHubSandbox, token: str) -> None:
+    """The demo's repository, its maintainer and the bot (with write access, `token`)."""
     state = sandbox.state
     state.add_user(DEMO_USER)
-    state.add_user(DEMO_BOT, token=_DEMO_TOKEN, bot=True)
+    state.add_user(DEMO_BOT, token=token, bot=True)
     state.add_repo(DEMO_REPO)
     state.init_repo(DEMO_REPO, files={"README.md": "# hello-world\n\nThe repository of `coding-agent demo`.\n"})
     state.set_permission(DEMO_REPO, DEMO_USER, "admin")
     state.set_permission(DEMO_REPO, DEMO_BOT, "write")
 
 
-def _seed(sandbox: GitHubSandbox) -> int:
+def _seed(sandbox: GitHubSandbox, token: str) -> int:
     state = sandbox.state
-    _seed_repository(sandbox)
+    _seed_repository(sandbox, token)
     number = state.create_issue(
         DEMO_REPO,
         "Add a greeting script",
@@ -134,14 +146,44 @@ def _demo_directory(keep: Path | None) -> Iterator[Path]:
         yield Path(name)
 
 
-def run_demo(llm: LLMConfig | None, keep: Path | None, planning: bool = False) -> int:
-    """Run the demo (`planning`: in planning mode, SPEC 10); return the process exit code."""
-    sandbox_none = _no_bwrap()
-    if sandbox_none:
+def _sandbox_none(command: str, llm: LLMConfig | None, allow_none: bool, replay_note: str) -> bool | None:
+    """Whether `command` runs the model's commands unsandboxed, having said so first; None
+    when it must refuse (SPEC 15 "Run unsandboxed by accident").
+
+    Without bwrap the replay model may run unsandboxed: it runs only its own scripted
+    steps (`replay_note` says so). A model of the operator's (`--llm`) runs whatever an
+    issue talks it into, so, like `serve`, only the operator's own `security.sandbox:
+    none` (`allow_none`) lets it run without bwrap."""
+    if not _no_bwrap():
+        return False
+    if llm is not None and not allow_none:
         typer.echo(
-            "No bubblewrap (bwrap) on this machine: the demo runs with security.sandbox: none "
-            "(commands unsandboxed; it runs only its own scripted task)."
+            f"{command} --llm runs the commands of your model: it needs bubblewrap (bwrap), not found. "
+            "Install bubblewrap, or set security.sandbox: none in the config to run them unsandboxed.",
+            err=True,
         )
+        return None
+    if llm is not None:
+        typer.echo(
+            f"No bubblewrap (bwrap) on this machine: {command} runs the commands of your model unsandboxed, "
+            "as your config's security.sandbox: none says."
+        )
+    else:
+        typer.echo(f"No bubblewrap (bwrap) on this machine: {replay_note}")
+    return True
+
+
+def run_demo(llm: LLMConfig | None, keep: Path | None, planning: bool = False, allow_none: bool = False) -> int:
+    """Run the demo (`planning`: in planning mode, SPEC 10); return the process exit code.
+    `allow_none`: the config of `--llm` sets `security.sandbox: none`."""
+    sandbox_none = _sandbox_none(
+        "demo",
+        llm,
+        allow_none,
+        "the demo runs with security.sandbox: none (commands unsandboxed; it runs only its own scripted task).",
+    )
+    if sandbox_none is None:
+        return 2
     with _demo_directory(keep) as directory:
         return _run_in(directory, llm, keep is not None, sandbox_none, planning)
 
@@ -165,13 +207,14 @@ def _model(llm: LLMConfig | None, script: ReplayScript) -> tuple[ReplaySandbox |
 
 
 def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bool, planning: bool) -> int:
+    token = _bot_token()
     with GitHubSandbox() as forge:
-        number = _seed(forge)
+        number = _seed(forge, token)
         replay, llm_section = _model(llm, _demo_script(planning))
         try:
             # An empty environment: forge tokens exported for real work (GITHUB_TOKEN ...)
             # must not replace the sandbox forge's token (SPEC 12).
-            data = _config(forge.url, llm_section, directory, sandbox_none, planning, keep)
+            data = _config(forge.url, token, llm_section, directory, sandbox_none, planning, keep)
             config = parse_config(data, source="demo", env={})
             configure_logging(config.logging, Redactor(config.secrets()), console=True)
             typer.echo(f"Sandbox GitHub at {forge.url}; issue {DEMO_REPO}#{number} labelled 'coding agent' by @{DEMO_USER}.")
@@ -189,29 +232,33 @@ def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bo
     return 0 if ok else 1
 
 
-def run_playground(llm: LLMConfig | None, keep: Path | None, serve_http: ServeHttp, planning: bool = False) -> int:
+def run_playground(
+    llm: LLMConfig | None, keep: Path | None, serve_http: ServeHttp, planning: bool = False, allow_none: bool = False
+) -> int:
     """`demo --serve` (SPEC 12): the sandbox forge with its page for people, the dashboard
     (served by `serve_http`, the web layer's, which this module sits below) and the agent
-    working what is labelled there, until Ctrl-C; return the process exit code."""
+    working what is labelled there, until Ctrl-C; return the process exit code.
+    `allow_none`: the config of `--llm` sets `security.sandbox: none`."""
     if planning and llm is None:
         typer.echo("demo --serve --planning needs a model that plans: add --llm (the replay model does not).", err=True)
         return 2
-    sandbox_none = _no_bwrap()
-    if sandbox_none and llm is not None:
-        typer.echo("demo --serve --llm runs the commands of your model: it needs bubblewrap (bwrap), not found.", err=True)
+    sandbox_none = _sandbox_none(
+        "demo --serve",
+        llm,
+        allow_none,
+        "the playground runs with security.sandbox: none "
+        "(commands unsandboxed; the replay model runs only its own scripted steps).",
+    )
+    if sandbox_none is None:
         return 2
-    if sandbox_none:
-        typer.echo(
-            "No bubblewrap (bwrap) on this machine: the playground runs with security.sandbox: none "
-            "(commands unsandboxed; the replay model runs only its own scripted steps)."
-        )
     with _demo_directory(keep) as directory:
         playground = Playground(DEMO_REPO, DEMO_USER, DEMO_BOT)
+        token = _bot_token()
         with GitHubSandbox(playground=playground) as forge:
-            _seed_repository(forge)
+            _seed_repository(forge, token)
             replay, llm_section = _model(llm, _playground_script())
             try:
-                data = _config(forge.url, llm_section, directory, sandbox_none, planning, keep is not None)
+                data = _config(forge.url, token, llm_section, directory, sandbox_none, planning, keep is not None)
                 config = parse_config({**data, **_PLAYGROUND_SETTINGS}, source="demo --serve", env={})
                 configure_logging(config.logging, Redactor(config.secrets()), console=True)
                 logging.getLogger("coding_agent.runtime.producer").addFilter(_quiet_idle_polls)
@@ -267,6 +314,7 @@ async def _serve_playground(
         async with serve_http(config, service) as dashboard_url:
             playground.dashboard_url = dashboard_url
             typer.echo(f"Sandbox forge page: {forge.playground_url} (open and label issues there, as @{DEMO_USER})")
+            typer.echo("  (its key is this run's secret: the page and its API answer only with it; keep it to yourself)")
             typer.echo(f"Dashboard: {dashboard_url or 'not served (see the log)'}")
             model = f"the replay model (scripted) at {replay.url}" if replay else f"{config.llm.provider} {config.llm.active.model}"
             typer.echo(f"Model: {model}")

@@ -28,7 +28,8 @@ from tests.support.waiting import wait_for, wait_until
 
 TASK = "github:demo/hello-world#{}"
 URL_LINES = {
-    "forge": re.compile(r"^Sandbox forge page: (http://127\.0\.0\.1:\d+/_playground/)", re.M),
+    # The page's URL carries the run's secret (`?key=`), which its API needs too.
+    "forge": re.compile(r"^Sandbox forge page: (http://127\.0\.0\.1:\d+/_playground/(?:\?key=[\w-]+)?)", re.M),
     "dashboard": re.compile(r"^Dashboard: (http://127\.0\.0\.1:\d+)", re.M),
     "model": re.compile(r"^Model: the replay model \(scripted\) at (http://127\.0\.0\.1:\d+)", re.M),
 }
@@ -58,6 +59,16 @@ class Playground:
         text = self.stdout.read_text()
         found = {name: pattern.search(text) for name, pattern in URL_LINES.items()}
         return {name: match.group(1) for name, match in found.items() if match} if all(found.values()) else None
+
+    @property
+    def api(self) -> str:
+        """The playground API's root (`.../_playground/`), without the secret."""
+        return self.urls["forge"].split("?", 1)[0]
+
+    @property
+    def key(self) -> str:
+        """The run's secret, as the printed URL carries it ("" when it carries none)."""
+        return self.urls["forge"].partition("?key=")[2]
 
     def tasks(self) -> dict[str, dict[str, Any]]:
         rows = httpx.get(self.urls["dashboard"] + "/api/tasks", timeout=10).json()["tasks"]
@@ -153,13 +164,37 @@ def test_dir_keeps_the_playground_files(tmp_path: Path) -> None:
     kept = tmp_path / "kept"
     playground = Playground(tmp_path, "--dir", str(kept))
     try:
-        created = httpx.post(playground.urls["forge"] + "issues", json={"title": "Tidy up"}, timeout=10)
+        created = httpx.post(playground.api + "issues", params={"key": playground.key}, json={"title": "Tidy up"}, timeout=10)
         assert created.status_code == 201
         assert playground.interrupt() == 0, playground.output()
     finally:
         playground.kill()
     assert (kept / "state.db").is_file()
     assert f"kept in {kept}" in playground.stdout.read_text()
+
+
+def test_the_playground_and_its_forge_answer_only_with_this_runs_secrets(playground: Playground) -> None:
+    """SPEC 15 "Run unsandboxed by accident": another user of this machine reaches the
+    loopback port too, but not the printed URL. Without its secret the page and every API
+    call are refused; the sandbox forge's bot token is not a fixed string either; with the
+    URL's secret (or the cookie the page sets from it) all works."""
+    base = playground.api
+    for method, path, body in [("GET", "", None), ("GET", "issues", None), ("POST", "issues", {"title": "Steal a run"})]:
+        for key in (None, "", "wrong-" + "0" * 20):
+            refused = httpx.request(method, base + path, params={"key": key} if key is not None else None, json=body, timeout=10)
+            assert refused.status_code in (401, 403), (method, path, key, refused.status_code, refused.text[:300])
+    forge_root = base.removesuffix("/_playground/")
+    old_token = {"Authorization": "token demo-bot-token-not-a-secret"}
+    assert httpx.get(forge_root + "/repos/demo/hello-world/issues", headers=old_token, timeout=10).status_code == 401
+
+    assert playground.key, "the printed URL carries the secret"
+    page = httpx.get(playground.urls["forge"], timeout=10)
+    assert page.status_code == 200 and "Open an issue" in page.text
+    with httpx.Client(base_url=base, cookies=page.cookies, timeout=10) as browser:  # the cookie the page set
+        created = browser.post("issues", json={"title": "Mine"})
+        assert created.status_code == 201, created.text
+        assert [issue["title"] for issue in browser.get("issues").json()["issues"]] == ["Mine"]
+    assert playground.interrupt() == 0, playground.output()
 
 
 @pytest.mark.parametrize(

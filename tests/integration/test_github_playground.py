@@ -1,7 +1,7 @@
 """The sandbox forge's page for people (`demo --serve`, SPEC 12) over real HTTP: a
-maintainer opens, labels, comments on and unassigns issues without a token; bad input
-and writes from elsewhere are refused with a clear error; the REST API still wants its
-token."""
+maintainer opens, labels, comments on and unassigns issues without a token, with the
+run's secret; bad input, writes from elsewhere and any call without the secret are
+refused with a clear error; the REST API still wants its token."""
 
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ def sandbox() -> Iterator[GitHubSandbox]:
 
 @pytest.fixture
 def page(sandbox: GitHubSandbox) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=sandbox.url + "/_playground", timeout=10) as client:
+    """A client holding the run's secret, as the header a script may send."""
+    assert sandbox.playground is not None
+    headers = {"X-Playground-Key": sandbox.playground.secret}
+    with httpx.Client(base_url=sandbox.url + "/_playground", headers=headers, timeout=10) as client:
         yield client
 
 
@@ -70,7 +73,26 @@ def test_a_maintainer_opens_labels_comments_and_unassigns(sandbox: GitHubSandbox
 
 def test_the_page_needs_no_token_but_the_api_still_does(sandbox: GitHubSandbox) -> None:
     assert httpx.get(sandbox.url + "/user").status_code == 401
-    assert httpx.get(sandbox.url + "/_playground", follow_redirects=True).status_code == 200
+    assert sandbox.playground is not None and f"?key={sandbox.playground.secret}" in sandbox.playground_url
+    assert httpx.get(sandbox.playground_url.replace("/_playground/", "/_playground"), follow_redirects=True).status_code == 200
+
+
+def test_the_urls_secret_becomes_the_cookie_and_nothing_works_without_it(sandbox: GitHubSandbox) -> None:
+    assert sandbox.playground is not None
+    secret = sandbox.playground.secret
+    assert len(secret) >= 32 and Playground(REPO, MAINTAINER, BOT).secret != secret, "random per run"
+    base = sandbox.url + "/_playground"
+    for wrong in ({}, {"params": {"key": secret[:-1]}}, {"headers": {"X-Playground-Key": ""}}, {"cookies": {"coding_agent_playground": "x"}}):
+        for method, path in (("GET", "/"), ("GET", "/issues"), ("POST", "/issues"), ("POST", "/issues/1/label")):
+            response = httpx.request(method, base + path, json={"title": "t"}, timeout=10, **wrong)  # type: ignore[arg-type]
+            assert response.status_code == 401 and "secret" in response.json()["error"], (method, path, wrong)
+    assert sandbox.state.issues() == []
+    opened = httpx.get(sandbox.playground_url, timeout=10)
+    cookie = opened.headers["set-cookie"]
+    assert opened.status_code == 200 and "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/_playground" in cookie
+    with httpx.Client(base_url=base, cookies=opened.cookies, timeout=10) as browser:
+        assert browser.post("/issues", json={"title": "by cookie"}).status_code == 201
+    assert [issue.title for issue in sandbox.state.issues()] == ["by cookie"]
 
 
 @pytest.mark.parametrize(

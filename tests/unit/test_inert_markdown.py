@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from coding_agent.agent.markdown import JOINER, inert_markdown
+from coding_agent.agent.markdown import JOINER, inert_line, inert_markdown
 
 # GitHub's and GitLab's mention rule: an `@` not after a word character, then a name.
 MENTION = re.compile(r"(?<!\w)@[A-Za-z0-9_]")
@@ -47,3 +47,16 @@ def test_no_tag_link_or_mention_comes_from_the_words(parts: list[str]) -> None:
     assert re.findall(r"<(\w+)", rendered) == ["ul", "li", "code"], rendered
     assert MENTION.search(text) is None
     assert text.replace(JOINER, "").strip() == f"[ ] a1 {words} ❌ failed".strip()
+
+
+@given(st.lists(st.sampled_from(list("<>[]()!@&#;`\\/:.\n aZ1-+=|\"'*_~") + ["## ", "> ", "1. ", "---", "http", "\n\n"]), max_size=20))
+def test_an_inert_line_opens_no_block_in_a_list_item(parts: list[str]) -> None:
+    """`inert_line`: a CI check's name as "CI still fails" lists it (`- NAME: CONCLUSION`):
+    whatever its lines hold, one list item of words, no heading, quote, nested list,
+    break, link or mention (SPEC 15 "Speak through CI")."""
+    words = "".join(parts)
+    rendered = RENDERER.render(f"- {inert_line(words, 200)}: failure")
+    text = html.unescape(re.sub(r"<[^>]+>", "", rendered))
+    assert re.findall(r"<(\w+)", rendered) in (["ul", "li"], ["ul", "li", "p"]), rendered
+    assert MENTION.search(text) is None and "#1" not in text
+    assert text.replace(JOINER, "").strip() == f"{' '.join(words.split())}: failure".strip()

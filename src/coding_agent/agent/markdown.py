@@ -24,12 +24,16 @@ import re
 
 from coding_agent.domain.inert import JOINER
 
-__all__ = ["inert_markdown"]
+__all__ = ["inert_markdown", "inert_line"]
 
 _ACTIVE = re.compile(r"([\\`<\[\]&*_~])")
 _MENTION = re.compile(r"@(?=\S)")
 _SCHEME = re.compile(r"(?<=\w)(?=://)")
 _WWW = re.compile(r"(?i)(?<![\w.])(www)(?=\.)")
+# What starts a block when it opens a line or a list item's text: a quote, a list (bullet
+# or number), a thematic break, a setext underline, a table row.
+_BLOCK_START = re.compile(r"^([>+\-=|])")
+_NUMBERED = re.compile(r"^(\d+)([.)])")
 
 
 def inert_markdown(text: str) -> str:
@@ -38,3 +42,13 @@ def inert_markdown(text: str) -> str:
     text = _SCHEME.sub(JOINER, text)
     text = _WWW.sub(r"\1" + JOINER, text)
     return _ACTIVE.sub(r"\\\1", text)
+
+
+def inert_line(text: str, limit: int) -> str:
+    """`text` as one inert line of at most `limit` of its characters, for untrusted names
+    the host lists in its own markdown (a CI check's name, conclusion or URL in "CI still
+    fails: - NAME: CONCLUSION"): its line breaks become spaces, so no line of it can be a
+    heading, quote or list; nothing at its start opens a block inside the host's line; a
+    `#` is followed by a joiner, so it is neither a heading nor an issue reference."""
+    words = inert_markdown(" ".join(text.split())[:limit]).replace("#", "#" + JOINER)
+    return _NUMBERED.sub(r"\1\\\2", _BLOCK_START.sub(r"\\\1", words))

@@ -368,7 +368,9 @@ class TaskRunner:
                 first_turn_for,
                 config, self._memories, run.source, task, conversation, run.files.run_uuid, branch_rules, previous,
             )
-            ci_part = ci_fix_turn(run.ci_fix, conversation.trust.wrapper, config.ci.log_tail_lines)
+            ci_part = ci_fix_turn(
+                run.ci_fix, conversation.trust.wrapper, config.ci.log_tail_lines, config.ci.max_prompt_chars
+            )
             parts = (first_turn, ci_part, environment.first_turn_note())
             llm.send_user_message("\n\n".join(part for part in parts if part))
         policy.prepare(llm, tool_specs)

@@ -141,9 +141,13 @@ def demo(
     (with --serve: every task labelled on the sandbox forge's page, until Ctrl-C)."""
     from coding_agent.demo import run_demo, run_playground
 
-    llm_config = load(config).llm if llm else None
+    # Only the model of --llm comes from the config, and whether the operator allows
+    # running its commands without bubblewrap (security.sandbox: none, as `serve`).
+    loaded = load(config) if llm else None
+    llm_config = loaded.llm if loaded is not None else None
+    allow_none = loaded is not None and loaded.security.sandbox == "none"
     if serve:
         from coding_agent.web.server import serving_http
 
-        raise typer.Exit(run_playground(llm_config, keep, serving_http, planning))
-    raise typer.Exit(run_demo(llm_config, keep, planning))
+        raise typer.Exit(run_playground(llm_config, keep, serving_http, planning, allow_none))
+    raise typer.Exit(run_demo(llm_config, keep, planning, allow_none))

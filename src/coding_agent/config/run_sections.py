@@ -270,6 +270,9 @@ class CiConfig(_Strict):
     max_fix_attempts: int = Field(default=2, ge=0, le=20)
     # Lines of each failing check's log the fix run is shown.
     log_tail_lines: int = Field(default=200, ge=1, le=5000)
+    # All CI text of one fix run's prompt (names, conclusions, URLs, log tails) in
+    # characters, however many checks failed: the tails are shortened fairly to fit.
+    max_prompt_chars: int = Field(default=60_000, ge=2_000, le=2_000_000)
     # Mark the draft PR/MR ready for review once all its checks pass.
     ready_when_green: bool = False
     # Re-run failed checks once before a fix run; a pass on re-run is reported as flaky.

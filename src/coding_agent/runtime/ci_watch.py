@@ -34,7 +34,7 @@ from typing import Literal
 
 from sqlalchemy.exc import OperationalError
 
-from coding_agent.agent.markdown import inert_markdown
+from coding_agent.agent.markdown import inert_line
 from coding_agent.agent.runner import RunResult
 from coding_agent.agent.steering import pause_signal_path
 from coding_agent.config import AgentConfig
@@ -53,6 +53,9 @@ from coding_agent.sources.lifecycle import lifecycle_labels, transition
 __all__ = ["CiWatcher", "CiFixClaim", "Offer"]
 
 log = logging.getLogger(__name__)
+
+# What of a check's name, conclusion and URL a comment shows (one line each).
+_NAME_CHARS, _CONCLUSION_CHARS, _URL_CHARS = 200, 50, 500
 
 # Enqueue a task key for a (CI fix) follow-up run; False when it is queued or running.
 Offer = Callable[[str], Awaitable[bool]]
@@ -392,7 +395,7 @@ class CiWatcher:
         elif decision.action == "passed":
             state = WatchState.FLAKY if decision.flaky else WatchState.PASSED
             await asyncio.to_thread(update, watch, state=state, acted_at=now)
-            names = ", ".join(inert_markdown(check.name) for check in watch.failing) or "?"
+            names = ", ".join(self._shown(check.name, _NAME_CHARS) for check in watch.failing) or "?"
             extra = {"names": names} if decision.flaky else {}
             ready = self._settings.ready_when_green and await self._mark_ready(source, watch)
             name = "ci_flaky" if decision.flaky else "ci_passed"
@@ -421,12 +424,18 @@ class CiWatcher:
             notice(
                 "ci_check",
                 language,
-                check=inert_markdown(check.name),
-                conclusion=inert_markdown(check.conclusion),
-                url=f" ({check.url})" if check.url else "",
+                check=self._shown(check.name, _NAME_CHARS),
+                conclusion=self._shown(check.conclusion, _CONCLUSION_CHARS),
+                url=f" ({self._shown(check.url, _URL_CHARS)})" if check.url else "",
             )
             for check in checks
         )
+
+    def _shown(self, words: str, limit: int) -> str:
+        """A check's name, conclusion or URL as the watch's comment shows it: the CI's
+        words (the branch's code names its checks, SPEC 15 "Speak through CI") redacted,
+        then one inert line: no heading, mention, image or link."""
+        return inert_line(self._redactor.text(words), limit)
 
     async def _comment(
         self, source: Source, task_key: str, watch: CiWatch, name: str, ready: bool = False, **values: object

@@ -4,7 +4,12 @@ A newcomer plays the maintainer of one repository in a browser: opens issues, la
 them for the agent (which also assigns the bot, so unassigning it stops the run),
 comments, and unassigns the bot, and watches the issue's labels, assignees, comments
 and pull requests change. It is served beside the REST API on the sandbox's own port,
-under `/_playground/`, without the API's token: only this machine reaches it.
+under `/_playground/`, without the API's token, but with a secret of its own: every
+user of this machine reaches the loopback port, and one who could label an issue here
+would have the agent (and with `--llm` the operator's model) work it. So the page and
+every call under it need the run's random `Playground.secret`: carried in the URL
+`coding-agent demo --serve` prints (`?key=...`), which sets it as a cookie for the page's
+own calls (HttpOnly, SameSite=Strict), or sent as `X-Playground-Key`. Without it: 401.
 
 What the page shows (issue titles, comments of people and of the model) is untrusted
 text: the page sets it as text, never as markup. Its writes take JSON only, so another
@@ -15,9 +20,11 @@ address the page is served on (no DNS rebinding).
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
@@ -30,9 +37,12 @@ from coding_agent.sandbox.github.playground_page import page_html
 from coding_agent.sandbox.github.records import IssueRecord
 from coding_agent.sandbox.github.state import GitHubState, NotFoundError
 
-__all__ = ["Playground", "PREFIX", "create_playground_app", "WithPlayground"]
+__all__ = ["Playground", "PREFIX", "KEY_PARAMETER", "create_playground_app", "WithPlayground"]
 
 PREFIX = "/_playground"
+KEY_PARAMETER = "key"  # the secret's name in the printed URL
+_KEY_COOKIE = "coding_agent_playground"
+_KEY_HEADER = "x-playground-key"
 MAX_TITLE = 256
 MAX_BODY = 65536
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
@@ -50,6 +60,8 @@ class Playground:
     bot: str
     label: str = "coding agent"
     dashboard_url: str | None = None
+    # Drawn per run: what the page and its API want (in the printed URL, then a cookie).
+    secret: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
 
 
 class _BadRequest(Exception):
@@ -110,8 +122,11 @@ class _Endpoints:
         return issue
 
     async def page(self, request: Request) -> Response:
+        """The page, setting the secret it was opened with as the cookie its own calls send."""
         _loopback_host(request)
-        return HTMLResponse(page_html(self.settings.repo, self.settings.maintainer, self.settings.bot, self.settings.dashboard_url))
+        page = HTMLResponse(page_html(self.settings.repo, self.settings.maintainer, self.settings.bot, self.settings.dashboard_url))
+        page.set_cookie(_KEY_COOKIE, self.settings.secret, path=PREFIX, httponly=True, samesite="strict")
+        return page
 
     async def issues(self, request: Request) -> Response:
         _loopback_host(request)
@@ -183,15 +198,16 @@ async def _bad_request(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": str(exc)}, status_code=exc.status)
 
 
-def create_playground_app(state: GitHubState, settings: Playground) -> Starlette:
+def create_playground_app(state: GitHubState, settings: Playground) -> ASGIApp:
     """The page and its JSON endpoints, every path under `PREFIX`."""
     api = _Endpoints(state, settings)
     issue = PREFIX + "/issues/{number:int}"
 
     async def to_page(request: Request) -> Response:
-        return RedirectResponse(PREFIX + "/", status_code=307)
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(PREFIX + "/" + query, status_code=307)
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route(PREFIX, to_page, methods=["GET"]),
             Route(PREFIX + "/", api.page, methods=["GET"]),
@@ -203,6 +219,31 @@ def create_playground_app(state: GitHubState, settings: Playground) -> Starlette
         ],
         exception_handlers={_BadRequest: _bad_request},
     )
+    return _SecretGuard(app, settings.secret)
+
+
+class _SecretGuard:
+    """401 for any request under `PREFIX` without the run's secret (URL, cookie or header),
+    before any route reads or writes anything."""
+
+    def __init__(self, app: ASGIApp, secret: str) -> None:
+        self.app = app
+        self.secret = secret.encode()
+
+    def _given(self, request: Request) -> str:
+        return (
+            request.query_params.get(KEY_PARAMETER)
+            or request.headers.get(_KEY_HEADER)
+            or request.cookies.get(_KEY_COOKIE)
+            or ""
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or hmac.compare_digest(self._given(Request(scope)).encode(), self.secret):
+            await self.app(scope, receive, send)
+            return
+        why = "the playground needs the secret of this run: open the URL `coding-agent demo --serve` printed"
+        await JSONResponse({"error": why}, status_code=401)(scope, receive, send)
 
 
 class WithPlayground:

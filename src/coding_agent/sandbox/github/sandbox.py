@@ -18,7 +18,7 @@ from coding_agent.sandbox.faults import FaultInjector
 from coding_agent.sandbox.git_http import GitHttpRouter
 from coding_agent.sandbox.github.app import create_github_app
 from coding_agent.sandbox.github.git import github_git_backend
-from coding_agent.sandbox.github.playground import Playground, WithPlayground, create_playground_app
+from coding_agent.sandbox.github.playground import KEY_PARAMETER, Playground, WithPlayground, create_playground_app
 from coding_agent.sandbox.github.state import GitHubState
 from coding_agent.sandbox.github.webhooks import WebhookSender
 from coding_agent.sandbox.http_server import ServedApp
@@ -49,8 +49,9 @@ class GitHubSandbox(ServedApp):
 
     @property
     def playground_url(self) -> str:
-        """The page for people (only with a `Playground`)."""
-        return f"{self.url}/_playground/"
+        """The page for people (only with a `Playground`), with its secret."""
+        assert self.playground is not None, "a sandbox without a playground"
+        return f"{self.url}/_playground/?{KEY_PARAMETER}={self.playground.secret}"
 
     def git_dir(self, repo: str) -> Path:
         """The bare repository behind `repo`'s clone URL, for tests that inspect branches."""
