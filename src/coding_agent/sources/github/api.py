@@ -37,6 +37,7 @@ from coding_agent.sources.github.mapping import (
     logins,
     permission_of,
     project_of,
+    segment,
     split_project,
     to_change,
     to_ci_report,
@@ -293,7 +294,8 @@ class GitHubSource:
             raise ForgeError(f"github GET /repos/{project}: the repository has no default_branch")
         where = f"/repos/{project}/contents/{path}"
         try:
-            data = await self._json_object(where, lambda: self._rest.repos.async_get_content(owner, repo, path, ref=branch))
+            quoted = quote(path, safe="/")
+            data = await self._json_object(where, lambda: self._rest.repos.async_get_content(owner, repo, quoted, ref=branch))
         except GitHubNotFoundError:
             return None
         if data.get("type") != "file" or data.get("encoding") != "base64" or not isinstance(data.get("content"), str):
@@ -330,7 +332,7 @@ class GitHubSource:
         if username is None:
             data = await self._json_object("/user", self._rest.users.async_get_authenticated)
         else:
-            data = await self._json_object(f"/users/{username}", lambda: self._rest.users.async_get_by_username(username))
+            data = await self._json_object(f"/users/{username}", lambda: self._rest.users.async_get_by_username(segment(username)))
         login = str(data.get("login") or username or "coding-agent")
         host = urlsplit(self._config.api_url).hostname or "github.com"
         host = "github.com" if host == "api.github.com" else host
@@ -380,11 +382,11 @@ class GitHubSource:
             runs, combined = await asyncio.gather(
                 self._http.get_json(
                     f"/repos/{project}/commits/{sha}/check-runs",
-                    lambda: checks(owner, repo, sha, per_page=PER_PAGE),
+                    lambda: checks(owner, repo, segment(sha), per_page=PER_PAGE),
                 ),
                 self._http.get_json(
                     f"/repos/{project}/commits/{sha}/status",
-                    lambda: status(owner, repo, sha, per_page=PER_PAGE),
+                    lambda: status(owner, repo, segment(sha), per_page=PER_PAGE),
                 ),
             )
         except GitHubNotFoundError:
@@ -495,7 +497,7 @@ class GitHubSource:
             await self._http.call(
                 "GET",
                 f"/repos/{project}/labels/{label}",
-                lambda: self._rest.issues.async_get_label(owner, repo, quote(label, safe="")),
+                lambda: self._rest.issues.async_get_label(owner, repo, segment(label)),
             )
             return
         except GitHubNotFoundError:
@@ -532,7 +534,7 @@ class GitHubSource:
             await self._http.call(
                 "DELETE",
                 f"/repos/{key.project}/issues/{key.number}/labels/{label}",
-                lambda: self._rest.issues.async_remove_label(owner, repo, key.number, quote(label, safe="")),
+                lambda: self._rest.issues.async_remove_label(owner, repo, key.number, segment(label)),
             )
         except GitHubNotFoundError:
             pass  # not on the issue: already the state we want
@@ -544,7 +546,7 @@ class GitHubSource:
         try:
             result = await self._http.get(
                 f"/repos/{key.project}/collaborators/{username}/permission",
-                lambda: self._rest.repos.async_get_collaborator_permission_level(owner, repo, username),
+                lambda: self._rest.repos.async_get_collaborator_permission_level(owner, repo, segment(username)),
             )
         except GitHubNotFoundError:
             return Permission.NONE
