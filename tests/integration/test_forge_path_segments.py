@@ -5,6 +5,7 @@ repository or endpoint. Over real HTTP to the GitHub testing server."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -67,3 +68,21 @@ def test_a_gitlab_project_path_that_is_not_canonical_is_no_project_reference(pat
     with pytest.raises(ForgeError, match="(?i)not a canonical gitlab (repository|project)"):
         project_ref(path)
     assert project_ref("acme/sub/widgets") == "acme%2Fsub%2Fwidgets" and project_ref("42") == "42"
+
+
+async def test_a_polled_item_of_a_repository_that_is_not_canonical_is_skipped_with_one_line(
+    sandbox: GitHubSandbox, source: GitHubSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The poll builds keys from the forge's answers: a name no key may hold is left out
+    (one log line naming it), and the poll goes on with the others."""
+    state = sandbox.state
+    weird = "acme/we%2Fird"
+    state.add_repo(weird)
+    for repo in (weird, REPO):
+        state.set_permission(repo, "coding-bot", "write")
+        number = state.create_issue(repo, "t", "b", author="alice")
+        state.add_label(repo, number, "coding agent", actor="alice")
+    with caplog.at_level(logging.INFO):
+        tasks = await source.discover()
+    assert [task.key.project for task in tasks] == [REPO]
+    assert len([r for r in caplog.records if repr(weird) in r.getMessage()]) == 1, caplog.text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timezone
@@ -22,7 +23,7 @@ from githubkit.utils import UNSET
 from coding_agent.config import GitHubConfig, LabelConfig
 from coding_agent.domain.ci import Check, CheckKind, CiReport
 from coding_agent.domain.delivery import ChangeRequest, GitIdentity
-from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
+from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread, canonical_project
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.github.client import PER_PAGE, GitHubClient, GitHubNotFoundError, Sleep, has_next_page
@@ -50,6 +51,8 @@ from coding_agent.sources.http import LifetimeAnswers, since_the_hour
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
 __all__ = ["GitHubSource"]
+
+log = logging.getLogger(__name__)
 
 # GitHub serves at most 1000 search results (10 pages of 100).
 _MAX_SEARCH_PAGES = 10
@@ -124,6 +127,11 @@ class GitHubSource:
             for item in result.items:
                 project = project_of(item.repository_url)
                 if keep is not None and project.lower() not in keep:
+                    continue
+                try:
+                    canonical_project("github", project)
+                except ValueError as error:  # no task key names it (SPEC 15): the poll goes on
+                    log.warning("poll: refused: %s", error)
                     continue
                 kind = TaskKind.CHANGE if given(item.pull_request) is not None else TaskKind.ISSUE
                 task = to_task(project, kind, item)
