@@ -86,3 +86,30 @@ async def test_a_polled_item_of_a_repository_that_is_not_canonical_is_skipped_wi
         tasks = await source.discover()
     assert [task.key.project for task in tasks] == [REPO]
     assert len([r for r in caplog.records if repr(weird) in r.getMessage()]) == 1, caplog.text
+
+
+async def test_a_polled_gitlab_item_of_a_project_that_is_not_canonical_is_skipped_with_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from coding_agent.config import GitLabConfig
+    from coding_agent.sources.gitlab import GitLabSource
+    from tests.support.gitlab import GitLabSandbox
+
+    token = "glpat-" + "segments0123456789"
+    with GitLabSandbox() as sandbox:
+        state = sandbox.state
+        state.add_user("agent-bot", token=token, bot=True)
+        state.add_user("alice")
+        weird = "team/we%2Fird"
+        for project in ("team/app", weird):
+            state.add_project(project)
+            state.create_issue(project, "t", author="alice", labels=["coding agent"])
+        config = GitLabConfig(api_url=sandbox.url + "/api/v4", token=token, bot_name="agent-bot", group="team")
+        source = GitLabSource(config, RetryPolicy(base_delay=0.01))
+        try:
+            with caplog.at_level(logging.INFO):
+                tasks = await source.discover()
+        finally:
+            await source.aclose()
+    assert [task.key.project for task in tasks] == ["team/app"]
+    assert len([r for r in caplog.records if repr(weird) in r.getMessage()]) == 1, caplog.text
