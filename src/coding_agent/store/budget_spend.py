@@ -109,7 +109,11 @@ class BudgetSpend(TableStore):
                 used = _runs_started_by(session, starter, since) + _claims_pending(session, starter, since, now, task_key)
                 if used >= limit:
                     return used
-                session.execute(delete(_CLAIMS).where(or_(_CLAIMS.c.task_key == task_key, _CLAIMS.c.claimed_at < since)))
+                # This task's earlier claim, and the starter's claims of past days: rows no
+                # other check-and-claim touches meanwhile (the lease, the lock row), so two
+                # of them never wait on each other's deletes.
+                stale = and_(_CLAIMS.c.starter == starter, _CLAIMS.c.claimed_at < since)
+                session.execute(delete(_CLAIMS).where(or_(_CLAIMS.c.task_key == task_key, stale)))
                 session.execute(_CLAIMS.insert().values(task_key=task_key, owner=owner, starter=starter, claimed_at=now))
                 return None
 
