@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from collections.abc import Iterable
 
-from sqlalchemy import Float, String, and_, delete, exists, func, or_, select, update
+from sqlalchemy import Float, String, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile, in_chunks
@@ -105,7 +105,7 @@ class BudgetSpend(TableStore):
             with self._session() as session:
                 locked = session.execute(update(_LOCKS).where(_LOCKS.c.name == starter).values(touched_at=now))
                 if locked.rowcount == 0:  # a first claim for them: another may insert it too (then again)
-                    session.execute(_LOCKS.insert().values(name=starter, touched_at=now))
+                    session.execute(insert(_LOCKS).values(name=starter, touched_at=now))
                 used = _runs_started_by(session, starter, since) + _claims_pending(session, starter, since, now, task_key)
                 if used >= limit:
                     return used
@@ -114,7 +114,7 @@ class BudgetSpend(TableStore):
                 # of them never wait on each other's deletes.
                 stale = and_(_CLAIMS.c.starter == starter, _CLAIMS.c.claimed_at < since)
                 session.execute(delete(_CLAIMS).where(or_(_CLAIMS.c.task_key == task_key, stale)))
-                session.execute(_CLAIMS.insert().values(task_key=task_key, owner=owner, starter=starter, claimed_at=now))
+                session.execute(insert(_CLAIMS).values(task_key=task_key, owner=owner, starter=starter, claimed_at=now))
                 return None
 
         return again_if_changed_meanwhile(claim)
