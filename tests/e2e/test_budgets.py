@@ -9,17 +9,20 @@ pauses with the same comment. Follow-ups count toward the requester who started 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 from typing import Any
 
 import httpx
+import pytest
 
 from coding_agent.config import AgentConfig
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.store.state import StateStore
 from coding_agent.web.server import serving_dashboard
 
+from tests.postgres import fresh_postgres_or_skip
 from tests.support.state import agent_store
 
 from ._steering import THREE_FILES, post_comment, run_cycle, steering_config
@@ -250,3 +253,49 @@ def test_a_run_paused_by_its_budget_can_still_be_stopped(github_forge: GitHubFor
     assert _statuses(tmp_path)[_key(number)] == ["stopped"]
     labels = forge.labels("issue", number)
     assert "coding agent stopped" in labels and PAUSED not in labels
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Both backends of the state store: the budget check and the claim are one
+    transaction on each (SPEC 15, "Spend past a budget")."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'state.db'}"
+    else:
+        with fresh_postgres_or_skip() as url:
+            yield url
+
+
+def test_four_workers_claiming_four_tasks_at_once_start_one_within_runs_per_day_1(
+    github_forge: GitHubForge, tmp_path: Path, database_url: str
+) -> None:
+    """Four issues labelled at once, `workers: 4`: the four claims run side by side, and
+    each would see no run of the day yet if the check came before the claim's record.
+    Exactly one starts (and is done); the other three are held, each told once."""
+    forge = github_forge
+    titles = [f"Task {n}" for n in range(4)]
+    with ReplaySandbox(_task_script(*titles)) as model:
+        setup = steering_config(
+            tmp_path,
+            [forge],
+            model,
+            budget={"per_requester": {"runs_per_day": 1}},
+            workers=4,
+            database={"url": database_url},
+        )
+        numbers = [forge.open_task("issue", title, f"Do thing {n}.") for n, title in enumerate(titles)]
+        assert run_cycle(load_for_service(setup)).errors == ()
+
+    store = StateStore(database_url)
+    try:
+        runs = [(run.task_key, run.status) for run in store.runs.all()]
+    finally:
+        store.close()
+    assert len(runs) == 1 and runs[0][1] == "done", runs
+    [started] = [number for number in numbers if _key(number) == runs[0][0]]
+    assert "coding agent done" in forge.labels("issue", started), "the task within the budget ran"
+    for number in numbers:
+        if number != started:
+            assert PAUSED in forge.labels("issue", number), number
+            [comment] = _budget_comments(forge, number)
+            assert "1 of 1 runs used" in comment, comment

@@ -3,7 +3,9 @@ task held late in the day is let go right after UTC midnight, with no one acting
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -88,3 +90,49 @@ def test_a_held_task_is_told_once_a_day(database_url: str) -> None:
         assert store.spend.note_budget_notice(KEY, "2026-03-02"), "again the next day"
     finally:
         store.close()
+
+
+CLAIMERS = 8
+
+
+def test_claims_side_by_side_pass_a_runs_per_day_of_one_once(database_url: str) -> None:
+    """Eight workers, each with its own engine (as eight processes have) and the lease of its
+    own task, check and claim at once against `runs_per_day: 1`: exactly one claim passes,
+    and the others see it (SPEC 15). The claim counts until its run is recorded (then the
+    run does), and stops counting when its lease is handed back or runs out."""
+    midnight = datetime(2026, 3, 1, tzinfo=timezone.utc).timestamp()
+    clock = Clock(datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc))
+    stores = [StateStore(database_url, clock=clock) for _ in range(CLAIMERS)]
+    keys = [f"github:acme/widgets#{n + 1}" for n in range(CLAIMERS)]
+    try:
+        for n, (store, key) in enumerate(zip(stores, keys)):
+            assert store.leases.acquire_lease(key, f"worker-{n}", 600)
+        together = threading.Barrier(CLAIMERS)
+
+        def claim(n: int) -> int | None:
+            together.wait(30)
+            return stores[n].spend.claim_run_start(keys[n], f"worker-{n}", "alice", 1, midnight)
+
+        with ThreadPoolExecutor(CLAIMERS) as pool:
+            results = list(pool.map(claim, range(CLAIMERS)))
+        assert results.count(None) == 1, results
+        assert sorted(results, key=str)[:-1] == [1] * (CLAIMERS - 1), "each refused claim saw the one that passed"
+        winner = results.index(None)
+        other = (winner + 1) % CLAIMERS
+        store = stores[winner]
+
+        store.runs.start_run("run-1", keys[winner], f"worker-{winner}", "alice")
+        assert store.spend.claim_run_start(keys[other], f"worker-{other}", "alice", 1, midnight) == 1, "the run counts"
+        assert store.spend.claim_run_start(keys[other], f"worker-{other}", "bob", 1, midnight) is None, "bob's own"
+        assert store.spend.claim_run_start(keys[other], f"worker-{other}", "alice", 2, midnight) is None
+        stores[other].leases.release_lease(keys[other], f"worker-{other}")
+        third = (winner + 2) % CLAIMERS
+        assert store.spend.claim_run_start(keys[third], f"worker-{third}", "alice", 2, midnight) is None, (
+            "a claim handed back with its lease no longer counts"
+        )
+        clock.set(datetime(2026, 3, 2, 0, 0, 1, tzinfo=timezone.utc))
+        tomorrow = datetime(2026, 3, 2, tzinfo=timezone.utc).timestamp()
+        assert store.spend.claim_run_start(keys[other], f"worker-{other}", "alice", 1, tomorrow) is None, "a new day"
+    finally:
+        for store in stores:
+            store.close()

@@ -51,3 +51,61 @@ def test_a_gitlab_key_is_in_the_group_or_the_project() -> None:
     key = "gitlab:acme/widgets#3"
     assert by_id.of_key(TaskKey.parse(key)) is None, "only the forge knows the project's id"
     assert by_id.admits(_task(key, "42")) and not by_id.admits(_task(key, "43"))
+
+
+# A key that could pass the scope check as one repository and reach another through the
+# forge's URLs (SPEC 15): refused by the one parser every route uses, naming the key.
+NOT_CANONICAL = [
+    "github:acme/../evil/x#4",
+    "github:acme/..#4",
+    "github:acme/.#4",
+    "github:../evil#4",
+    "github:acme/evil/x#4",
+    "github:acme%2F..%2Fevil/x#4",
+    "github:acme/x%2F..#4",
+    "github:acme/x%00#4",
+    "github:acme/x?y=1#4",
+    "github:acme/x\\..\\evil#4",
+    "github:acme.evil/x#4",
+    "github:аcme/x#4",  # a Cyrillic а
+    "github:acme//x#4",
+    "github:acme/x/#4",
+    "gitlab:acme/../evil/x!3",
+    "gitlab:acme/sub/../../evil/x#3",
+    "gitlab:acme/./x#3",
+    "gitlab:acme/x%2Fy#3",
+    "gitlab:acme/x;y#3",
+    "github:acme/x#٣",  # an Arabic-Indic digit
+]
+
+
+@pytest.mark.parametrize("text", NOT_CANONICAL)
+def test_a_key_with_a_dot_segment_or_an_escape_is_no_task_key(text: str) -> None:
+    with pytest.raises(ValueError, match="not a (canonical )?task key") as refused:
+        TaskKey.parse(text)
+    assert repr(text) in str(refused.value), "the refusal names the key"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "github:acme/widgets#1",
+        "github:Acme-Corp/my.repo_2!7",
+        "github:acme/.github#3",
+        "github:acme_emu/x#3",
+        "gitlab:acme/sub/deeper/pro_ject-1.2!3",
+        "gitlab:acme/.hidden#1",
+    ],
+)
+def test_the_forges_own_names_are_task_keys(text: str) -> None:
+    assert str(TaskKey.parse(text)) == text
+
+
+def test_a_key_built_from_its_parts_is_held_to_the_same_rule() -> None:
+    """The poll and the webhooks build keys from a forge's fields, not from text."""
+    from coding_agent.domain.tasks import TaskKind
+
+    with pytest.raises(ValueError, match="'acme/../evil/x'"):
+        TaskKey("github", "acme/../evil/x", TaskKind.ISSUE, 4)
+    with pytest.raises(ValueError, match="'acme/sub/../evil'"):
+        TaskKey("gitlab", "acme/sub/../evil", TaskKind.CHANGE, 4)

@@ -21,6 +21,7 @@ __all__ = [
     "Thread",
     "ThreadRef",
     "Permission",
+    "canonical_project",
 ]
 
 Forge = Literal["github", "gitlab"]
@@ -33,7 +34,40 @@ class TaskKind(str, Enum):
     CHANGE = "change"
 
 
-_KEY_PATTERN = re.compile(r"^(?P<forge>github|gitlab):(?P<project>[^#!\s]+)(?P<sep>[#!])(?P<number>\d+)$")
+_KEY_PATTERN = re.compile(r"^(?P<forge>github|gitlab):(?P<project>[^#!\s]+)(?P<sep>[#!])(?P<number>[0-9]+)$")
+
+# The forge's own name characters, per path segment (ASCII only: `\w` would let in look-alike
+# letters). A GitHub owner is letters, digits, `-` (and `_` for Enterprise managed users);
+# a repository, and each of a GitLab project's group, subgroup and project paths, adds `.`.
+_GITHUB_OWNER = re.compile(r"[A-Za-z0-9_-]{1,100}")
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,255}")
+_MAX_GITLAB_DEPTH = 21  # a top-level group, 20 nested subgroups (GitLab's limit), the project
+
+
+def canonical_project(forge: str, project: str) -> str:
+    """`project` unchanged when it is a canonical repository name of `forge`, else a
+    ValueError naming what is wrong.
+
+    A task key is canonical before any check (SPEC 15): a key that could be read as one
+    repository by the scope check and reach another through the forge's URLs
+    (`acme/../evil/x`, an encoded slash, a percent-escape) is no key at all. GitHub:
+    exactly `owner/repo`; GitLab: `group[/subgroup...]/project`. No segment is `.` or
+    `..`, and only the forge's own name characters appear, so every route (queue message,
+    webhook, poll, CLI, dashboard) that builds a `TaskKey` is held to the same rule."""
+    segments = project.split("/")
+    if forge == "github" and len(segments) != 2:
+        raise ValueError(f"not a canonical GitHub repository {project!r}: expected 'owner/repo'")
+    if forge == "gitlab" and not 2 <= len(segments) <= _MAX_GITLAB_DEPTH:
+        raise ValueError(f"not a canonical GitLab project path {project!r}: expected 'group/project'")
+    for index, segment in enumerate(segments):
+        owner = forge == "github" and index == 0
+        if segment in (".", "..") or (_GITHUB_OWNER if owner else _NAME).fullmatch(segment) is None:
+            what = "owner" if owner else "name"
+            raise ValueError(
+                f"not a canonical {forge} repository {project!r}: {what} segment {segment!r} is not made of the forge's"
+                " name characters (letters, digits, '-', '_'" + ("" if owner else ", '.'") + "; no '.' or '..' segment)"
+            )
+    return project
 
 
 @dataclass(frozen=True, order=True)
@@ -54,6 +88,7 @@ class TaskKey:
             raise ValueError(f"unknown forge {self.forge!r}: expected 'github' or 'gitlab'")
         if not self.project or "/" not in self.project:
             raise ValueError(f"task project must be 'owner/repo' (or 'group/project'), got {self.project!r}")
+        canonical_project(self.forge, self.project)
         if self.number < 1:
             raise ValueError(f"task number must be positive, got {self.number}")
 
@@ -63,14 +98,18 @@ class TaskKey:
 
     @classmethod
     def parse(cls, text: str) -> TaskKey:
-        """Parse the string form; raise ValueError naming the text when it is malformed."""
+        """Parse the string form; raise ValueError naming the text when it is malformed or
+        not canonical (`canonical_project`). The one parser of every route a key arrives by."""
         match = _KEY_PATTERN.match(text.strip())
         if match is None:
             raise ValueError(
-                f"not a task key: {text!r} (expected e.g. 'github:owner/repo#12' or 'gitlab:group/project!34')"
+                f"not a task key: {text[:300]!r} (expected e.g. 'github:owner/repo#12' or 'gitlab:group/project!34')"
             )
         kind = TaskKind.ISSUE if match["sep"] == "#" else TaskKind.CHANGE
-        return cls(match["forge"], match["project"], kind, int(match["number"]))  # type: ignore[arg-type]
+        try:
+            return cls(match["forge"], match["project"], kind, int(match["number"]))  # type: ignore[arg-type]
+        except ValueError as error:
+            raise ValueError(f"not a canonical task key: {text.strip()[:300]!r} ({error})") from None
 
     @property
     def is_change(self) -> bool:

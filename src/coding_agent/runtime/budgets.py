@@ -9,6 +9,11 @@ it labels a task processing, the producer before it offers a paused run to resum
 running run at each step's start (the runner's checkpoint), so a task held by a budget
 starts by itself once the day turns or an operator raises the limit in the config.
 
+A claim's `runs_per_day` check is also its record, in one store transaction
+(`BudgetSpend.claim_run_start`): the run itself is recorded only once its workspace is
+ready, and N workers claiming N tasks at once would otherwise all see the day's runs
+before any of theirs (SPEC 15, "Spend past a budget").
+
 Spend is read from the state store (token usage rows and runs since UTC midnight) and
 credited to the requester who started the task, its first run's requester: follow-ups
 and resumes count toward that person, whoever asked for them.
@@ -44,6 +49,8 @@ class SpendStore(Protocol):
     def starter_of(self, task_key: str) -> str | None: ...
 
     def note_budget_notice(self, task_key: str, day: str) -> bool: ...
+
+    def claim_run_start(self, task_key: str, owner: str, starter: str, limit: int, since: float) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -109,12 +116,20 @@ class Budgets:
     at each question, so a raised limit counts from the next one."""
 
     def __init__(
-        self, config: AgentConfig, store: SpendStore, redactor: Redactor, clock: Callable[[], float] = time.time
+        self,
+        config: AgentConfig,
+        store: SpendStore,
+        redactor: Redactor,
+        clock: Callable[[], float] = time.time,
+        owner: str | None = None,
     ) -> None:
+        """`owner`: the lease owner of this process's claims, which `held` records against
+        `runs_per_day` (None: a reader of the budgets, which claims nothing)."""
         self._config = config
         self._store = store
         self._redactor = redactor
         self._clock = clock
+        self._owner = owner
 
     @property
     def enabled(self) -> bool:
@@ -159,7 +174,7 @@ class Budgets:
         if not self.enabled:
             return False
         key = str(task.key)
-        overrun = await asyncio.to_thread(self.overrun, key, requester, starting)
+        overrun = await asyncio.to_thread(self._overrun_or_claim, key, requester, starting)
         if overrun is None:
             return False
         log.info(
@@ -171,6 +186,29 @@ class Budgets:
         if await asyncio.to_thread(self._store.note_budget_notice, key, overrun.day):
             await source.post_comment(task.key, self._redactor.text(overrun.comment(self._config.language)))
         return True
+
+    def _overrun_or_claim(self, task_key: str, requester: str | None, starting: bool) -> Overrun | None:
+        """`overrun`; then, for a run about to start under this process's lease with
+        `runs_per_day` set, the check again and the claim's record in one transaction, so
+        claims side by side count each other (None: claimed)."""
+        overrun = self.overrun(task_key, requester, starting)
+        limit = self._config.budget.per_requester.runs_per_day
+        if overrun is not None or not starting or limit is None or self._owner is None:
+            return overrun
+        starter = self._store.starter_of(task_key) or requester
+        if starter is None:
+            return None  # nobody to count it toward, as `overrun` decided
+        midnight = self._today_starts()
+        used = self._store.claim_run_start(task_key, self._owner, starter, limit, midnight.timestamp())
+        if used is None:
+            return None
+        resets_at = midnight + timedelta(days=1)
+        return Overrun("budget.per_requester.runs_per_day", "requester", starter, "runs", used, limit, resets_at)
+
+    def _today_starts(self) -> datetime:
+        """UTC midnight of today, by the budgets' clock."""
+        now = datetime.fromtimestamp(self._clock(), timezone.utc)
+        return now.replace(hour=0, minute=0, second=0, microsecond=0)
 
     def usage(self, requesters: Iterable[str] = ()) -> dict[str, Any]:
         """Today's use and what is left, per requester (those who spent today, and
@@ -199,8 +237,7 @@ class Budgets:
         return {"resets_at": resets_at, "requesters": requesters, "repositories": repositories}
 
     def _today(self) -> _Day:
-        now = datetime.fromtimestamp(self._clock(), timezone.utc)
-        midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        midnight = self._today_starts()
         requester_tokens: dict[str, int] = {}
         requester_runs: dict[str, int] = {}
         repository_tokens: dict[str, int] = {}

@@ -5,6 +5,10 @@ A queue message is a hint, like a webhook (SPEC 15): anyone who can publish to t
 broker can name any task key, and the forge token may reach far more repositories than
 the ones configured. Discovery only ever finds tasks in scope; a message for any other
 repository is dropped before a single forge request is made for it.
+
+The check reads a key's segments as the forge would only because every `TaskKey` is
+canonical (`domain.tasks.canonical_project`: no `.`/`..` segment, no escape): otherwise
+`acme/../evil/x` would pass as `acme` here and reach `evil/x` through the forge's URLs.
 """
 
 from __future__ import annotations

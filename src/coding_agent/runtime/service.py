@@ -79,7 +79,7 @@ class AgentService:
         self.store = store or StateStore(config.database.url)
         self.sources = sources if sources is not None else create_sources(config)
         self.owner = new_owner_id()
-        self.budgets = Budgets(config, self.store.spend, self.redactor)
+        self.budgets = Budgets(config, self.store.spend, self.redactor, owner=self.owner)
         self.ci = self._ci_watcher()
         self.intake, self.followups = self._intakes()
         self.shutdown = ShutdownSignal()

@@ -8,12 +8,14 @@ that also works tasks never waits on the database.
 from __future__ import annotations
 
 import json
+import logging
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from coding_agent.domain.tasks import TaskKey
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.operator_actions import UnknownTask, apply_action
@@ -25,6 +27,19 @@ from coding_agent.web.views import TaskFilter, UnknownFilter, task_detail, task_
 __all__ = ["api_routes", "ACTIONS"]
 
 ACTIONS = ("pause", "resume", "stop")
+
+log = logging.getLogger(__name__)
+
+
+def _not_canonical(key: str) -> Response | None:
+    """A 400 naming `key` (and one log line) when it is no canonical task key: the
+    dashboard reads keys with the one parser every route uses (SPEC 15)."""
+    try:
+        TaskKey.parse(key)
+    except ValueError as error:
+        log.warning("dashboard: refused: %s", error)
+        return JSONResponse({"error": str(error)}, status_code=400)
+    return None
 
 
 def api_routes(
@@ -51,6 +66,8 @@ def api_routes(
 
     async def task(request: Request) -> Response:
         key = request.path_params["key"]
+        if (refused := _not_canonical(key)) is not None:
+            return refused
         detail = await run_in_threadpool(task_detail, store, key, redactor, activity)
         if detail is None:
             return JSONResponse({"error": f"no task {key}"}, status_code=404)
@@ -63,6 +80,8 @@ def api_routes(
         # The action takes no parameters, but a body there must be what the guard in front
         # let through as `application/json` (web/same_origin.py): JSON, or nothing.
         key = request.path_params["key"]
+        if (refused := _not_canonical(key)) is not None:
+            return refused
         if not _empty_or_json(await request.body()):
             return JSONResponse({"error": "the request body is not JSON"}, status_code=400)
         action = request.url.path.rsplit("/", 1)[1]

@@ -40,6 +40,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig
+from coding_agent.domain.tasks import TaskKey, TaskKind, canonical_project
 from coding_agent.errors import QueueUnavailable
 from coding_agent.web.webhook_body import MAX_BODY_BYTES, BodyReader, Refusal, parse_json
 
@@ -81,6 +82,28 @@ class WebhookSink(Protocol):
 
 def _answer(status: int, message: str) -> Response:
     return JSONResponse({"message": message}, status_code=status)
+
+
+def _canonical(forge: str, project: Any) -> str | None:
+    """The repository a verified event names, when it is canonical (SPEC 15: the forge's
+    own name characters, no `.`/`..` segment, no escape); else None, and one log line
+    naming it. A signature proves who sent the event, not that its names are safe: the
+    scope check reads the first segment of `acme/../evil/x` as `acme`."""
+    if not isinstance(project, str) or "/" not in project:
+        return None
+    try:
+        return canonical_project(forge, project)
+    except ValueError as error:
+        log.warning("webhook %s: refused: %s", forge, error)
+        return None
+
+
+def _key(forge: str, project: str, change: bool, number: Any) -> str | None:
+    """The task key of `number` in `project` (already canonical), built by the one
+    `TaskKey` every route uses; None for a number that is no positive int."""
+    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+        return None
+    return str(TaskKey(forge, project, TaskKind.CHANGE if change else TaskKind.ISSUE, number))  # type: ignore[arg-type]
 
 
 def _refuse(status: int, message: str) -> Response:
@@ -128,8 +151,8 @@ def _github_ci_hints(full_name: str, event: str, payload: Any) -> list[Hint]:
 
 def github_hints(config: GitHubConfig, event: str, payload: Any) -> list[Hint]:
     """What a (verified) GitHub event means for the agent; [] for anything unexpected."""
-    full_name = _field(payload, "repository", "full_name")
-    if not isinstance(full_name, str) or "/" not in full_name or not _github_in_scope(config, full_name):
+    full_name = _canonical("github", _field(payload, "repository", "full_name"))
+    if full_name is None or not _github_in_scope(config, full_name):
         return []
     if event in GITHUB_CI_EVENTS:
         return _github_ci_hints(full_name, event, payload)
@@ -140,9 +163,9 @@ def github_hints(config: GitHubConfig, event: str, payload: Any) -> list[Hint]:
     else:
         number = _field(payload, "pull_request", "number")
         separator = "!"
-    if not isinstance(number, int) or isinstance(number, bool):
+    key = _key("github", full_name, separator == "!", number)
+    if key is None:
         return []
-    key = f"github:{full_name}{separator}{number}"
     if event in ("issues", "pull_request"):
         if action == "labeled" and _field(payload, "label", "name") == config.bot_label:
             return [Hint(key, "new")]
@@ -207,29 +230,30 @@ def gitlab_hints(config: GitLabConfig, event: str, payload: Any) -> list[Hint]:
     if not isinstance(payload, dict):
         return []
     project = payload.get("project")
-    if event == "Job Hook":  # a job's own fields are top-level
-        if not isinstance(project, dict) or not _gitlab_in_scope(config, project):
-            return []
-        finished = payload.get("build_status") in _GITLAB_FINISHED
-        return _ci_hint("gitlab", project["path_with_namespace"], payload.get("sha")) if finished else []
-    attributes = payload.get("object_attributes")
-    if not isinstance(project, dict) or not isinstance(attributes, dict) or not _gitlab_in_scope(config, project):
+    if not isinstance(project, dict):
         return []
-    path = project["path_with_namespace"]
+    path = _canonical("gitlab", project.get("path_with_namespace"))
+    if path is None or not _gitlab_in_scope(config, project):
+        return []
+    if event == "Job Hook":  # a job's own fields are top-level
+        finished = payload.get("build_status") in _GITLAB_FINISHED
+        return _ci_hint("gitlab", path, payload.get("sha")) if finished else []
+    attributes = payload.get("object_attributes")
+    if not isinstance(attributes, dict):
+        return []
     if event == "Pipeline Hook":
         finished = attributes.get("status") in _GITLAB_FINISHED
         return _ci_hint("gitlab", path, attributes.get("sha")) if finished else []
     if event == "Note Hook":
         noteable = attributes.get("noteable_type")
         target = payload.get("issue") if noteable == "Issue" else payload.get("merge_request")
-        if noteable not in ("Issue", "MergeRequest") or not isinstance(target, dict) or not isinstance(target.get("iid"), int):
+        if noteable not in ("Issue", "MergeRequest") or not isinstance(target, dict):
             return []
-        key = f"gitlab:{path}{'#' if noteable == 'Issue' else '!'}{target['iid']}"
-        return [Hint(key, "steer"), Hint(key, "followup")]
-    iid = attributes.get("iid")
-    if not isinstance(iid, int):
+        key = _key("gitlab", path, noteable != "Issue", target.get("iid"))
+        return [Hint(key, "steer"), Hint(key, "followup")] if key is not None else []
+    key = _key("gitlab", path, event != "Issue Hook", attributes.get("iid"))
+    if key is None:
         return []
-    key = f"gitlab:{path}{'#' if event == 'Issue Hook' else '!'}{iid}"
     changes = payload.get("changes") if isinstance(payload.get("changes"), dict) else {}
     hints: list[Hint] = []
     labels = payload.get("labels") if isinstance(payload.get("labels"), list) else []

@@ -54,8 +54,8 @@ def decode(body: bytes) -> QueuedTask:
         raise MalformedMessage("message field 'key' must be a task key string")
     try:
         parsed = TaskKey.parse(key)
-    except ValueError:
-        raise MalformedMessage("message field 'key' is not a task key") from None
+    except ValueError as error:  # names the key (at most 300 characters of it, quoted): one log line
+        raise MalformedMessage(f"message field 'key': {error}") from None
     return QueuedTask(str(parsed), reason)
 
 

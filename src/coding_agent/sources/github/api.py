@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timezone
@@ -22,7 +23,7 @@ from githubkit.utils import UNSET
 from coding_agent.config import GitHubConfig, LabelConfig
 from coding_agent.domain.ci import Check, CheckKind, CiReport
 from coding_agent.domain.delivery import ChangeRequest, GitIdentity
-from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
+from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread, canonical_project
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.github.client import PER_PAGE, GitHubClient, GitHubNotFoundError, Sleep, has_next_page
@@ -37,6 +38,7 @@ from coding_agent.sources.github.mapping import (
     logins,
     permission_of,
     project_of,
+    segment,
     split_project,
     to_change,
     to_ci_report,
@@ -49,6 +51,8 @@ from coding_agent.sources.http import LifetimeAnswers, since_the_hour
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
 __all__ = ["GitHubSource"]
+
+log = logging.getLogger(__name__)
 
 # GitHub serves at most 1000 search results (10 pages of 100).
 _MAX_SEARCH_PAGES = 10
@@ -123,6 +127,11 @@ class GitHubSource:
             for item in result.items:
                 project = project_of(item.repository_url)
                 if keep is not None and project.lower() not in keep:
+                    continue
+                try:
+                    canonical_project("github", project)
+                except ValueError as error:  # no task key names it (SPEC 15): the poll goes on
+                    log.warning("poll: refused: %s", error)
                     continue
                 kind = TaskKind.CHANGE if given(item.pull_request) is not None else TaskKind.ISSUE
                 task = to_task(project, kind, item)
@@ -293,7 +302,8 @@ class GitHubSource:
             raise ForgeError(f"github GET /repos/{project}: the repository has no default_branch")
         where = f"/repos/{project}/contents/{path}"
         try:
-            data = await self._json_object(where, lambda: self._rest.repos.async_get_content(owner, repo, path, ref=branch))
+            quoted = quote(path, safe="/")
+            data = await self._json_object(where, lambda: self._rest.repos.async_get_content(owner, repo, quoted, ref=branch))
         except GitHubNotFoundError:
             return None
         if data.get("type") != "file" or data.get("encoding") != "base64" or not isinstance(data.get("content"), str):
@@ -330,7 +340,7 @@ class GitHubSource:
         if username is None:
             data = await self._json_object("/user", self._rest.users.async_get_authenticated)
         else:
-            data = await self._json_object(f"/users/{username}", lambda: self._rest.users.async_get_by_username(username))
+            data = await self._json_object(f"/users/{username}", lambda: self._rest.users.async_get_by_username(segment(username)))
         login = str(data.get("login") or username or "coding-agent")
         host = urlsplit(self._config.api_url).hostname or "github.com"
         host = "github.com" if host == "api.github.com" else host
@@ -380,11 +390,11 @@ class GitHubSource:
             runs, combined = await asyncio.gather(
                 self._http.get_json(
                     f"/repos/{project}/commits/{sha}/check-runs",
-                    lambda: checks(owner, repo, sha, per_page=PER_PAGE),
+                    lambda: checks(owner, repo, segment(sha), per_page=PER_PAGE),
                 ),
                 self._http.get_json(
                     f"/repos/{project}/commits/{sha}/status",
-                    lambda: status(owner, repo, sha, per_page=PER_PAGE),
+                    lambda: status(owner, repo, segment(sha), per_page=PER_PAGE),
                 ),
             )
         except GitHubNotFoundError:
@@ -495,7 +505,7 @@ class GitHubSource:
             await self._http.call(
                 "GET",
                 f"/repos/{project}/labels/{label}",
-                lambda: self._rest.issues.async_get_label(owner, repo, quote(label, safe="")),
+                lambda: self._rest.issues.async_get_label(owner, repo, segment(label)),
             )
             return
         except GitHubNotFoundError:
@@ -532,7 +542,7 @@ class GitHubSource:
             await self._http.call(
                 "DELETE",
                 f"/repos/{key.project}/issues/{key.number}/labels/{label}",
-                lambda: self._rest.issues.async_remove_label(owner, repo, key.number, quote(label, safe="")),
+                lambda: self._rest.issues.async_remove_label(owner, repo, key.number, segment(label)),
             )
         except GitHubNotFoundError:
             pass  # not on the issue: already the state we want
@@ -544,7 +554,7 @@ class GitHubSource:
         try:
             result = await self._http.get(
                 f"/repos/{key.project}/collaborators/{username}/permission",
-                lambda: self._rest.repos.async_get_collaborator_permission_level(owner, repo, username),
+                lambda: self._rest.repos.async_get_collaborator_permission_level(owner, repo, segment(username)),
             )
         except GitHubNotFoundError:
             return Permission.NONE

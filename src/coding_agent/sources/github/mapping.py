@@ -12,13 +12,14 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from githubkit.utils import UNSET
 
 from coding_agent.config import GitHubConfig
 from coding_agent.domain.ci import Check, CheckKind, CheckState, CiReport
 from coding_agent.domain.delivery import ChangeRequest
-from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, TaskKind
+from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, TaskKind, canonical_project
 from coding_agent.errors import ForgeError
 from coding_agent.sources.writes import strip_marker
 
@@ -89,8 +90,22 @@ def build_search_query(config: GitHubConfig, head: list[str] | None = None) -> t
 
 
 def split_project(project: str) -> tuple[str, str]:
+    """Owner and repository of a canonical `owner/repo`, each quoted as one URL path
+    segment: githubkit puts them into its paths as they are, and a `..` or `/` there
+    would reach another repository (SPEC 15). A ForgeError names a project that is not
+    canonical, before any request."""
+    try:
+        canonical_project("github", project)
+    except ValueError as error:
+        raise ForgeError(str(error)) from None
     owner, _, repo = project.partition("/")
-    return owner, repo
+    return segment(owner), segment(repo)
+
+
+def segment(value: str) -> str:
+    """`value` quoted as one URL path segment (a login, a sha, a label): githubkit does not
+    quote what it is given."""
+    return quote(value, safe="")
 
 
 def project_of(repository_url: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -23,7 +24,7 @@ from gitlab.exceptions import GitlabError
 
 from coding_agent.config import GitLabConfig, LabelConfig
 from coding_agent.domain.delivery import ChangeRequest, GitIdentity
-from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
+from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread, canonical_project
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.gitlab.ci import GitLabCi
@@ -39,6 +40,7 @@ from coding_agent.sources.gitlab.mapping import (
     instance_url,
     item_path,
     permission_for_access_level,
+    project_path,
     project_ref,
     to_change,
     to_comment,
@@ -48,6 +50,19 @@ from coding_agent.sources.gitlab.mapping import (
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
 __all__ = ["GitLabSource"]
+
+log = logging.getLogger(__name__)
+
+
+def _canonical(data: JSON) -> bool:
+    """Whether a listed item's project path is canonical; else one log line naming it, and
+    the poll goes on without it (no task key names it, SPEC 15)."""
+    try:
+        canonical_project("gitlab", project_path(data))
+    except ValueError as error:
+        log.warning("poll: refused: %s", error)
+        return False
+    return True
 
 
 def _body(text: str) -> str:
@@ -124,7 +139,7 @@ class GitLabSource(GitLabCi):
             items, number = await self._http.call(
                 what, lambda page=number: self._http.page(manager.path, filters, page, conditional=False)  # type: ignore[misc]
             )
-            yield [to_task(data, kind) for data in items]
+            yield [to_task(data, kind) for data in items if _canonical(data)]
 
     def _scope(self) -> tuple[str, Any]:
         """The configured group or project, as a lazy python-gitlab object, and its path."""

@@ -10,6 +10,7 @@ its end only (`GitLabClient.tail`).
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from gitlab.exceptions import GitlabError
 
@@ -48,7 +49,7 @@ class GitLabCi:
         """The trace's last `lines` lines; None for a check that is no GitLab job or a 404."""
         if check.kind is not CheckKind.GITLAB_JOB:
             return None
-        path = f"/projects/{project_ref(project)}/jobs/{check.id}/trace"
+        path = f"/projects/{project_ref(project)}/jobs/{quote(check.id, safe='')}/trace"
         tail = await self._http.call(f"GET {path}", lambda: self._http.tail(path, tail_budget(lines)))
         if tail is None:
             return None

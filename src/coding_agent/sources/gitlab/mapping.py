@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from coding_agent.domain.ci import Check, CheckKind, CheckState
 from coding_agent.domain.delivery import ChangeRequest
-from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, TaskKind
+from coding_agent.domain.tasks import Comment, Permission, Task, TaskKey, TaskKind, canonical_project
 from coding_agent.errors import ForgeError
 from coding_agent.sources.gitlab.quick_actions import restore_quick_actions
 from coding_agent.sources.writes import strip_marker
@@ -114,6 +114,14 @@ def chronological(notes: list[JSON]) -> list[JSON]:
 
 
 def project_ref(project: str) -> str:
+    """A project (its numeric id, or its canonical path) as one URL path segment: the
+    path's slashes encoded, as GitLab's API wants. A ForgeError names a path that is not
+    canonical (a `..` segment, an escape: SPEC 15), before any request."""
+    if not (project.isascii() and project.isdigit()):
+        try:
+            canonical_project("gitlab", project)
+        except ValueError as error:
+            raise ForgeError(str(error)) from None
     return quote(project, safe="")
 
 
