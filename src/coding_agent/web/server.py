@@ -48,6 +48,7 @@ from coding_agent.web.auth import TokenGuard, login_routes
 from coding_agent.web.dashboard import dashboard_routes
 from coding_agent.web.feed import ListFeed
 from coding_agent.web.metrics import health_routes
+from coding_agent.web.request_body import BodyReader
 from coding_agent.web.same_origin import SameOriginGuard
 from coding_agent.web.uvicorn_config import uvicorn_config
 from coding_agent.web.views import task_list
@@ -79,15 +80,17 @@ def webhooks_configured(config: AgentConfig) -> bool:
     return any(secret is not None and secret.get_secret_value() for secret in (hooks.github_secret, hooks.gitlab_token))
 
 
-def _dashboard_routes(config: AgentConfig, store: StateStore, token: str | None) -> list[Sequence[BaseRoute]]:
+def _dashboard_routes(
+    config: AgentConfig, store: StateStore, token: str | None, reader: BodyReader
+) -> list[Sequence[BaseRoute]]:
     redactor = Redactor(config.secrets())
     activity = RunActivity(Path(config.context_storage.base_dir), redactor, config.planning.max_steps_per_action)
     feed = ListFeed(lambda: task_list(store, redactor, activity))  # one list for the pages and the API
     budgets = Budgets(config, store.spend, redactor)
     return [
         health_routes(store),
-        api_routes(store, redactor, activity, feed, budgets),
-        login_routes(token),
+        api_routes(store, redactor, activity, feed, budgets, reader),
+        login_routes(token, reader),
         dashboard_routes(store, redactor, activity, feed, budgets),
     ]
 
@@ -125,7 +128,8 @@ def dashboard_app(config: AgentConfig, store: StateStore, sock: socket.socket) -
     """The dashboard's app served on `sock`: pages, API, health and metrics, behind the
     token guard."""
     token = _token(config, sock)
-    return _app(config, _dashboard_routes(config, store, token), token)
+    reader = BodyReader(config.webhooks.body_timeout_seconds)
+    return _app(config, _dashboard_routes(config, store, token, reader), token)
 
 
 class _Server(uvicorn.Server):
@@ -289,7 +293,8 @@ async def serving_http(
             return
     try:
         token = _token(config, sock)
-        route_lists = _dashboard_routes(config, service.store, token) if config.dashboard.enabled else []
+        reader = BodyReader(config.webhooks.body_timeout_seconds)  # one for every body read before auth
+        route_lists = _dashboard_routes(config, service.store, token, reader) if config.dashboard.enabled else []
         if hooks:
             if config.webhooks.github_secret is not None and config.webhooks.github_secret.get_secret_value():
                 await asyncio.to_thread(warm_up)
@@ -302,7 +307,7 @@ async def serving_http(
                 lambda: queue,
                 service.ci,
             )
-            route_lists.append(webhook_routes(config, sink))
+            route_lists.append(webhook_routes(config, sink, reader))
     except BaseException:
         sock.close()
         raise

@@ -7,8 +7,8 @@ the server hold is bounded: at most MAX_CONNECTIONS connections and requests at 
 headers within REQUEST_HEADERS_SECONDS of the connection or of the previous response
 (uvicorn has no such deadline of its own: a connection sending half a request line and
 then nothing would be held for good), and an idle keep-alive connection closed after
-KEEP_ALIVE_SECONDS. Bodies are the webhook endpoints' own business
-(`webhook_body.BodyReader`).
+KEEP_ALIVE_SECONDS. Bodies are read by the routes, through `request_body.BodyReader`
+(a cap, deadlines and a budget of bytes in flight).
 
 uvicorn's records go through the agent's logging (`logging_setup.py`: the log file, the
 redaction filter) rather than uvicorn's default handlers, which print to stderr.
