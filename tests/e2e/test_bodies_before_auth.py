@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from coding_agent.sandbox.replay_model import ReplaySandbox
+from coding_agent.web.uvicorn_config import MAX_CONNECTIONS
 from tests.support.github_webhooks import GitHubWebhooks
 from tests.support.waiting import wait_for
 
@@ -259,3 +260,53 @@ def test_a_signed_delivery_answers_at_once_while_forty_connections_stall_their_b
     assert signed_in.status_code == 303, signed_in.text
     assert process.returncode == 0, (tmp_path / "serve.stderr").read_text()[-3000:]
     assert "Traceback" not in (setup.logs / "coding-agent.log").read_text()
+
+
+def test_trickles_filling_the_connection_limit_do_not_refuse_a_signed_delivery(
+    github_forge: GitHubForge, tmp_path: Path
+) -> None:
+    """As many trickled `/login` bodies as the server holds requests, one short of its
+    connection count (the issue's 511: a byte a second, never idle): a signed delivery
+    arriving then takes the place of the stalest, instead of the 503 a full connection
+    count would give it."""
+    number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt.")
+    hooks = GitHubWebhooks(github_forge.sandbox.state, github_forge.url)
+    body = GitHubWebhooks.body(hooks.issues(REPO, number, "labeled", MAINTAINER, label="coding agent"))
+
+    async def while_full(port: int) -> httpx.Response:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            ping = b'{"zen": "warm up"}'  # untimed, as above: the service's own start
+            assert (await client.post("/webhooks/github", content=ping, headers=GitHubWebhooks.headers("ping", ping, SECRET))).status_code == 202
+        trickles = []
+        for _ in range(MAX_CONNECTIONS - 1):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(_login_head(port, 4000) + b"token=")
+            trickles.append((reader, writer))
+
+        async def keep_alive() -> None:
+            while True:
+                await asyncio.sleep(1)  # the attack's own pace
+                for _, writer in trickles:
+                    if not writer.is_closing():
+                        writer.write(b"a")
+
+        alive = asyncio.create_task(keep_alive())
+        try:
+            await asyncio.sleep(0.5)  # noqa: ASYNC110 - let the server accept them all (the attack's pace)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                return await client.post("/webhooks/github", content=body, headers=GitHubWebhooks.headers("issues", body, SECRET))
+        finally:
+            alive.cancel()
+            for _, writer in trickles:
+                writer.transport.abort()
+
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup, process, port = _serve(tmp_path, github_forge, model)
+        try:
+            delivered = asyncio.run(while_full(port))
+            wait_for(lambda: "coding agent done" in github_forge.labels("issue", number), 120, "the task to end")
+        finally:
+            stop_serve(process)
+
+    assert delivered.status_code == 202, delivered.text
+    assert process.returncode == 0, (tmp_path / "serve.stderr").read_text()[-3000:]
