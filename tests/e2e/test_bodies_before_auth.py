@@ -54,6 +54,14 @@ def _serve(tmp_path: Path, forge: GitHubForge, model: ReplaySandbox) -> tuple[An
     return setup, process, int(url.rsplit(":", 1)[1])
 
 
+async def _warm_up(client: httpx.AsyncClient) -> None:
+    """A signed `ping`, untimed: the first request after the start waits on the service's
+    own start (preflight, first poll), as it would without any attack."""
+    ping = b'{"zen": "warm up"}'
+    answer = await client.post("/webhooks/github", content=ping, headers=GitHubWebhooks.headers("ping", ping, SECRET))
+    assert answer.status_code == 202, answer.text
+
+
 def _rss_bytes(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE).group(1)) * 1024  # type: ignore[union-attr]
@@ -214,10 +222,7 @@ def test_a_signed_delivery_answers_at_once_while_forty_connections_stall_their_b
 
     async def while_stalled(port: int) -> tuple[float, httpx.Response, httpx.Response]:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            # Untimed: the first request after the start waits on the service's own start
-            # (preflight, first poll), as it would without any attack.
-            ping = b'{"zen": "warm up"}'
-            assert (await client.post("/webhooks/github", content=ping, headers=GitHubWebhooks.headers("ping", ping, SECRET))).status_code == 202
+            await _warm_up(client)
         stalls = []
         for n in range(STALLED):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -275,8 +280,7 @@ def test_trickles_filling_the_connection_limit_do_not_refuse_a_signed_delivery(
 
     async def while_full(port: int) -> httpx.Response:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            ping = b'{"zen": "warm up"}'  # untimed, as above: the service's own start
-            assert (await client.post("/webhooks/github", content=ping, headers=GitHubWebhooks.headers("ping", ping, SECRET))).status_code == 202
+            await _warm_up(client)
         trickles = []
         for _ in range(MAX_CONNECTIONS - 1):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)

@@ -12,7 +12,9 @@ A connection beyond MAX_CONNECTIONS is not refused (uvicorn's own rule, a 503, w
 a few hundred trickled bodies refuse every delivery, SPEC 15): it takes the place of the
 connection that received anything least recently among those still sending a request
 (its headers or its body) or idle between requests. Only when every connection is busy
-with a response (the dashboard's live pages) does uvicorn answer 503. Bodies are read by the routes, through `request_body.BodyReader`
+with a response (the dashboard's live pages) does uvicorn answer 503.
+
+Bodies are read by the routes, through `request_body.BodyReader`
 (a cap, deadlines and a budget of bytes in flight).
 
 uvicorn's records go through the agent's logging (`logging_setup.py`: the log file, the
