@@ -21,6 +21,7 @@ from coding_agent.errors import QueueUnavailable
 from coding_agent.sandbox.github.state import GitHubState
 from coding_agent.store.deliveries import DeliveryLog
 from coding_agent.web.app import build_app
+from coding_agent.web.request_body import BodyReader
 from coding_agent.web.webhooks import webhook_routes
 from tests.support.github_webhooks import GitHubWebhooks
 
@@ -346,21 +347,73 @@ async def test_a_chunked_body_over_one_mib_is_413(sink: RecordingSink, github: A
     assert answer.status_code == 413 and sink.accepted == []
 
 
-async def test_bodies_beyond_max_concurrent_are_503_at_once(sink: RecordingSink, github: Any) -> None:
+async def test_stalled_bodies_never_make_a_signed_delivery_wait_or_fail(sink: RecordingSink, github: Any) -> None:
+    """The old `webhooks.max_concurrent: 1` (still accepted, ignored): a stalled body, GitHub
+    or GitLab, holds no slot a signed delivery needs; both are answered, the stalled one
+    once it comes whole."""
     _, hooks, number = github
     body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
-    app = build_app(webhook_routes(_config(github_secret=SECRET, max_concurrent=1), sink))
+    config = _config(github_secret=SECRET, gitlab_token=GITLAB_TOKEN, max_concurrent=1)
+    app = build_app(webhook_routes(config, sink))
     resume, reading = asyncio.Event(), asyncio.Event()
     stalled = _stalling(body[:10], resume, body[10:], reading)
     slow = asyncio.create_task(_post_to(app, "/webhooks/github", stalled, hooks.headers("issues", body, SECRET)))
+    gitlab_reading = asyncio.Event()
+    gitlab_stalled = _stalling(b"{", resume, b"}", gitlab_reading)
+    slow_gitlab = asyncio.create_task(_post_to(app, "/webhooks/gitlab", gitlab_stalled, _gitlab_headers("Issue Hook")))
     try:
-        await asyncio.wait_for(reading.wait(), 30)
-        refused = await _post_to(app, "/webhooks/github", body, hooks.headers("issues", body, SECRET))
+        await asyncio.wait_for(asyncio.gather(reading.wait(), gitlab_reading.wait()), 30)
+        answered = await _post_to(app, "/webhooks/github", body, hooks.headers("issues", body, SECRET))
     finally:
         resume.set()
-    assert (refused.status_code, refused.headers["connection"]) == (503, "close")
-    assert (await slow).status_code == 202, "the one being read goes on"
-    assert sink.accepted == [("new", f"github:{REPO}#{number}")]
+    assert answered.status_code == 202
+    assert (await slow).status_code == 202, "the stalled one, once whole, is read too: not a 503"
+    assert (await slow_gitlab).status_code == 200
+    assert sink.accepted == [("new", f"github:{REPO}#{number}")] * 2
+
+
+async def test_a_body_without_progress_for_the_idle_deadline_is_408_before_the_total(
+    sink: RecordingSink, github: Any
+) -> None:
+    _, hooks, number = github
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    reader = BodyReader(timeout_seconds=60, idle_seconds=0.3)
+    app = build_app(webhook_routes(_config(github_secret=SECRET), sink, reader))
+    answer = await asyncio.wait_for(
+        _post_to(app, "/webhooks/github", _stalling(body[:10], asyncio.Event()), hooks.headers("issues", body, SECRET)), 30
+    )
+    assert (answer.status_code, answer.headers["connection"]) == (408, "close")
+    assert "no progress for 0.3 s" in answer.text and sink.accepted == []
+    assert reader.bytes_in_flight == 0
+
+
+async def test_a_full_budget_drops_the_stalest_body_not_the_delivery_that_arrives(
+    sink: RecordingSink, github: Any
+) -> None:
+    """The bytes in flight are what is bounded: a delivery that needs room takes it from
+    the body that made progress least recently, whose buffer is freed at once."""
+    _, hooks, number = github
+    body = hooks.body(hooks.issues(REPO, number, "labeled", "alice", label="coding agent"))
+    reader = BodyReader(timeout_seconds=60, budget_bytes=len(body) + 100)
+    app = build_app(webhook_routes(_config(github_secret=SECRET), sink, reader))
+    resume, reading = asyncio.Event(), asyncio.Event()
+    junk = b"{" + b" " * 200
+    stalled = _stalling(junk, resume, b"}", reading)
+    slow = asyncio.create_task(_post_to(app, "/webhooks/github", stalled, hooks.headers("issues", junk + b"}", SECRET)))
+    try:
+        await asyncio.wait_for(reading.wait(), 30)
+        held_while_stalled = reader.bytes_in_flight
+        answered = await _post_to(app, "/webhooks/github", body, hooks.headers("issues", body, SECRET))
+        held_after = reader.bytes_in_flight
+    finally:
+        resume.set()
+    dropped = await slow
+    assert held_while_stalled == len(junk)
+    assert answered.status_code == 202 and sink.accepted == [("new", f"github:{REPO}#{number}")]
+    assert held_after == 0, "the stalled body's bytes were freed when it was dropped"
+    assert (dropped.status_code, dropped.headers["connection"]) == (408, "close")
+    assert "least progress" in dropped.text
+    assert reader.bytes_in_flight == 0
 
 
 @pytest.mark.parametrize(

@@ -127,3 +127,13 @@ def test_a_retired_scheduling_key_loads_with_a_warning_naming_it(caplog: pytest.
     assert "scheduling.start_wait_seconds is no longer used" in caplog.text
     with pytest.raises(ConfigError, match="scheduling.starts_at_one"):
         parse_config({**MINIMAL, "scheduling": {"starts_at_one": 4}}, env={"GH_TOKEN": "t"})
+
+
+def test_the_retired_webhooks_max_concurrent_loads_with_a_warning_naming_it(caplog: pytest.LogCaptureFixture) -> None:
+    """A config written for the slot rule (SPEC 15 replaced it by a budget of bytes in
+    flight) still loads, and says the key does nothing now."""
+    raw = {**MINIMAL, "webhooks": {"max_concurrent": 8, "body_timeout_seconds": 5}}
+    with caplog.at_level("WARNING", logger="coding_agent.config.service_sections"):
+        config = parse_config(raw, env={"GH_TOKEN": "t"})
+    assert config.webhooks.body_timeout_seconds == 5
+    assert "webhooks.max_concurrent is no longer used (bodies are bounded by the bytes in flight" in caplog.text

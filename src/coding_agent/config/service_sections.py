@@ -21,6 +21,22 @@ _RETIRED_SCHEDULING_KEYS = {
     "starts_at_once": "runs start as soon as a worker slot is free",
     "start_wait_seconds": "runs start as soon as a worker slot is free",
 }
+_RETIRED_WEBHOOKS_KEYS = {
+    # a count of bodies read at once let a few stalled ones refuse every delivery (SPEC 15)
+    "max_concurrent": "bodies are bounded by the bytes in flight and stalled ones are cut",
+}
+
+
+def _drop_retired(section: str, retired: dict[str, str], data: Any) -> Any:
+    """`data` without the `retired` keys, each logged as a warning naming it."""
+    if not isinstance(data, dict):
+        return data
+    kept = dict(data)
+    for key, why in retired.items():
+        if key in kept:
+            del kept[key]
+            log.warning("config: %s.%s is no longer used (%s); remove it", section, key, why)
+    return kept
 
 __all__ = [
     "SchedulingConfig",
@@ -37,14 +53,7 @@ class SchedulingConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _drop_retired_keys(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        kept = dict(data)
-        for key, why in _RETIRED_SCHEDULING_KEYS.items():
-            if key in kept:
-                del kept[key]
-                log.warning("config: scheduling.%s is no longer used (%s); remove it", key, why)
-        return kept
+        return _drop_retired("scheduling", _RETIRED_SCHEDULING_KEYS, data)
 
     interval_seconds: float = Field(default=60, gt=0)
     # a stopped worker's task is taken over this long after its last heartbeat (every third of it)
@@ -100,11 +109,15 @@ class QueueConfig(_Strict):
 class WebhooksConfig(_Strict):
     """`POST /webhooks/github|gitlab` (SPEC 11.2); an endpoint without its secret is off."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired_keys(cls, data: Any) -> Any:
+        return _drop_retired("webhooks", _RETIRED_WEBHOOKS_KEYS, data)
+
     github_secret: SecretStr | None = None
     gitlab_token: SecretStr | None = None
-    # bodies read at once (SPEC 15); one more is answered 503 at once, not queued
-    max_concurrent: int = Field(default=8, ge=1, le=1024)
-    # a body not received whole by then is cut off: 408 and the connection closed
+    # every body read before the sender is known (webhooks, /login, the dashboard's
+    # actions) not received whole by then is cut off: 408 and the connection closed
     body_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
 
 

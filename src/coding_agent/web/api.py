@@ -22,6 +22,7 @@ from coding_agent.runtime.operator_actions import UnknownTask, apply_action
 from coding_agent.store.state import StateStore
 from coding_agent.web.activity import RunActivity
 from coding_agent.web.feed import ListFeed
+from coding_agent.web.request_body import MAX_FORM_BYTES, BodyReader, Refusal
 from coding_agent.web.views import TaskFilter, UnknownFilter, task_detail, task_list, usage
 
 __all__ = ["api_routes", "ACTIONS"]
@@ -48,10 +49,14 @@ def api_routes(
     activity: RunActivity | None = None,
     feed: ListFeed | None = None,
     budgets: Budgets | None = None,
+    reader: BodyReader | None = None,
 ) -> list[Route]:
     """`feed`: the task list shared with the pages (one of its own by default); `budgets`:
-    the daily budgets whose use and what is left `/api/usage` shows too."""
+    the daily budgets whose use and what is left `/api/usage` shows too; `reader`: the
+    process's body reader (without a token the actions are reached before anyone is
+    known, SPEC 15), one of their own by default."""
     feed = feed or ListFeed(lambda: task_list(store, redactor, activity))
+    reader = reader or BodyReader()
 
     async def tasks(request: Request) -> Response:
         try:
@@ -82,7 +87,11 @@ def api_routes(
         key = request.path_params["key"]
         if (refused := _not_canonical(key)) is not None:
             return refused
-        if not _empty_or_json(await request.body()):
+        try:
+            body = await reader.read(request, MAX_FORM_BYTES)
+        except Refusal as refusal:
+            return JSONResponse({"error": refusal.message}, status_code=refusal.status, headers={"Connection": "close"})
+        if not _empty_or_json(body):
             return JSONResponse({"error": "the request body is not JSON"}, status_code=400)
         action = request.url.path.rsplit("/", 1)[1]
         try:

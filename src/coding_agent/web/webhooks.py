@@ -4,8 +4,8 @@ Hostile traffic is the normal case for a public endpoint (SPEC 15), so a deliver
 judged by its headers before its body is read: no signature header (GitHub) or a wrong
 `X-Gitlab-Token` is 401, no delivery id (`X-GitHub-Delivery`, GitLab `Idempotency-Key` /
 `X-Gitlab-Event-UUID`) is 400, a declared Content-Length over 1 MiB is 413. Only then is
-the body read (`webhook_body.BodyReader`: a deadline, the 1 MiB cap, at most
-`webhooks.max_concurrent` at once), the GitHub signature (HMAC-SHA256 of the raw body in
+the body read (`request_body.BodyReader`, shared with `/login`: the 1 MiB cap, the
+deadlines, the process's budget of bytes in flight), the GitHub signature (HMAC-SHA256 of the raw body in
 `X-Hub-Signature-256`, checked by githubkit's `verify`) verified, and a delivery id seen
 before answered 200 and ignored. A refusal before the body was read closes the
 connection, so the unread rest of a body never keeps it open.
@@ -42,7 +42,7 @@ from starlette.routing import Route
 from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig
 from coding_agent.domain.tasks import TaskKey, TaskKind, canonical_project
 from coding_agent.errors import QueueUnavailable
-from coding_agent.web.webhook_body import MAX_BODY_BYTES, BodyReader, Refusal, parse_json
+from coding_agent.web.request_body import MAX_BODY_BYTES, BodyReader, Refusal, parse_json
 
 __all__ = ["Hint", "WebhookSink", "webhook_routes", "github_hints", "gitlab_hints", "MAX_BODY_BYTES", "warm_up"]
 
@@ -304,10 +304,11 @@ async def _deliver(sink: WebhookSink, hints: list[Hint], forge: str, event: str)
 _Handler = Callable[[Request, AgentConfig, WebhookSink, BodyReader], Awaitable[Response]]
 
 
-def webhook_routes(config: AgentConfig, sink: WebhookSink) -> list[Route]:
-    """Both endpoints, sharing one `BodyReader`: `webhooks.max_concurrent` bounds the
-    bodies read at once by the process, not per forge."""
-    reader = BodyReader(config.webhooks.max_concurrent, config.webhooks.body_timeout_seconds)
+def webhook_routes(config: AgentConfig, sink: WebhookSink, reader: BodyReader | None = None) -> list[Route]:
+    """Both endpoints, reading their bodies with `reader`: the process's one reader (shared
+    with `/login`, so its budget of bytes in flight bounds them all), or one of their own."""
+    if reader is None:
+        reader = BodyReader(config.webhooks.body_timeout_seconds)
 
     def endpoint(handler: _Handler) -> Callable[[Request], Awaitable[Response]]:
         async def route(request: Request) -> Response:

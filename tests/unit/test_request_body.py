@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from coding_agent.web.webhook_body import MAX_JSON_DEPTH, Refusal, json_depth, parse_json
+from coding_agent.web.request_body import MAX_JSON_DEPTH, Refusal, json_depth, parse_json
 
 
 def _nested(depth: int) -> bytes:
