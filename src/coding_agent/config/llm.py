@@ -39,8 +39,14 @@ ProviderName = Literal["openai", "lmstudio", "ollama"]
 
 
 class LLMConfig(_Strict):
+    """The model: its provider, the provider's section, and how tools are offered (SPEC 5).
+
+    `function_calling`: `true` offers every tool natively, `false` asks for JSON in the
+    text, `auto` is native until the server refuses tools, then JSON in text for that
+    model for the rest of the process (SPEC 5.1, `llm/tool_support.py`)."""
+
     provider: ProviderName
-    function_calling: bool = True
+    function_calling: bool | Literal["auto"] = "auto"
     openai: OpenAICompatibleConfig | None = None
     lmstudio: LMStudioConfig | None = None
     ollama: OllamaConfig | None = None
