@@ -44,6 +44,7 @@ from coding_agent.domain.ports import RunCheckout, RunStore, Workspaces
 from coding_agent.domain.tasks import Task, ThreadRef
 from coding_agent.errors import AgentError, ToolsRefused
 from coding_agent.llm.base import LLMClient
+from coding_agent.llm.context_window import context_length_of, resolve_context_length
 from coding_agent.llm.factory import create_llm_client
 from coding_agent.llm.protocols import JsonTextProtocol, ReplyProtocol
 from coding_agent.llm.tool_support import model_key, protocol_for, remember_refusal
@@ -250,6 +251,7 @@ class TaskRunner:
         async with run.ledger:  # on leaving: the last progress write awaited, the usage written
             try:
                 await self.libraries.loaded()
+                await resolve_context_length(self._config.llm)  # unset context_length: the server's window
                 llm = self._llm_factory()
                 llm.on_usage(run.ledger.record_usage)
                 outcome = await self._outcome(run, llm)
@@ -414,7 +416,7 @@ class TaskRunner:
     def _compressor(self, ledger: RunLedger) -> Compressor:
         storage = self._config.context_storage
         return Compressor(
-            self._config.llm.active.context_length,
+            context_length_of(self._config.llm),
             storage.compression_threshold,
             storage.keep_recent_messages,
             model_summarizer(self._llm_factory, ledger.record_usage),

@@ -14,7 +14,8 @@ __all__ = ["OpenAICompatibleConfig", "LMStudioConfig", "OllamaConfig", "Provider
 
 class _ProviderCommon(_Strict):
     model: str | None = None
-    context_length: int = Field(default=32768, gt=0)
+    # None: the window the server reports for the model (llm/context_window.py), else 32768
+    context_length: int | None = Field(default=None, gt=0)
     max_tokens: int = Field(default=4096, gt=0)
     temperature: float = Field(default=0.2, ge=0)
     timeout_seconds: float = Field(default=300, gt=0)
