@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.model_server import REFUSALS, QuirkyReplay, ServerQuirks
 
-from .conftest import SECRETS, GitHubForge, run_cli, write_config
+from .conftest import HELLO_SCRIPT, SECRETS, GitHubForge, run_cli, write_config
 
 PROBE = "llm tool calling"
 # A Hermes/Qwen tool call as a server without a tool parser leaves it in `content` (the
@@ -98,3 +98,20 @@ def test_a_context_window_below_context_length(github_forge: GitHubForge, provid
     line = _llm_line(lines)
     assert line.startswith("FAIL") and "the model supports 4096" in line
     assert f"lower llm.{provider}.context_length to 4096 or leave it unset" in line
+
+
+def test_an_unset_context_length_uses_the_window_the_server_reports(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """Runs, not only doctor: with no context_length, Ollama's num_ctx is the window the
+    server reports (asked once, logged), as is the compression threshold's base."""
+    number = github_forge.open_task("issue", "Add a greeting file", "Please add hello.txt with a greeting.")
+    with QuirkyReplay(HELLO_SCRIPT, ServerQuirks(context_window=6000)) as model:
+        llm = {"provider": "ollama", "ollama": {"endpoint": model.url, "model": "replay"}}
+        setup = write_config(tmp_path, [github_forge], llm)
+        result = run_cli(setup, "run", "--once")
+        requests = model.requests
+    assert result.returncode == 0, result.stderr
+    assert "coding agent done" in github_forge.labels("issue", number)
+    chats = [request for request in requests if request.path == "/api/chat"]
+    assert chats and all(request.body["options"]["num_ctx"] == 6000 for request in chats)
+    log = "".join(path.read_text() for path in setup.logs.glob("*.log*"))
+    assert "context window of replay is 6000 (reported by the server" in log
