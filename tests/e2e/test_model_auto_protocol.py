@@ -18,6 +18,7 @@ from ._forge_git import branch_file, task_branch
 from ._planning import marker_of, markers, planning_config, tool_names
 from ._steering import run_cycle
 from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, load_for_service, run_cli, write_config
+from .test_model_prefix import assert_each_request_extends_the_last
 from .test_planning_run import THREE_ACTIONS
 
 _LOGGED = "refused native tool calls"
@@ -57,7 +58,10 @@ def test_auto_goes_on_in_json_text_when_the_server_refuses_tools(
     # text, and the second run of the same process never offered them.
     assert len(quirks.refused) == 1
     assert answered and not any(request.body.get("tools") for request in answered)
-    assert len({request.conversation for request in answered}) == 2
+    conversations = {request.conversation for request in answered}
+    assert len(conversations) == 2
+    for conversation in conversations:  # after the fallback, each request extends the last
+        assert_each_request_extends_the_last([r for r in answered if r.conversation == conversation], at_least=2)
     system = answered[0].body["messages"][0]["content"]
     assert '"command"' in system, "the system prompt asks for JSON in text after the fallback"
     logged = [line for line in _log_lines(setup.logs) if _LOGGED in line]
