@@ -16,7 +16,7 @@ from tests.support.model_server import REFUSALS, QuirkyReplay, ServerQuirks
 
 from ._forge_git import branch_file, task_branch
 from ._planning import marker_of, markers, planning_config, tool_names
-from ._steering import run_cycle
+from ._steering import pause_signal_action, run_cycle, steering_config, three_files_script
 from .conftest import HELLO_SCRIPT, GitHubForge, llm_section, load_for_service, run_cli, write_config
 from .test_model_prefix import assert_each_request_extends_the_last
 from .test_planning_run import THREE_ACTIONS
@@ -114,3 +114,26 @@ def test_a_planned_run_falls_back_to_json_text_with_its_phase_request_in_json_fo
     assert markers(answered)[-1] == "[Phase: completion]"
     for path in ("a.txt", "b.txt", "c.txt"):
         assert branch_file(github_forge, task_branch(github_forge, number), path) == f"{path}\n"
+
+
+def test_a_run_that_fell_back_resumes_in_json_text_in_a_new_process(github_forge: GitHubForge, tmp_path: Path) -> None:
+    """Paused between a JSON reply and its action, then resumed by another process (which
+    has not seen the refusal): the saved reply is read as JSON text, not as a final answer,
+    and no request offers tools again."""
+    forget_refusals()
+    number = github_forge.open_task("issue", "Three files", "Please write a, b and c.")
+    quirks = ServerQuirks(refuse_tools=REFUSALS["ollama-v1"])
+    with QuirkyReplay(three_files_script(1, "pause"), quirks, actions={"pause": pause_signal_action(tmp_path)}) as model:
+        setup = steering_config(tmp_path, [github_forge], model, function_calling="auto")  # type: ignore[arg-type]
+        first = run_cycle(load_for_service(setup))
+        assert [result.status for result in first.results] == ["paused"]
+        resumed = run_cli(setup, "resume")
+        answered = model.requests
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(quirks.refused) == 1
+    assert not any(request.body.get("tools") for request in answered)
+    assert "coding agent done" in github_forge.labels("issue", number)
+    branch = task_branch(github_forge, number)
+    assert [branch_file(github_forge, branch, name) for name in ("a.txt", "b.txt", "c.txt")] == ["a\n", "b\n", "c\n"]
+    assert github_forge.comments("issue", number)[-1][1].startswith("Wrote three files.")

@@ -10,6 +10,7 @@ vLLM's `max_model_len` in `/v1/models`, LM Studio's `/api/v0/models`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from coding_agent.sandbox.http_server import ServedApp
 from coding_agent.sandbox.replay_model import RecordedRequest, ReplayModel, create_replay_app
-from coding_agent.sandbox.replay_script import ScriptSource
+from coding_agent.sandbox.replay_script import ScriptAction, ScriptSource
 
 __all__ = ["Refusal", "REFUSALS", "ServerQuirks", "QuirkyReplay"]
 
@@ -175,8 +176,10 @@ class _QuirkyApp:
 class QuirkyReplay(ServedApp):
     """The replay model server with `ServerQuirks`: `with QuirkyReplay(script, quirks) as s`."""
 
-    def __init__(self, script: ScriptSource, quirks: ServerQuirks | None = None) -> None:
-        self.model = ReplayModel(script)
+    def __init__(
+        self, script: ScriptSource, quirks: ServerQuirks | None = None, actions: Mapping[str, ScriptAction] | None = None
+    ) -> None:
+        self.model = ReplayModel(script, actions)
         self.quirks = quirks or ServerQuirks()
         super().__init__(_QuirkyApp(self.model, self.quirks))
 
