@@ -289,8 +289,8 @@ class TaskRunner:
         config, steering = self._config, run.steering
         await run.clone.prepare()
         protocol = protocol_for(config.llm)
-        if run.files.metadata.get("protocol") == JsonTextProtocol.name:  # a continued run that fell back
-            protocol = JsonTextProtocol()
+        if config.llm.function_calling == "auto" and run.files.metadata.get("protocol") == JsonTextProtocol.name:
+            protocol = JsonTextProtocol()  # a continued run that fell back (its saved replies are JSON text)
         planner = planner_for(config, protocol, run.workspace, steering, self._redactor)
         policy: LoopPolicy = planner or ProtocolPolicy(protocol)
         # The MCP SDK only once a run starts (`run --once` from cron mostly finds nothing),
