@@ -266,6 +266,8 @@ _PROBE_MAX_TOKENS = 1024
 # vLLM's parser for a format the model wrote as text (`--tool-call-parser`).
 _VLLM_PARSERS = {
     "hermes": "hermes",
+    "qwen3_coder": "qwen3_coder",
+    "glm45": "glm45",
     "mistral": "mistral",
     "llama3": "llama3_json",
     "llama3_json": "llama3_json",
@@ -291,8 +293,9 @@ def _text_format(reply: LLMReply) -> str:
 
 # A few formats' markers, for the fallback above only.
 _MARKERS = (
+    ("<function=", "qwen3_coder"),
+    ("<arg_key>", "glm45"),
     ("<tool_call>", "hermes"),
-    ("<function=", "hermes"),
     ("[TOOL_CALLS]", "mistral"),
     ("<|python_tag|>", "llama3"),
     ("<|python_start|>", "llama4_pythonic"),
