@@ -63,8 +63,9 @@ def _config(directory: Path, github: GitHubSandbox, gitlab: GitLabSandbox, model
     return path
 
 
-def _doctor(config_path: Path) -> tuple[float, float, str]:
+def _doctor(config_path: Path, model: ReplaySandbox) -> tuple[float, float, str]:
     """One `coding-agent doctor`: wall seconds, CPU seconds of the process, its output."""
+    model.model.reset()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     completed = subprocess.run(
@@ -87,12 +88,15 @@ def main(runs: int, distributed: bool) -> dict[str, Any]:
     if distributed and not (reachable(postgres_admin_url()) and reachable(amqp_url())):
         return {"benchmark": "doctor", "skipped": "PostgreSQL or RabbitMQ is not reachable on this machine"}
     with tempfile.TemporaryDirectory(prefix="bench-doctor-") as scratch:
-        with GitHubSandbox() as github, GitLabSandbox() as gitlab, ReplaySandbox({"replies": []}) as model:
+        # The model answers doctor's probe with the structured tool call it asks for; each
+        # doctor run is the same conversation, so the script starts afresh for each.
+        probe_answer = {"replies": [{"tool": "doctor/echo", "args": {"text": "ping"}}]}
+        with GitHubSandbox() as github, GitLabSandbox() as gitlab, ReplaySandbox(probe_answer) as model:
             seed_github(github.state, ["bench/doctor"], "maintainer", BOT, GITHUB_TOKEN)
             seed_gitlab(gitlab.state, ["bench/doctor"], "maintainer", BOT, GITLAB_TOKEN)
             config_path = _config(Path(scratch), github, gitlab, model, distributed)
-            _doctor(config_path)  # the first run writes the byte-code caches; not counted
-            results = [_doctor(config_path) for _ in range(runs)]
+            _doctor(config_path, model)  # the first run writes the byte-code caches; not counted
+            results = [_doctor(config_path, model) for _ in range(runs)]
     walls = [wall for wall, _, _ in results]
     checks = [line.split()[1] if len(line.split()) > 1 else line for line in results[-1][2].splitlines() if line.strip()]
     median = statistics.median(walls)

@@ -13,6 +13,7 @@ __all__ = [
     "TransientError",
     "ForgeError",
     "LLMError",
+    "ToolsRefused",
     "ToolError",
     "QueueUnavailable",
 ]
@@ -51,6 +52,18 @@ class ForgeError(AgentError):
 
 class LLMError(AgentError):
     """The model server failed for good."""
+
+
+class ToolsRefused(LLMError):
+    """The model server refused a request because it offered native tools (vLLM without
+    a tool parser, llama.cpp without `--jinja`, an Ollama model without tool support).
+
+    `server_words` is the server's own error text; `llm.function_calling: auto` answers it
+    by going on in JSON text (`llm/tool_support.py`), `true` fails the run with it."""
+
+    def __init__(self, message: str, server_words: str) -> None:
+        super().__init__(message)
+        self.server_words = server_words
 
 
 class ToolError(AgentError):

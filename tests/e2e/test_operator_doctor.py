@@ -26,7 +26,8 @@ from .conftest import (
     write_config,
 )
 
-REPLAY_MODEL = {"replies": [{"done": "nothing to do"}], "model": "replay"}
+# The first reply answers doctor's model probe with the structured tool call it asks for.
+REPLAY_MODEL = {"replies": [{"tool": "doctor/echo", "args": {"text": "ping"}}, {"done": "nothing to do"}], "model": "replay"}
 
 
 def _lines(result: subprocess.CompletedProcess[str]) -> dict[str, str]:

@@ -22,6 +22,7 @@ from typing import Literal, Protocol
 from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import LoopPolicy
 from coding_agent.context.storage import RunContextFiles
+from coding_agent.errors import ToolsRefused
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.protocols import ParsedReply, ToolAction
 from coding_agent.llm.types import LLMReply
@@ -134,17 +135,23 @@ def _no_step_hook(steps: int) -> None:
     return None
 
 
+ToolsRefusedHook = Callable[[LLMClient, ToolsRefused], bool]
+
+
 @dataclass(frozen=True)
 class Oversight:
     """What watches the loop from outside its conversation: steering at the checkpoints,
     the loop guard, the context compressor before each request, a hook told each new step
-    count, and the clock `max_seconds` is measured on."""
+    count, the clock `max_seconds` is measured on, and what to do when the server refuses
+    the native tools offered (`llm.function_calling: auto`: the hook switches the run to
+    JSON in text and returns True, and the request is made again; none: the run fails)."""
 
     steering: Steering = field(default_factory=NoSteering)
     guard: LoopGuard = field(default_factory=lambda: LoopGuard(enabled=False))
     compressor: ContextCompressor | None = None
     on_step: Callable[[int], None] = _no_step_hook
     clock: Callable[[], float] = time.monotonic
+    on_tools_refused: ToolsRefusedHook | None = None
 
 
 @dataclass(frozen=True)
@@ -225,10 +232,18 @@ class _Loop:
             return reply
         await self.consult(Checkpoint.ITERATION_START)
         self.check_limits()
-        await self.policy.before_request(self.llm)
-        if self.oversight.compressor is not None:
-            await self.oversight.compressor.maybe_compress(self.llm, self.files)
-        reply = await self.llm.get_response()
+        while True:
+            await self.policy.before_request(self.llm)
+            if self.oversight.compressor is not None:
+                await self.oversight.compressor.maybe_compress(self.llm, self.files)
+            try:
+                reply = await self.llm.get_response()
+            except ToolsRefused as refusal:  # not a step: the same request goes again, in JSON text
+                hook = self.oversight.on_tools_refused
+                if hook is None or not hook(self.llm, refusal):
+                    raise
+                continue
+            break
         self.steps += 1
         self.oversight.on_step(self.steps)
         self.files.sync_messages(self.llm.messages)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from coding_agent.llm.base import LLMClient
-from coding_agent.llm.protocols import ParsedReply, ReplyProtocol
+from coding_agent.llm.protocols import JsonTextProtocol, ParsedReply, ReplyProtocol
 from coding_agent.llm.types import LLMReply, ToolSpec
 
 __all__ = ["LoopPolicy", "ProtocolPolicy"]
@@ -47,6 +47,11 @@ class LoopPolicy(Protocol):
         """Where the run stands, appended to a limit's or a failure's comment ("" if nothing)."""
         ...
 
+    def fall_back_to_text(self, llm: LLMClient) -> None:
+        """The server refused native tools (`llm.function_calling: auto`): go on in JSON
+        text, tools no longer offered; a request prepared for tools is prepared again."""
+        ...
+
 
 class ProtocolPolicy:
     """The plain loop of SPEC 4: the protocol's own reading of replies, nothing added."""
@@ -71,3 +76,7 @@ class ProtocolPolicy:
 
     def describe(self) -> str:
         return ""
+
+    def fall_back_to_text(self, llm: LLMClient) -> None:
+        self.protocol = JsonTextProtocol()
+        self.protocol.prepare(llm, [])

@@ -42,10 +42,12 @@ from coding_agent.domain.delivery import PushedHead
 from coding_agent.domain.lease import LeaseWatch
 from coding_agent.domain.ports import RunCheckout, RunStore, Workspaces
 from coding_agent.domain.tasks import Task, ThreadRef
-from coding_agent.errors import AgentError
+from coding_agent.errors import AgentError, ToolsRefused
 from coding_agent.llm.base import LLMClient
+from coding_agent.llm.context_window import context_length_of, resolve_context_length
 from coding_agent.llm.factory import create_llm_client
-from coding_agent.llm.protocols import ReplyProtocol, create_protocol
+from coding_agent.llm.protocols import JsonTextProtocol, ReplyProtocol
+from coding_agent.llm.tool_support import model_key, protocol_for, remember_refusal
 from coding_agent.llm.types import ToolSpec
 from coding_agent.prompts.notices import notice
 from coding_agent.prompts.prompting import render_system_prompt
@@ -235,7 +237,7 @@ class TaskRunner:
             requester=requester,
             provider=llm.provider,
             model=llm.active.model,
-            protocol="tool_calls" if llm.function_calling else "json_text",
+            protocol=protocol_for(llm).name,
         )
         return files, self._workspaces.directory(run_uuid)
 
@@ -249,6 +251,7 @@ class TaskRunner:
         async with run.ledger:  # on leaving: the last progress write awaited, the usage written
             try:
                 await self.libraries.loaded()
+                await resolve_context_length(self._config.llm)  # unset context_length: the server's window
                 llm = self._llm_factory()
                 llm.on_usage(run.ledger.record_usage)
                 outcome = await self._outcome(run, llm)
@@ -285,7 +288,9 @@ class TaskRunner:
         """The clone, the environment and tools, the first prompt, the loop; at done, the delivery."""
         config, steering = self._config, run.steering
         await run.clone.prepare()
-        protocol = create_protocol(config.llm.function_calling)
+        protocol = protocol_for(config.llm)
+        if config.llm.function_calling == "auto" and run.files.metadata.get("protocol") == JsonTextProtocol.name:
+            protocol = JsonTextProtocol()  # a continued run that fell back (its saved replies are JSON text)
         planner = planner_for(config, protocol, run.workspace, steering, self._redactor)
         policy: LoopPolicy = planner or ProtocolPolicy(protocol)
         # The MCP SDK only once a run starts (`run --once` from cron mostly finds nothing),
@@ -298,7 +303,7 @@ class TaskRunner:
         ) as environment, ToolHub(
             environment.servers(config.mcp_servers), config.tools, run.workspace, self._redactor.secrets
         ) as hub:
-            await self._prompt(run, llm, protocol, policy, hub.tool_specs, hub.system_prompts, environment)
+            system_prompt = await self._prompt(run, llm, protocol, policy, hub.tool_specs, hub.system_prompts, environment)
             limits = LoopLimits(
                 max_steps=config.max_llm_process_num,
                 max_tokens=config.budget.max_tokens,
@@ -310,6 +315,7 @@ class TaskRunner:
                 guard=steering.loop_guard,
                 compressor=self._compressor(run.ledger),
                 on_step=steering.on_step,
+                on_tools_refused=self._text_fallback(run, policy, system_prompt),
             )
             start = LoopStart(steering.steps, steering.pending_reply(llm))
             tools = environment.tools(steering.tools(hub))
@@ -334,9 +340,10 @@ class TaskRunner:
         tool_specs: list[ToolSpec],
         tool_prompts: dict[str, str],
         environment: RunEnvironment,
-    ) -> None:
+    ) -> Callable[[ReplyProtocol], str]:
         """The system prompt and a new run's first turn; steering begins from the
-        conversation they show."""
+        conversation they show. Returns how the system prompt reads for a protocol (a
+        fallback to JSON in text renders it again)."""
         config, task = self._config, run.task
         # The conversation is read here, right before the first prompt is built from it:
         # the prompt holds the comments as they are when the model is first asked, and
@@ -347,21 +354,23 @@ class TaskRunner:
         # written by someone without write access (SPEC 15); then they are untrusted context.
         rules = run.clone.rules()
         branch_rules = rules if task.key.is_change and not conversation.trust(task.author) else {}
-        instructions = protocol.instructions()
-        if isinstance(policy, PlanningPolicy):
-            instructions += "\n\n" + render_instructions(protocol.uses_native_tools, config.planning.max_actions)
-        llm.send_system_prompt(
-            render_system_prompt(
+
+        def system_prompt(current: ReplyProtocol) -> str:
+            instructions = current.instructions()
+            if isinstance(policy, PlanningPolicy):
+                instructions += "\n\n" + render_instructions(current.uses_native_tools, config.planning.max_actions)
+            return render_system_prompt(
                 task,
                 tool_specs,
                 tool_prompts,
                 instructions,
-                show_schemas=not protocol.uses_native_tools,
+                show_schemas=not current.uses_native_tools,
                 language=config.language,
                 repository_rules={} if branch_rules else rules,
                 untrusted=conversation.trust.wrapper,
             )
-        )
+
+        llm.send_system_prompt(system_prompt(protocol))
         if not run.steering.restore(llm):  # a continued run has its history already
             previous = await run.ledger.stored(self._store.runs.all, run.key)
             first_turn = await run.ledger.stored(  # it reads the memories from the state store
@@ -377,6 +386,29 @@ class TaskRunner:
         await run.steering.begin(conversation.comments, conversation.threads, conversation.trust)
         if (setup_note := environment.progress_note()) is not None:
             await run.steering.reporter().step_comment(setup_note)
+        return system_prompt
+
+    def _text_fallback(
+        self, run: _Run, policy: LoopPolicy, system_prompt: Callable[[ReplyProtocol], str]
+    ) -> Callable[[LLMClient, ToolsRefused], bool] | None:
+        """`llm.function_calling: auto` (SPEC 5.1): when the server refuses the tools, the
+        run goes on in JSON text (system prompt, policy, the run's recorded protocol) and
+        the process remembers it for this model. None for `true`/`false`: the refusal
+        fails the run, in the server's words."""
+        config = self._config.llm
+        if config.function_calling != "auto":
+            return None
+
+        def fall_back(llm: LLMClient, refusal: ToolsRefused) -> bool:
+            if not policy.protocol.uses_native_tools:
+                return False
+            remember_refusal(model_key(config), refusal.server_words)
+            policy.fall_back_to_text(llm)
+            llm.send_system_prompt(system_prompt(policy.protocol))
+            run.files.write_metadata(protocol=policy.protocol.name)
+            return True
+
+        return fall_back
 
     async def _discard_clone(self, workspace: Path) -> None:
         """Delete an ended run's clone (the port honours `workspace.keep_finished`). A
@@ -386,7 +418,7 @@ class TaskRunner:
     def _compressor(self, ledger: RunLedger) -> Compressor:
         storage = self._config.context_storage
         return Compressor(
-            self._config.llm.active.context_length,
+            context_length_of(self._config.llm),
             storage.compression_threshold,
             storage.keep_recent_messages,
             model_summarizer(self._llm_factory, ledger.record_usage),

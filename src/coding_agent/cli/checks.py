@@ -4,8 +4,9 @@
 Each check returns one `Check` (a line of output). Checks talk to the real services with
 the maintained clients the agent itself uses (githubkit, python-gitlab, openai, ollama,
 the MCP client), but only through read-only calls: the bot user, a repository
-permission, the model list — never a chat request, never a write. Every detail passes
-through the redactor, so a token that a server echoes back is never printed.
+permission, the model list — never a write, and no chat request but `doctor`'s one small
+model probe (`tool_call_probe`: does the server return tool calls, and in what form). Every
+detail passes through the redactor, so a token that a server echoes back is never printed.
 
 The checks run concurrently. Only the client libraries the config uses are imported
 (`_load_clients`; openai alone takes seconds on a loaded machine), in a worker thread
@@ -29,12 +30,16 @@ from sqlalchemy.engine import make_url
 
 from coding_agent.agent.environment import describe_egress
 from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServerConfig
-from coding_agent.llm.factory import load_client_library
+from coding_agent.errors import ToolsRefused
+from coding_agent.llm.context_window import DEFAULT_CONTEXT_LENGTH, ollama_window, reported_context_window
+from coding_agent.llm.factory import create_llm_client, load_client_library
+from coding_agent.llm.types import LLMReply, ToolSpec
+from coding_agent.retry import RetryPolicy
 from coding_agent.redaction import Redactor
 from coding_agent.store.state import StateStore
 from coding_agent.tools.sandbox import bwrap_usable
 
-__all__ = ["Check", "forge_checks", "llm_check", "preflight", "run_doctor"]
+__all__ = ["Check", "forge_checks", "llm_check", "tool_call_probe", "preflight", "run_doctor"]
 
 _CHECK_TIMEOUT_SECONDS = 10.0
 _GITLAB_ROLES = {10: "guest", 15: "planner", 20: "reporter", 30: "developer", 40: "maintainer", 50: "owner"}
@@ -202,15 +207,10 @@ async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
         names = {entry.model for entry in listed.models}
         if model not in names and f"{model}:latest" not in names:
             return Check(name, not require_model, f"model {model!r} is not pulled (ollama pull {model})")
+        if not require_model:  # the preflight: the listing is enough
+            return Check(name, True, f"model {model} present")
         shown = await client.show(model)
-        num_ctx = _ollama_num_ctx(shown)
-        wanted = section.context_length
-        detail = f"model {model} present; num_ctx sent {wanted}"
-        if num_ctx is not None:
-            detail += f", the model supports {num_ctx}"
-            if num_ctx < wanted:
-                return Check(name, False, detail + f" (lower llm.ollama.context_length to {num_ctx})")
-        return Check(name, True, detail)
+        return _window_check(name, config, f"model {model} present", ollama_window(shown.model_dump(by_alias=True)))
     import openai
 
     base_url = getattr(section, "base_url")
@@ -229,19 +229,145 @@ async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
     if model not in ids:
         shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
         return Check(name, not require_model, f"model {model!r} is not listed (the server has: {shown or 'none'})")
-    return Check(name, True, f"model {model} listed")
+    if not require_model:
+        return Check(name, True, f"model {model} listed")
+    return _window_check(name, config, f"model {model} listed", await reported_context_window(config.llm))
 
 
-def _ollama_num_ctx(shown: Any) -> int | None:
-    """The model's context length from `/api/show`: its parameters, else its model_info."""
-    for line in (getattr(shown, "parameters", None) or "").splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "num_ctx" and parts[1].isdigit():
-            return int(parts[1])
-    for key, value in (getattr(shown, "modelinfo", None) or {}).items():
-        if key.endswith(".context_length") and isinstance(value, int):
-            return value
-    return None
+def _window_check(name: str, config: AgentConfig, found: str, window: int | None) -> Check:
+    """`found` and the model's context window (SPEC 5.1): FAIL when the server's window is
+    smaller than `context_length` (requests would be cut or refused before compression)."""
+    llm = config.llm
+    configured = llm.active.context_length
+    key = f"llm.{llm.provider}.context_length"
+    sent = "num_ctx sent" if llm.provider == "ollama" else key
+    if window is None:
+        used = f"{sent} {configured}" if configured is not None else f"{key} unset: {DEFAULT_CONTEXT_LENGTH} is used"
+        return Check(name, True, f"{found}; the server reports no context window; {used}")
+    if configured is None:
+        return Check(name, True, f"{found}; context window {window} reported by the server, used as {key} is not set")
+    detail = f"{found}; {sent} {configured}, the model supports {window}"
+    if window < configured:
+        return Check(name, False, f"{detail}: the server's window is smaller: lower {key} to {window} or leave it unset")
+    return Check(name, True, detail)
+
+
+# ------------------------------------------------------------------- the model probe
+
+PROBE_CHECK = "llm tool calling"
+_PROBE_TOOL = ToolSpec(
+    name="doctor/echo",
+    description="Echo the given text back. Harmless: it only returns its input.",
+    input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+)
+_PROBE_SYSTEM = "You are checking that tool calling works. Call the tool you are given when asked."
+_PROBE_ASK = 'Call the tool doctor/echo with the argument {"text": "ping"}. Reply with the tool call only.'
+_PROBE_MAX_TOKENS = 1024
+# vLLM's parser for a format the model wrote as text (`--tool-call-parser`).
+_VLLM_PARSERS = {
+    "hermes": "hermes",
+    "qwen3_coder": "qwen3_coder",
+    "glm45": "glm45",
+    "mistral": "mistral",
+    "llama3": "llama3_json",
+    "llama3_json": "llama3_json",
+    "llama4_pythonic": "llama4_pythonic",
+    "pythonic": "pythonic",
+    "deepseek": "deepseek_v3",
+    "harmony": "openai",
+    "kimi_k2": "kimi_k2",
+    "granite": "granite",
+    "internlm2": "internlm",
+    "phi4": "phi4_mini_json",
+}
+
+
+def _text_format(reply: LLMReply) -> str:
+    """The open-model format of a tool call the reply holds as text ("" when none)."""
+    try:  # the reply readers' own module (SPEC 5.1, items 1-2 of issue 47)
+        from coding_agent.llm.text_tool_calls import find_text_tool_calls  # type: ignore[import-not-found]
+    except ImportError:  # TODO(issue 47): drop this fallback once llm/text_tool_calls.py is merged
+        return _marker_format(reply.content)
+    return find_text_tool_calls(reply.content, [_PROBE_TOOL]).format
+
+
+# A few formats' markers, for the fallback above only.
+_MARKERS = (
+    ("<function=", "qwen3_coder"),
+    ("<arg_key>", "glm45"),
+    ("<tool_call>", "hermes"),
+    ("[TOOL_CALLS]", "mistral"),
+    ("<|python_tag|>", "llama3"),
+    ("<|python_start|>", "llama4_pythonic"),
+    ("<｜tool▁calls▁begin｜>", "deepseek"),
+    ("to=functions.", "harmony"),
+    ("<|tool_calls_section_begin|>", "kimi_k2"),
+    ("<|tool_call|>", "granite"),
+    ("<|action_start|>", "internlm2"),
+    ("functools[", "phi4"),
+    ("<|START_ACTION|>", "command_r"),
+)
+
+
+def _marker_format(text: str) -> str:
+    for marker, name in _MARKERS:
+        if marker in text:
+            return name
+    stripped = text.strip()
+    if stripped.startswith(("{", "[")) and '"name"' in stripped and "echo" in stripped:
+        return "llama3_json"
+    return ""
+
+
+def _structured_hint(provider: str, text_format: str) -> str:
+    if provider == "ollama":
+        return "an Ollama model whose template has tools (ollama show MODEL lists `tools` under Capabilities)"
+    if provider == "lmstudio":
+        return "a model LM Studio lists with tool_use (GET /api/v0/models, capabilities)"
+    parser = _VLLM_PARSERS.get(text_format, "<the model's parser>")
+    return f"vLLM: --enable-auto-tool-choice --tool-call-parser {parser}; llama.cpp: --jinja"
+
+
+async def tool_call_probe(config: AgentConfig) -> Check:
+    """One small round trip offering one harmless tool (SPEC 5.1): does the server return
+    structured tool calls, a tool call as text (which format), refuse tools, or answer
+    without calling? And which `llm.function_calling` suits it."""
+    llm = config.llm.model_copy(deep=True)
+    llm.active.max_tokens = min(llm.active.max_tokens, _PROBE_MAX_TOKENS)
+    setting = llm.function_calling
+    shown = str(setting).lower()
+    client = create_llm_client(llm, RetryPolicy(retries=0))
+    client.set_tools([_PROBE_TOOL])
+    client.send_system_prompt(_PROBE_SYSTEM)
+    client.send_user_message(_PROBE_ASK)
+    try:
+        reply = await client.get_response()
+    except ToolsRefused as refusal:
+        detail = (
+            f"the server refuses tools ({refusal.server_words!r}): use llm.function_calling: auto "
+            f"(it goes on in JSON text by itself) or false; you have {shown}"
+        )
+        return Check(PROBE_CHECK, setting is not True, detail)
+    finally:
+        await client.aclose()
+    if reply.tool_calls:
+        names = ", ".join(call.name for call in reply.tool_calls)
+        detail = f"structured tool calls ({names}): llm.function_calling: auto or true works; you have {shown}"
+        return Check(PROBE_CHECK, True, detail)
+    text_format = _text_format(reply)
+    if text_format:
+        detail = (
+            f"the server returned the tool call as text ({text_format} format), not structured: the agent reads it "
+            f"with llm.function_calling: auto or true (you have {shown}); for structured calls: "
+            f"{_structured_hint(llm.provider, text_format)}"
+        )
+        return Check(PROBE_CHECK, True, detail)
+    said = " ".join(reply.content.split())[:80]
+    detail = (
+        f"the model answered without calling the tool ({said!r}): use llm.function_calling: false "
+        f"(JSON in text); you have {shown}"
+    )
+    return Check(PROBE_CHECK, setting is False, detail)
 
 
 # ------------------------------------------------------------------ tools, sandbox, db
@@ -317,6 +443,7 @@ async def run_doctor(config: AgentConfig, config_source: str) -> list[Check]:
     named: list[tuple[str, Callable[[], Awaitable[Check]]]] = [
         *forge_checks(config),
         (llm_name(config), lambda: llm_check(config)),
+        (PROBE_CHECK, lambda: tool_call_probe(config)),
         *((f"mcp server {s.mcp_server_name}", (lambda s=s: _mcp_server(config, s))) for s in config.mcp_servers),
         ("sandbox", lambda: _sandbox(config)),
         ("setup and egress", lambda: _egress(config)),
@@ -335,7 +462,9 @@ async def run_doctor(config: AgentConfig, config_source: str) -> list[Check]:
     }
     await _load_clients(config)
     for name, check in named:
-        tasks.setdefault(name, asyncio.create_task(_guarded(name, check, redactor)))
+        # The probe waits for the model's answer: a local model may first have to load.
+        timeout = max(_CHECK_TIMEOUT_SECONDS, min(config.llm.active.timeout_seconds, 120.0)) if name == PROBE_CHECK else _CHECK_TIMEOUT_SECONDS
+        tasks.setdefault(name, asyncio.create_task(_guarded(name, check, redactor, timeout)))
     return [first, *[await tasks[name] for name, _ in named]]
 
 

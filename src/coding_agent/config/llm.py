@@ -14,7 +14,8 @@ __all__ = ["OpenAICompatibleConfig", "LMStudioConfig", "OllamaConfig", "Provider
 
 class _ProviderCommon(_Strict):
     model: str | None = None
-    context_length: int = Field(default=32768, gt=0)
+    # None: the window the server reports for the model (llm/context_window.py), else 32768
+    context_length: int | None = Field(default=None, gt=0)
     max_tokens: int = Field(default=4096, gt=0)
     temperature: float = Field(default=0.2, ge=0)
     timeout_seconds: float = Field(default=300, gt=0)
@@ -39,8 +40,14 @@ ProviderName = Literal["openai", "lmstudio", "ollama"]
 
 
 class LLMConfig(_Strict):
+    """The model: its provider, the provider's section, and how tools are offered (SPEC 5).
+
+    `function_calling`: `true` offers every tool natively, `false` asks for JSON in the
+    text, `auto` is native until the server refuses tools, then JSON in text for that
+    model for the rest of the process (SPEC 5.1, `llm/tool_support.py`)."""
+
     provider: ProviderName
-    function_calling: bool = True
+    function_calling: bool | Literal["auto"] = "auto"
     openai: OpenAICompatibleConfig | None = None
     lmstudio: LMStudioConfig | None = None
     ollama: OllamaConfig | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from coding_agent.config import LLMConfig, OllamaConfig, OpenAICompatibleConfig
 from coding_agent.errors import ConfigError
 from coding_agent.llm.base import LLMClient
+from coding_agent.llm.context_window import context_length_of
 from coding_agent.retry import RetryPolicy
 
 __all__ = ["create_llm_client", "load_client_library"]
@@ -27,7 +28,7 @@ def create_llm_client(config: LLMConfig, retry: RetryPolicy) -> LLMClient:
             model=model,
             endpoint=section.endpoint,
             retry=retry,
-            context_length=section.context_length,
+            context_length=context_length_of(config),
             max_tokens=section.max_tokens,
             temperature=section.temperature,
             timeout_seconds=section.timeout_seconds,

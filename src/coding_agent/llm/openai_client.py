@@ -13,9 +13,10 @@ from typing import Any
 
 import openai
 
-from coding_agent.errors import LLMError, TransientError
+from coding_agent.errors import LLMError, ToolsRefused, TransientError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.tls import shared_tls_context
+from coding_agent.llm.tool_support import is_tools_refusal
 from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY, ToolNameCodec, parse_tool_arguments
 from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolCallRequest, ToolSpec
 from coding_agent.llm.wire_history import WireHistory
@@ -140,17 +141,22 @@ class OpenAICompatibleClient(LLMClient):
             where = f"the {self.provider} server at {self._base_url}"
             raise TransientError(f"cannot reach {where}: {error.message}") from None
         except openai.APIStatusError as error:
-            raise self._status_error(error) from None
+            raise self._status_error(error, offered_tools=bool(rest.get("tools"))) from None
         except openai.OpenAIError as error:
             raise LLMError(Redactor([self._api_key]).text(f"{self.provider} request failed: {error}")) from None
         except (ValueError, TypeError) as error:  # the SDK parsing a body that is not JSON text (bad UTF-8)
             kind = type(error).__name__
             raise LLMError(f"{self.provider} server sent a reply that is not a chat completion ({kind})") from None
 
-    def _status_error(self, error: openai.APIStatusError) -> Exception:
+    def _status_error(self, error: openai.APIStatusError, offered_tools: bool) -> Exception:
+        """The error to raise for an HTTP error: a refusal of the tools offered (never
+        retried, even as a 500: llama.cpp's), a transient one, or a failure for good."""
         status = error.status_code
         detail = _server_message(error.body, error.response.reason_phrase or "no details")
         message = Redactor([self._api_key]).text(f"{self.provider} server answered HTTP {status}: {detail}")
+        if offered_tools and is_tools_refusal(detail):
+            words = Redactor([self._api_key]).text(detail)
+            return ToolsRefused(f"{message} (the server refuses native tool calls: llm.function_calling: auto or false)", words)
         if status >= 500 or status == 429:
             return TransientError(message, retry_after=parse_retry_after(error.response.headers.get("retry-after")))
         return LLMError(message)

@@ -66,7 +66,6 @@ class PlanningPolicy:
     ) -> None:
         self.settings = settings
         self.protocol = protocol
-        self.native = protocol.uses_native_tools
         self.state = state or PlanningState()
         self._workspace = workspace
         self._progress = progress
@@ -75,8 +74,14 @@ class PlanningPolicy:
         self._git_timeout = git_timeout
         self._shown = shown  # the model's words in the checklist on the forge: redacted, inert
         self._effect: _Effect | None = None
+        self._prompt_at: int | None = None  # where the last phase request went in the history
         self._json = JsonTextProtocol()
         self.final_label = ""
+
+    @property
+    def native(self) -> bool:
+        """Whether phase replies are native tool calls (the protocol can fall back to text)."""
+        return self.protocol.uses_native_tools
 
     # -- LoopPolicy ------------------------------------------------------------------
 
@@ -148,6 +153,18 @@ class PlanningPolicy:
                 llm.send_tool_result(call.id, call.name, text)
             return
         llm.send_user_message(text if self.native else f"{text}\n{json_reminder(self.state)}")
+
+    def fall_back_to_text(self, llm: LLMClient) -> None:
+        """JSON in text from now on; the phase request just sent, unanswered, asked for
+        native phase tools: it is taken back and sent again in its JSON-text form."""
+        self.protocol = JsonTextProtocol()
+        self.protocol.prepare(llm, [])
+        state = self.state
+        if state.prompt_sent and self._prompt_at == len(llm.messages) - 1:
+            llm.messages.pop()
+            state.prompt_sent = False
+            state.seen_messages = len(llm.messages)
+            state.action_step = max(0, state.action_step - 1)
 
     def describe(self) -> str:
         done, total = position(self.state)
@@ -310,6 +327,7 @@ class PlanningPolicy:
         if state.prompt_sent:
             return
         llm.send_user_message(await self._prompt())
+        self._prompt_at = len(llm.messages) - 1
         state.prompt_sent = True
         state.seen_messages = len(llm.messages)
 
