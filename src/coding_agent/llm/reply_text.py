@@ -3,7 +3,9 @@
 carries, found leniently (fenced or bare, trailing commas, several candidates).
 
 Pure functions of text, shared by the reply protocols (`protocols.py`), planning's
-replies, the memory keeper and the compressor.
+replies, the memory keeper and the compressor. `repair_json_object` is the last resort of
+the JSON-text protocol: the JSON small models write (single quotes, Python literals,
+unquoted keys, comments, a missing closing brace), mended by a maintained library.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import json
 import re
 from typing import Any
 
-__all__ = ["strip_think", "strip_think_blocks", "JsonExtractionError", "extract_json_object"]
+import json_repair
+
+__all__ = ["strip_think", "strip_think_blocks", "JsonExtractionError", "extract_json_object", "repair_json_object"]
 
 
 # --- <think> blocks -------------------------------------------------------------------
@@ -170,3 +174,44 @@ def extract_json_object(text: str) -> dict[str, Any]:
             return _extract_from(fallback)
         except JsonExtractionError:
             raise error from None
+
+
+# --- JSON repair ----------------------------------------------------------------------
+
+# Repair is a pure-Python parse, about a microsecond a character: a reply longer than this
+# is not a small model's slightly broken object, and is refused as it is.
+_MAX_REPAIR_CHARS = 200_000
+
+
+def _repaired(candidate: str) -> dict[str, Any] | None:
+    """The object with `command` or `done` that json_repair reads in `candidate`, if any.
+
+    `stream_stable` keeps strings as written: without it the library trims a string that
+    ends in a newline, and a file's content would lose its last line break.
+    """
+    start = candidate.find("{")
+    if start == -1 or len(candidate) - start > _MAX_REPAIR_CHARS:
+        return None
+    try:
+        value = json_repair.repair_json(candidate[start:], return_objects=True, stream_stable=True)
+    except (ValueError, TypeError, RecursionError):  # the library's own limits; the caller corrects
+        return None
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, dict) and _PREFERRED_KEYS & item.keys():
+            return item
+    return None
+
+
+def repair_json_object(text: str) -> dict[str, Any] | None:
+    """The reply's `command`/`done` object, repaired; None when nothing can be made of it.
+
+    Tried only after `extract_json_object` found no such object: a fenced block first,
+    then the text from its first brace, `<think>` blocks removed.
+    """
+    stripped = strip_think(text)
+    fences = [body for language, body in _FENCE.findall(stripped) if language.lower() in ("json", "")]
+    for candidate in [*fences, stripped]:
+        found = _repaired(candidate)
+        if found is not None:
+            return found
+    return None

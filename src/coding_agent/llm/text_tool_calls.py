@@ -600,6 +600,26 @@ _MARKERS: tuple[str, ...] = (
 )
 
 
+# End-of-turn tokens a server without the model's template leaves in the text: dropped.
+_END_TOKENS: tuple[str, ...] = (
+    "<|eom_id|>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<|return|>",
+    "<｜end▁of▁sentence｜>",
+    "<|END_OF_TURN_TOKEN|>",
+)
+
+
+def _without_end_tokens(text: str) -> str:
+    for token in _END_TOKENS:
+        if token in text:
+            text = text.replace(token, "")
+    return text
+
+
 def tool_call_markup(text: str) -> str | None:
     """The first tool-call marker `text` holds, or None: text holding one is never posted."""
     for marker in _MARKERS:
@@ -698,7 +718,7 @@ def find_text_tool_calls(text: str, tools: Iterable[str | ToolSpec]) -> TextTool
     markup; otherwise it names the format and holds either the calls or the problem.
     """
     names = _Names(tools)
-    visible = strip_think(text)
+    visible = _without_end_tokens(strip_think(text)).strip()
     for name, parser in _PARSERS:
         try:
             found = parser(visible)
