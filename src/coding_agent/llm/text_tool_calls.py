@@ -18,13 +18,15 @@ final answer that shows an example object stays an answer.
 
 Every parser is linear in the text: markers are found with `str.find`, JSON values are
 read with `json.JSONDecoder.raw_decode` from a known start, pythonic lists by a bracket
-scan and `ast` (never `eval`); no regular expression scans the whole reply.
+scan and `ast` (never `eval`); and the two small regular expressions (pythonic tokens) are anchored on one character
+and cannot backtrack.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -338,27 +340,25 @@ def _mistral(text: str) -> _Found | None:
     return _Found(calls, _prose(text, [(first, index)]))
 
 
+# One token of a pythonic call list: a quoted string (escapes respected, on one line) or
+# a bracket. Each alternative is anchored on its first character, so the scan is linear.
+_PY_TOKEN = re.compile(r"""'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|[\[\](){}]""")
+_PY_LIST_START = re.compile(r"\[\s*[A-Za-z_][\w.\-]*\(")
+
+
 def _python_call_list(text: str, start: int) -> tuple[list[_Raw], int] | None:
     """The pythonic list `[f(a=1), g(b="x")]` opening at `start`, read with `ast`;
     None when the bracket never closes or the text there is not a list of calls."""
-    depth, index, quote = 0, start, ""
-    length = len(text)
-    while index < length:
-        char = text[index]
-        if quote:
-            if char == "\\":
-                index += 1
-            elif char == quote:
-                quote = ""
-        elif char in "'\"":
-            quote = char
-        elif char in "[({":
+    depth = 0
+    for token in _PY_TOKEN.finditer(text, start):
+        char = token.group()
+        if char in "[({":
             depth += 1
         elif char in "])}":
             depth -= 1
             if depth == 0:
+                index = token.start()
                 break
-        index += 1
     else:
         return None
     source = text[start : index + 1]
@@ -490,16 +490,12 @@ def _glm_call(body: str) -> _Raw:
 
 def _pythonic(text: str) -> _Found | None:
     """Bare pythonic lists `[get_weather(city='SF'), ...]` (Llama 3.2, Llama 4 templates)."""
-    index, tried = 0, 0
-    while tried < _MAX_BARE_CANDIDATES and (start := text.find("[", index)) != -1:
-        index = start + 1
-        head = _skip_space(text, index)
-        name_end = head
-        while name_end < len(text) and (text[name_end].isalnum() or text[name_end] in "_.-"):
-            name_end += 1
-        if name_end == head or not text.startswith("(", name_end):
-            continue
-        tried += 1
+    if "(" not in text:
+        return None
+    for tried, match in enumerate(_PY_LIST_START.finditer(text)):
+        if tried >= _MAX_BARE_CANDIDATES:
+            break
+        start = match.start()
         try:
             read = _python_call_list(text, start)
         except _Unreadable:
@@ -614,6 +610,8 @@ _END_TOKENS: tuple[str, ...] = (
 
 
 def _without_end_tokens(text: str) -> str:
+    if "<" not in text:
+        return text
     for token in _END_TOKENS:
         if token in text:
             text = text.replace(token, "")
@@ -622,8 +620,9 @@ def _without_end_tokens(text: str) -> str:
 
 def tool_call_markup(text: str) -> str | None:
     """The first tool-call marker `text` holds, or None: text holding one is never posted."""
+    angle = "<" in text  # most markers open with one: one scan spares the rest
     for marker in _MARKERS:
-        if marker in text:
+        if (angle or marker[0] != "<") and marker in text:
             return marker
     return None
 
