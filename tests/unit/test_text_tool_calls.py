@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from coding_agent.llm.text_tool_calls import TextToolCall, find_text_tool_calls, tool_call_markup
+from pathlib import Path
+
+from coding_agent.llm.text_tool_calls import FORMATS, TextToolCall, find_text_tool_calls, tool_call_markup
 from coding_agent.llm.types import ToolSpec
 
 WEATHER = {"city": "Dallas", "state": "TX", "unit": "fahrenheit"}
@@ -272,3 +274,10 @@ def test_harmony_final_channel_is_an_answer_and_analysis_is_dropped() -> None:
 def test_plain_text_has_no_format() -> None:
     found = find_text_tool_calls("I fixed it; `functools.partial` helps [see docs](x).", ["workspace/create"])
     assert not found and found.problem is None
+
+
+def test_the_readme_table_names_every_format() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("### Tool calls the agent reads from text", 1)[1].split("\n## ", 1)[0]
+    for name in FORMATS:
+        assert f"| `{name}` |" in table, name

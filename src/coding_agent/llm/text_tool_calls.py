@@ -570,8 +570,6 @@ _PARSERS: tuple[tuple[str, Callable[[str], _Found | None]], ...] = (
     ("llama3_json", _bare_json),
 )
 
-FORMATS: tuple[str, ...] = tuple(name for name, _ in _PARSERS)
-
 # Markers that are never part of an answer: a reply holding one is a tool call or a
 # correction, never posted (SPEC 5.1).
 _MARKERS: tuple[str, ...] = (
@@ -755,6 +753,10 @@ _LABELS = {
     "pythonic": "pythonic",
     "llama3_json": "Llama 3 / xLAM JSON",
 }
+
+
+# Every `format` name an answer may carry (the README's table lists them all).
+FORMATS: tuple[str, ...] = tuple(_LABELS)
 
 
 def _label(name: str) -> str:
