@@ -99,10 +99,12 @@ def _posted(forge: GitHubForge, number: int) -> list[str]:
     return bodies
 
 
-def _run(forge: GitHubForge, tmp_path: Path, replies: list[dict[str, Any]], function_calling: bool = True) -> tuple[str, int, ReplaySandbox]:
+def _run(
+    forge: GitHubForge, tmp_path: Path, replies: list[dict[str, Any]], function_calling: bool = True, provider: str = "openai"
+) -> tuple[str, int, ReplaySandbox]:
     number = forge.open_task("issue", "Add a greeting file", "Please add hello.txt.")
     with ReplaySandbox({"replies": replies}) as model:
-        setup = write_config(tmp_path, [forge], llm_section(model, "openai", function_calling), memory={"enabled": False})
+        setup = write_config(tmp_path, [forge], llm_section(model, provider, function_calling), memory={"enabled": False})
         [result] = run_cycle(load_for_service(setup)).results
     return result.status, number, model
 
@@ -126,6 +128,15 @@ def test_each_family_written_as_text_is_run(github_forge: GitHubForge, family: s
     assert len(model.requests) == 2
     answered = model.requests[1].body["messages"][-1]
     assert answered["role"] == "user" and answered["content"].startswith("Output of workspace/create"), answered
+
+
+@pytest.mark.parametrize("family", ["hermes", "mistral_args", "harmony"])
+def test_ollama_content_with_text_tool_calls_is_run(github_forge: GitHubForge, family: str, tmp_path: Path) -> None:
+    status, number, model = _run(github_forge, tmp_path, [{"text": FAMILIES[family]}, {"text": FINAL}], provider="ollama")
+
+    assert status == "done"
+    assert _clone_file(github_forge, tmp_path, "hello.txt") == "hello\n"
+    _assert_nothing_posted_holds_markup(github_forge, number)
 
 
 def test_several_calls_in_one_reply_run_in_order(github_forge: GitHubForge, tmp_path: Path) -> None:

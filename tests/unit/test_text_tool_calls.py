@@ -281,3 +281,11 @@ def test_the_readme_table_names_every_format() -> None:
     table = readme.split("### Tool calls the agent reads from text", 1)[1].split("\n## ", 1)[0]
     for name in FORMATS:
         assert f"| `{name}` |" in table, name
+
+
+def test_markup_quoted_in_inline_code_is_an_answer() -> None:
+    answer = "Added support for the `<tool_call>` tag and for `[TOOL_CALLS]name{...}` replies."
+    found = find_text_tool_calls(answer, ["workspace/create"])
+    assert found.problem is None and found.calls == () and found.text == answer
+    assert tool_call_markup(answer) is None
+    assert tool_call_markup("Added it. <tool_call>") == "<tool_call>"

@@ -616,13 +616,25 @@ def _without_end_tokens(text: str) -> str:
     return text
 
 
-def tool_call_markup(text: str) -> str | None:
-    """The first tool-call marker `text` holds, or None: text holding one is never posted."""
+# Inline code on one line (`like this`): an answer may name markup there, as prose does.
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+
+
+def _first_marker(text: str) -> str | None:
     angle = "<" in text  # most markers open with one: one scan spares the rest
     for marker in _MARKERS:
         if (angle or marker[0] != "<") and marker in text:
             return marker
     return None
+
+
+def tool_call_markup(text: str) -> str | None:
+    """The first tool-call marker `text` holds outside inline code, or None: text holding
+    one is never posted. (An answer about tool-call formats may quote `<tool_call>` in
+    backticks; a tool call is never written so.)"""
+    if _first_marker(text) is None:
+        return None
+    return _first_marker(_INLINE_CODE.sub("", text))
 
 
 # --- names and arguments --------------------------------------------------------------
@@ -720,6 +732,8 @@ def find_text_tool_calls(text: str, tools: Iterable[str | ToolSpec]) -> TextTool
         try:
             found = parser(visible)
         except _Unreadable as error:
+            if tool_call_markup(visible) is None:  # markup only quoted in inline code: an answer
+                return TextToolCalls(text=visible)
             return TextToolCalls(format=name, text="", problem=f"{error} ({_label(name)} tool-call format)")
         if found is None:
             continue
@@ -729,8 +743,12 @@ def find_text_tool_calls(text: str, tools: Iterable[str | ToolSpec]) -> TextTool
         try:
             calls = _calls(found, names)
         except _Unreadable as error:
+            if tool_call_markup(visible) is None:
+                return TextToolCalls(text=visible)
             return TextToolCalls(format=label, text="", problem=f"{error} ({_label(label)} tool-call format)")
         if not calls and not found.answer_only:
+            if tool_call_markup(visible) is None:
+                return TextToolCalls(text=visible)
             return TextToolCalls(format=label, problem=f"the {_label(label)} tool-call markup holds no call")
         return TextToolCalls(format=label, calls=calls, text=found.text)
     return TextToolCalls(text=visible)
