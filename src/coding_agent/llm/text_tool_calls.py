@@ -340,9 +340,10 @@ def _mistral(text: str) -> _Found | None:
     return _Found(calls, _prose(text, [(first, index)]))
 
 
-# One token of a pythonic call list: a quoted string (escapes respected, on one line) or
-# a bracket. Each alternative is anchored on its first character, so the scan is linear.
-_PY_TOKEN = re.compile(r"""'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|[\[\](){}]""")
+# One token of a pythonic call list: a quoted string (escapes respected, on one line; the
+# loop unrolled, so a run of plain characters is one step) or a bracket. Each alternative
+# is anchored on its first character and its parts cannot overlap: the scan is linear.
+_PY_TOKEN = re.compile(r"""'[^'\\\n]*(?:\\.[^'\\\n]*)*'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|[\[\](){}]""")
 _PY_LIST_START = re.compile(r"\[\s*[A-Za-z_][\w.\-]*\(")
 
 
