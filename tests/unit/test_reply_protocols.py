@@ -264,3 +264,9 @@ def test_native_done_call_whose_comment_holds_markup_is_corrected() -> None:
     reply = LLMReply(content="", tool_calls=(ToolCallRequest("c1", "done", {"comment": "ok <|call|>"}),))
     decision = _prepared(ToolCallsProtocol()).parse(reply)
     assert decision.error is not None and "<|call|>" in decision.error
+
+
+def test_json_text_reads_a_native_done_call_as_done() -> None:
+    text = '[TOOL_CALLS]done[ARGS]{"comment": "Wrote a.txt."}'
+    decision = _prepared(JsonTextProtocol()).parse(LLMReply(content=text))
+    assert decision == ParsedReply(comment="Wrote a.txt.", actions=(), done=True)

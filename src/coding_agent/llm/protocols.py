@@ -189,9 +189,9 @@ class JsonTextProtocol:
         else:
             problem = 'the JSON has neither "command" nor "done": true'
         if data is None or not ({"command", "done"} & data.keys()):
-            found = find_text_tool_calls(reply.content, self._tools)
+            found = find_text_tool_calls(reply.content, [*self._tools, DONE_TOOL])  # `done` as the model's own call
             if found.calls or found.problem is not None:
-                return _text_calls(found, None)
+                return _text_calls(found, DONE_TOOL.name)
             data = repair_json_object(reply.content) or data
         if data is None:
             return ParsedReply(comment="", actions=(), done=False, error=problem)
