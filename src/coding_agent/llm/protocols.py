@@ -116,7 +116,7 @@ def _command_action(command: Any) -> ToolAction:
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # said below: not an object
             pass
     if args is None:
         args = {}

@@ -108,10 +108,15 @@ def _without_trailing_commas(text: str) -> str:
 
 
 def _load(candidate: str) -> Any:
+    """The JSON value of `candidate`; nesting deeper than the interpreter's stack is
+    invalid JSON here, not a crash of the run (hostile output, SPEC 15)."""
     try:
-        return json.loads(candidate, strict=False)
-    except json.JSONDecodeError:
-        return json.loads(_without_trailing_commas(candidate), strict=False)
+        try:
+            return json.loads(candidate, strict=False)
+        except json.JSONDecodeError:
+            return json.loads(_without_trailing_commas(candidate), strict=False)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deep", candidate, 0) from None
 
 
 def _find_object(text: str) -> dict[str, Any]:

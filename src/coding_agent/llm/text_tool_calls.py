@@ -114,6 +114,8 @@ def _json_at(text: str, index: int) -> tuple[Any, int]:
     except json.JSONDecodeError as error:
         snippet = text[index : index + 80].strip()
         raise _Unreadable(f"the arguments are not JSON ({error.msg}): {snippet!r}") from None
+    except RecursionError:  # nesting deeper than the interpreter's stack: hostile, not a call
+        raise _Unreadable("the arguments are not JSON (nested too deep)") from None
 
 
 def _between(text: str, start: str, end: str, index: int = 0) -> tuple[int, int, int] | None:
@@ -522,7 +524,7 @@ def _bare_json(text: str) -> _Found | None:
             continue
         try:
             value, end = _DECODER.raw_decode(text, start)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
         if not isinstance(value, dict) or not isinstance(value.get("name"), str):
             continue
@@ -683,7 +685,7 @@ def _typed(value: str, schema: dict[str, Any]) -> Any:
     if kinds & {"integer", "number", "boolean", "object", "array", "null"} and "string" not in kinds:
         try:
             return json.loads(value.strip())
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return value
     return value
 
@@ -695,6 +697,8 @@ def _arguments(raw: _Raw, real: str, names: _Names) -> dict[str, Any]:
             arguments = json.loads(arguments, strict=False) if arguments.strip() else {}
         except json.JSONDecodeError as error:
             raise _Unreadable(f"the arguments of {real} are not a JSON object ({error.msg}): {arguments[:120]!r}") from None
+        except RecursionError:
+            raise _Unreadable(f"the arguments of {real} are not a JSON object (nested too deep)") from None
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
