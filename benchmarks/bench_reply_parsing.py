@@ -7,7 +7,8 @@ of a run on a local server. The parsers must stay linear: markers are found with
 reply. Figures: the native protocol's `parse` of a 10 kB reply in each format (reasoning,
 prose and one `create` call whose content is code), of a 1 MB reply with no tool call
 (prose, and source code full of brackets, braces and quotes), and the JSON-text
-protocol's parse of a 10 kB reply with malformed JSON (the repair path).
+protocol's parse of a 10 kB reply with malformed JSON (the repair path), and both
+protocols on hostile shapes of 200,000 characters (markers opened and never closed).
 
 Run: `python benchmarks/bench_reply_parsing.py [--runs 200]`
 """
@@ -110,6 +111,24 @@ def main() -> None:
         assert native.parse(reply).done
         no_call[name] = {"chars": len(text), **summary_ms(_time(lambda: native.parse(reply), max(5, options.runs // 20)))}
 
+    # Hostile shapes at the size a reply may have (200,000 characters, llm/hygiene.py): each
+    # made a search per opening marker read to the end (quadratic) before it was bounded.
+    hostile_texts = {
+        "think_never_closed": "<think>" * 28_000,
+        "pythonic_never_closed": "[f(" * 66_000,
+        "name_keys_never_closed": '{"name": "a", "parameters": ' * 7_000,
+        "braces_never_closed": "{" * 199_000,
+        "nested_around_invalid_json": '{"a":' * 39_000 + "x" + "}" * 39_000,
+    }
+    hostile: dict[str, Any] = {}
+    for name, text in hostile_texts.items():
+        hostile_reply = LLMReply(content=text)
+        hostile[name] = {
+            "chars": len(text),
+            "native": summary_ms(_time(lambda: native.parse(hostile_reply), 3)),
+            "json_text": summary_ms(_time(lambda: json_text.parse(hostile_reply), 3)),
+        }
+
     broken = "{'comment': 'Writing it', command: {tool: 'workspace/create', args: {path: 'a.py', content: " + json.dumps(_code(9_800)) + "}}"
     repaired_reply = LLMReply(content=broken)
     assert json_text.parse(repaired_reply).actions, "the malformed reply is repaired"
@@ -122,6 +141,7 @@ def main() -> None:
             "native_parse_10kb_by_format": families,
             "native_parse_1mb_without_tool_call": no_call,
             "json_text_repair_10kb": repair,
+            "hostile_200k": hostile,
             "worst_format_median_ms": worst,
             "target": f"each format's median < {TARGET_MS_PER_10KB} ms per 10 kB reply",
             "met": worst < TARGET_MS_PER_10KB,

@@ -289,3 +289,54 @@ def test_markup_quoted_in_inline_code_is_an_answer() -> None:
     assert found.problem is None and found.calls == () and found.text == answer
     assert tool_call_markup(answer) is None
     assert tool_call_markup("Added it. <tool_call>") == "<tool_call>"
+
+
+# --- linear on hostile shapes ---------------------------------------------------------
+
+import re  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from coding_agent.llm.protocols import JsonTextProtocol, ToolCallsProtocol  # noqa: E402
+from coding_agent.llm.reply_text import _without_think_blocks, strip_think  # noqa: E402
+from coding_agent.llm.openai_client import OpenAICompatibleClient  # noqa: E402
+from coding_agent.llm.types import LLMReply  # noqa: E402
+from coding_agent.retry import RetryPolicy  # noqa: E402
+
+_LAZY_THINK = re.compile(r"<(think|thinking)>.*?</\1>", re.IGNORECASE | re.DOTALL)  # what it replaced
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["<think>", "</think>", "<thinking>", "</thinking>", "<THINK>", "</Thinking>", "a", "\n", "<"]), max_size=30))
+def test_think_blocks_go_as_the_lazy_regex_took_them(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert _without_think_blocks(text) == _LAZY_THINK.sub("", text)
+
+
+HOSTILE = {
+    "think_never_closed": "<think>" * 25_000,
+    "pythonic_never_closed": "[f(" * 60_000,
+    "qwen_parameters_never_closed": "<tool_call><function=workspace__create>" + "<parameter=a>x" * 12_000,
+    "name_keys_never_closed": '{"name": "a", "parameters": ' * 7_000,
+    "tool_call_tags": "<tool_call>" * 18_000,
+    "quoted_markup": "`<tool_call>` " * 14_000,
+    "braces_never_closed": "{" * 199_000,
+    "nested_around_invalid_json": '{"a":' * 39_000 + "x" + "}" * 39_000,
+    "braces_within_repair_size": "{" * 40_000,
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_shapes_of_200k_end_with_an_answer_or_a_problem(case: str) -> None:
+    """Each took seconds to minutes with a search per opening marker; linear now (the
+    figures are in benchmarks/bench_reply_parsing.py)."""
+    text = HOSTILE[case]
+    found = find_text_tool_calls(text, ["workspace/create"])
+    assert len(found.calls) <= 1  # the unclosed Qwen3-Coder call is read leniently, as vLLM does
+    assert strip_think(text) is not None
+    tools = [ToolSpec("workspace/create", "", {})]
+    for protocol in (ToolCallsProtocol(), JsonTextProtocol()):
+        protocol.prepare(OpenAICompatibleClient(model="m", base_url="http://127.0.0.1:9/v1", api_key="k", retry=RetryPolicy()), tools)
+        decision = protocol.parse(LLMReply(content=text))
+        assert decision.error is not None or decision.actions or decision.done

@@ -349,11 +349,25 @@ _PY_TOKEN = re.compile(r"""'[^'\\\n]*(?:\\.[^'\\\n]*)*'|"[^"\\\n]*(?:\\.[^"\\\n]
 _PY_LIST_START = re.compile(r"\[\s*[A-Za-z_][\w.\-]*\(")
 
 
-def _python_call_list(text: str, start: int) -> tuple[list[_Raw], int] | None:
+class _Budget:
+    """Characters the pythonic scans of one reply may still read: a bound of twice the
+    reply on all of them together, so that candidates that never close (`[f(` repeated)
+    cannot make the search quadratic."""
+
+    def __init__(self, text: str) -> None:
+        self.left = 2 * len(text) + 4096
+
+
+def _python_call_list(text: str, start: int, budget: _Budget | None = None) -> tuple[list[_Raw], int] | None:
     """The pythonic list `[f(a=1), g(b="x")]` opening at `start`, read with `ast`;
-    None when the bracket never closes or the text there is not a list of calls."""
+    None when the bracket never closes (or the budget runs out first) or the text there
+    is not a list of calls."""
+    budget = budget or _Budget(text)
     depth = 0
     for token in _PY_TOKEN.finditer(text, start):
+        if token.end() - start > budget.left:
+            budget.left = 0
+            return None
         char = token.group()
         if char in "[({":
             depth += 1
@@ -363,7 +377,9 @@ def _python_call_list(text: str, start: int) -> tuple[list[_Raw], int] | None:
                 index = token.start()
                 break
     else:
+        budget.left -= len(text) - start
         return None
+    budget.left -= index + 1 - start
     source = text[start : index + 1]
     try:
         tree = ast.parse(source, mode="eval").body
@@ -459,10 +475,11 @@ def _qwen3_coder_blocks(text: str, start: int, stop: int) -> _Found | None:
             if key_end == -1:
                 raise _Unreadable(f"<parameter=KEY> is not closed with '>' in {name}")
             key = text[parameter + len("<parameter=") : key_end].strip()
-            value_end = text.find("</parameter>", key_end, body_end)
             next_parameter = text.find("<parameter=", key_end, body_end)
-            if value_end == -1 or (next_parameter != -1 and next_parameter < value_end):
-                value_end = body_end if next_parameter == -1 else next_parameter
+            limit = body_end if next_parameter == -1 else next_parameter  # each find stays in its own span
+            value_end = text.find("</parameter>", key_end, limit)
+            if value_end == -1:
+                value_end = limit
             value = text[key_end + 1 : value_end]
             arguments[key] = value[1:] if value.startswith("\n") else value
             arguments[key] = arguments[key][:-1] if arguments[key].endswith("\n") else arguments[key]
@@ -495,12 +512,13 @@ def _pythonic(text: str) -> _Found | None:
     """Bare pythonic lists `[get_weather(city='SF'), ...]` (Llama 3.2, Llama 4 templates)."""
     if "(" not in text:
         return None
+    budget = _Budget(text)
     for tried, match in enumerate(_PY_LIST_START.finditer(text)):
-        if tried >= _MAX_BARE_CANDIDATES:
+        if tried >= _MAX_BARE_CANDIDATES or budget.left <= 0:
             break
         start = match.start()
         try:
-            read = _python_call_list(text, start)
+            read = _python_call_list(text, start, budget)
         except _Unreadable:
             read = None
         if read is None:
