@@ -16,6 +16,7 @@ refused, and a reply holding a native tool call is read as that command.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +119,13 @@ def _assert_nothing_posted_holds_markup(forge: GitHubForge, number: int) -> list
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_each_family_written_as_text_is_run(github_forge: GitHubForge, family: str, tmp_path: Path) -> None:
+def test_each_family_written_as_text_is_run(
+    github_forge: GitHubForge, family: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="coding_agent.llm.protocols")
     status, number, model = _run(github_forge, tmp_path, [{"text": FAMILIES[family]}, {"text": FINAL}])
+    notices = [record.getMessage() for record in caplog.records if "come as text" in record.getMessage()]
+    assert len(notices) == 1, notices
 
     assert status == "done"
     assert _clone_file(github_forge, tmp_path, "hello.txt") == "hello\n"

@@ -13,6 +13,7 @@ both protocols; markup that cannot be read is corrected, and never posted.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,10 +26,12 @@ from coding_agent.llm.reply_text import (
     strip_think,
     strip_think_blocks,
 )
-from coding_agent.llm.text_tool_calls import TextToolCalls, find_text_tool_calls, tool_call_markup
+from coding_agent.llm.text_tool_calls import TextToolCalls, find_text_tool_calls, format_label, tool_call_markup
 from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY
 from coding_agent.llm.types import LLMReply, ToolSpec
 from coding_agent.prompts.prompting import text
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ToolAction",
@@ -133,6 +136,24 @@ def _markup_problem(comment: str) -> str | None:
     return f"the answer holds raw tool-call markup ({marker}); call the tool properly, or answer without the markup"
 
 
+class _FormatNotice:
+    """One log line per run and format: the calls came as text (the operator may want a
+    tool parser on the server), without a line on every step."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def __call__(self, found: TextToolCalls, protocol: str) -> None:
+        if found.calls and found.format not in self._seen:
+            self._seen.add(found.format)
+            log.info(
+                "%s: the model's tool calls come as text in the %s format (read as calls; "
+                "the server passes them through without a tool parser)",
+                protocol,
+                format_label(found.format),
+            )
+
+
 def _text_calls(found: TextToolCalls, done_name: str | None) -> ParsedReply:
     """The calls read from a reply's text as a decision; `done_name` is the `done` tool's
     name when one is offered (native protocol)."""
@@ -170,6 +191,7 @@ class JsonTextProtocol:
 
     def __init__(self) -> None:
         self._tools: tuple[ToolSpec, ...] = ()
+        self._notice = _FormatNotice()
 
     def instructions(self) -> str:
         return _JSON_INSTRUCTIONS
@@ -191,6 +213,7 @@ class JsonTextProtocol:
         if data is None or not ({"command", "done"} & data.keys()):
             found = find_text_tool_calls(reply.content, [*self._tools, DONE_TOOL])  # `done` as the model's own call
             if found.calls or found.problem is not None:
+                self._notice(found, self.name)
                 return _text_calls(found, DONE_TOOL.name)
             data = repair_json_object(reply.content) or data
         if data is None:
@@ -256,6 +279,7 @@ class ToolCallsProtocol:
 
     def __init__(self) -> None:
         self._tools: tuple[ToolSpec, ...] = (DONE_TOOL,)
+        self._notice = _FormatNotice()
 
     def instructions(self) -> str:
         return _TOOL_INSTRUCTIONS
@@ -269,7 +293,9 @@ class ToolCallsProtocol:
         if reply.problem:
             return ParsedReply(comment="", actions=(), done=False, error=reply.problem)
         if not reply.tool_calls:  # a final message ends the task, unless it holds calls
-            return _text_calls(find_text_tool_calls(reply.content, self._tools), DONE_TOOL.name)
+            found = find_text_tool_calls(reply.content, self._tools)
+            self._notice(found, self.name)
+            return _text_calls(found, DONE_TOOL.name)
         text = strip_think(reply.content)
         if _markup_problem(text) is not None:
             text = ""  # markup beside structured calls: never posted

@@ -40,6 +40,7 @@ __all__ = [
     "TextToolCalls",
     "find_text_tool_calls",
     "tool_call_markup",
+    "format_label",
     "FORMATS",
 ]
 
@@ -800,5 +801,9 @@ _LABELS = {
 FORMATS: tuple[str, ...] = tuple(_LABELS)
 
 
-def _label(name: str) -> str:
+def format_label(name: str) -> str:
+    """A format's name for people ("Hermes/Qwen <tool_call>" for `hermes`)."""
     return _LABELS.get(name, name)
+
+
+_label = format_label
