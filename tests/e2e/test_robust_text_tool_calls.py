@@ -157,8 +157,10 @@ def test_several_calls_in_one_reply_run_in_order(github_forge: GitHubForge, tmp_
     assert _clone_file(github_forge, tmp_path, "a.txt") == "one\n"  # the replace ran after the create
     assert (tmp_path / "fresh" / "b.txt").read_text() == "second\n"
     _assert_nothing_posted_holds_markup(github_forge, number)
-    sent = json.dumps(model.requests[-1].body["messages"])
-    assert sent.count("Output of workspace/") == 3
+    messages = model.requests[-1].body["messages"]
+    assert json.dumps(messages).count("Output of workspace/") == 3
+    roles = [message["role"] for message in messages]
+    assert all(a != b for a, b in zip(roles[1:], roles[2:])), roles  # templates that insist on alternation (Mistral's) accept it
 
 
 def test_a_call_inside_think_does_not_run(github_forge: GitHubForge, tmp_path: Path) -> None:

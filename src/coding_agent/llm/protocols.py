@@ -96,6 +96,8 @@ class ReplyProtocol(Protocol):
 # --- JSON in text ---------------------------------------------------------------------
 
 _JSON_INSTRUCTIONS = text("protocol/json_instructions.j2")
+_PREVIOUS_OUTPUT = '{\n  "previous_output"'  # how a JSON tool result starts (json.dumps, indent 2)
+_TEXT_CALL_OUTPUT = "Output of "  # how the result of a call written as text starts
 _JSON_REMINDER = text("protocol/json_reminder.j2")
 
 def _truthy(value: Any) -> bool:
@@ -249,7 +251,7 @@ class JsonTextProtocol:
     def send_tool_result(self, llm: LLMClient, action: ToolAction, output: str, is_error: bool) -> None:
         previous = {"tool": action.tool, "args": action.args, "is_error": is_error, "output": output}
         payload = json.dumps({"previous_output": previous}, ensure_ascii=False, indent=2)
-        llm.send_user_message(f"{payload}\n{_JSON_REMINDER}")
+        llm.send_user_message(f"{payload}\n{_JSON_REMINDER}", join=_PREVIOUS_OUTPUT)  # several calls of one reply: one turn
 
 
 # --- native tool calls ----------------------------------------------------------------
@@ -325,8 +327,8 @@ class ToolCallsProtocol:
 
     def send_tool_result(self, llm: LLMClient, action: ToolAction, output: str, is_error: bool) -> None:
         text = f"[error] {output}" if is_error else output
-        if action.call_id is None:  # not a native call: nothing to pair the answer with
-            llm.send_user_message(f"Output of {action.tool}:\n{text}")
+        if action.call_id is None:  # a call written as text: nothing to pair the answer with
+            llm.send_user_message(f"{_TEXT_CALL_OUTPUT}{action.tool}:\n{text}", join=_TEXT_CALL_OUTPUT)
             return
         llm.send_tool_result(action.call_id, action.tool, text)
 
