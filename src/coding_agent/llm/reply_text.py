@@ -102,7 +102,6 @@ _PREFERRED_KEYS = frozenset({"command", "done"})
 
 # A JSON string, its escapes respected; an unterminated one runs to the end of the text.
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)
-_BRACE = re.compile(r"[{}]")
 _TRAILING_COMMA = re.compile(r",(?=\s*[}\]])")
 
 

@@ -28,7 +28,7 @@ import ast
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from coding_agent.llm.reply_text import strip_think
@@ -94,7 +94,6 @@ class _Found:
     bare: bool = False  # no markup of its own: counts only with offered names
     format: str = ""
     answer_only: bool = False  # markup that may hold an answer and no call (harmony `final`)
-    spans: list[tuple[int, int]] = field(default_factory=list)
 
 
 # --- small readers --------------------------------------------------------------------
