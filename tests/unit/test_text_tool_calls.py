@@ -107,12 +107,12 @@ FAMILIES: list[tuple[str, str, list[str], list[tuple[str, dict[str, object]]], s
     ),
     (
         "llama4_pythonic",
-        "User wants to get the weather in Mars. <|python_start|>[get_weather(location='Mars')]<|python_end|> "
+        "User wants to get the weather in Mars. <|python_start|>[get_weather(location='Mars', unit='celsius')]<|python_end|> "
         "In this way we will get the weather in Mars.",
         ["get_weather"],
-        [("get_weather", {"location": "Mars"})],
+        [("get_weather", {"location": "Mars", "unit": "celsius"})],
         "User wants to get the weather in Mars.\nIn this way we will get the weather in Mars.",
-        "sglang test/srt/test_function_call_parser.py (pythonic, python_start and end tokens)",
+        "sglang test/srt/test_function_call_parser.py (test_detect_and_parse_with_python_start_and_end_token)",
     ),
     (
         "deepseek",
