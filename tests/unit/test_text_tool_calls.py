@@ -42,11 +42,12 @@ FAMILIES: list[tuple[str, str, list[str], list[tuple[str, dict[str, object]]], s
     ),
     (
         "mistral",
+        "I'll check the weather for you."
         '[TOOL_CALLS][{"name": "get_current_weather", "arguments": {"city": "Dallas", "state": "TX", "unit": "fahrenheit"}}]',
         ["get_current_weather"],
         [("get_current_weather", WEATHER)],
-        "",
-        "vllm tests/tool_use/test_mistral_tool_parser.py (pre-v11 JSON list)",
+        "I'll check the weather for you.",
+        "vllm tests/tool_use/test_xlam_tool_parser.py (single_tool_with_tool_calls_tag: the pre-v11 Mistral list)",
     ),
     (
         "mistral",
