@@ -44,6 +44,19 @@ HOSTILE: dict[str, tuple[list[dict[str, Any]], str]] = {
         "done",
     ),
     "ten_megabytes": ([{"text": "x" * 10_000_000}, FINISH], "done"),
+    # nesting deeper than Python's recursion limit, as a tool call in text and as JSON (issue 47)
+    "nested_too_deep": (
+        [
+            {"text": "<tool_call>" + "[" * 50_000},
+            {"text": '{"name": "workspace__view", "parameters": ' + "[" * 50_000},
+            {"text": '{"comment": ' + "[" * 50_000 + "]" * 50_000 + "}"},
+            {"tool": "workspace/list_files", "args": {}},  # a usable step between: under the 5-in-a-row limit
+            {"text": '{"command": {"tool": "workspace/view", "args": "' + "[" * 50_000 + '"}}'},
+            {"text": "", "tool_calls": [{"name": "workspace__view", "arguments": "[" * 50_000}]},
+            FINISH,
+        ],
+        "done",
+    ),
     "tool_args_of_wrong_type": (
         [
             {"text": "", "tool_calls": [{"name": "workspace__create", "arguments": "[1, 2]"}]},

@@ -110,6 +110,21 @@ def test_native_phase_calls() -> None:
     assert found.data == {"action_done": {"id": "a1", "status": "done"}}
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        '<tool_call>\n{"name": "action_done", "arguments": {"id": "a1", "status": "done"}}\n</tool_call>',
+        '[TOOL_CALLS]action_done[ARGS]{"id": "a1", "status": "done"}',
+        "<|python_start|>[action_done(id='a1', status='done')]<|python_end|>",
+    ],
+    ids=["hermes", "mistral", "llama4"],
+)
+def test_native_phase_calls_written_as_text(content: str) -> None:
+    found = find_phase_reply(LLMReply(content=content), native=True)
+    assert found is not None and found.kind == "action_done" and found.call_id is None
+    assert found.data == {"action_done": {"id": "a1", "status": "done"}}
+
+
 def test_the_state_round_trips_and_bad_state_is_named() -> None:
     plan, _ = read_plan(_plan({"id": "a1", "description": "one"}), 20)
     state = PlanningState(phase="execution", plan=plan, action_index=0)

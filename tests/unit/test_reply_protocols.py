@@ -100,7 +100,7 @@ def test_trailing_commas_and_raw_newlines_are_tolerated() -> None:
         ("no json here", "no JSON object"),
         ("", "empty"),
         ("<think>only thinking", "empty"),
-        ('{"comment": "x", "command": {"tool": "w/t"', "not closed"),
+        ('{"comment": "x", "tool": "w/t"', "not closed"),
         ("{'single': 'quotes'}", "invalid JSON"),
         ('{"comment": "just talking"}', "neither"),
         ('{"command": {"args": {}}}', "command.tool"),
@@ -201,3 +201,72 @@ def test_tool_result_answers_the_call_by_id() -> None:
 def test_create_protocol_follows_function_calling() -> None:
     assert create_protocol(True).name == "tool_calls" and create_protocol(True).uses_native_tools
     assert create_protocol(False).name == "json_text" and not create_protocol(False).uses_native_tools
+
+
+# --- replies as real models give them (SPEC 5.1) ---------------------------------------
+
+TOOLS = [ToolSpec("workspace/create", "Create a file", {"type": "object"}), ToolSpec("workspace/view", "View", {})]
+
+
+def _prepared(protocol: JsonTextProtocol | ToolCallsProtocol) -> JsonTextProtocol | ToolCallsProtocol:
+    protocol.prepare(_client(), TOOLS)
+    return protocol
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{'comment': 'c', 'command': {'tool': 'workspace/create', 'args': {'path': 'a', 'content': 'x\\n'}}}",
+        '{"comment": "c", "done": False, "x": None, "command": {"tool": "workspace/create", "args": {"path": "a", "content": "x\\n"}}}',
+        '{comment: "c", command: {tool: "workspace/create", args: {path: "a", content: "x\\n"}}}',
+        '{"comment": "c", // why\n "command": {"tool": "workspace/create", "args": {"path": "a", "content": "x\\n"}}}',
+        '```json\n{"comment": "c", "command": {"tool": "workspace/create", "args": {"path": "a", "content": "x\\n"}}\n```',
+    ],
+    ids=["single_quotes", "python_literals", "unquoted_keys", "comment", "missing_brace_in_fence"],
+)
+def test_json_text_repairs_what_small_models_write(text: str) -> None:
+    decision = _prepared(JsonTextProtocol()).parse(LLMReply(content=text))
+    assert decision.error is None, decision.error
+    assert decision.actions == (ToolAction("workspace/create", {"path": "a", "content": "x\n"}, None),)
+    assert decision.comment == "c"
+
+
+def test_json_text_reads_a_native_tool_call_as_the_command() -> None:
+    text = 'I will create it.\n<tool_call>\n{"name": "workspace__create", "arguments": {"path": "a"}}\n</tool_call>'
+    decision = _prepared(JsonTextProtocol()).parse(LLMReply(content=text))
+    assert decision == ParsedReply(comment="I will create it.", actions=(ToolAction("workspace/create", {"path": "a"}, None),), done=False)
+
+
+def test_json_text_done_comment_with_markup_is_corrected() -> None:
+    decision = _prepared(JsonTextProtocol()).parse(LLMReply(content='{"done": true, "comment": "ok [TOOL_CALLS]x{}"}'))
+    assert decision.error is not None and "[TOOL_CALLS]" in decision.error and not decision.done
+
+
+def test_native_protocol_reads_text_calls_in_order_with_done() -> None:
+    text = (
+        '<think>plan</think>Creating.<tool_call>{"name": "workspace__create", "arguments": {"path": "a"}}</tool_call>'
+        '<tool_call>{"name": "done", "arguments": {"comment": "All set."}}</tool_call>'
+    )
+    decision = _prepared(ToolCallsProtocol()).parse(LLMReply(content=text))
+    assert decision == ParsedReply(comment="All set.", actions=(ToolAction("workspace/create", {"path": "a"}, None),), done=True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "<tool_call>{broken</tool_call>", "Done. <|python_tag|>"],
+)
+def test_native_protocol_never_finishes_on_unreadable_markup(text: str) -> None:
+    decision = _prepared(ToolCallsProtocol()).parse(LLMReply(content=text))
+    assert decision.error is not None and not decision.done and decision.actions == ()
+
+
+def test_native_done_call_whose_comment_holds_markup_is_corrected() -> None:
+    reply = LLMReply(content="", tool_calls=(ToolCallRequest("c1", "done", {"comment": "ok <|call|>"}),))
+    decision = _prepared(ToolCallsProtocol()).parse(reply)
+    assert decision.error is not None and "<|call|>" in decision.error
+
+
+def test_json_text_reads_a_native_done_call_as_done() -> None:
+    text = '[TOOL_CALLS]done[ARGS]{"comment": "Wrote a.txt."}'
+    decision = _prepared(JsonTextProtocol()).parse(LLMReply(content=text))
+    assert decision == ParsedReply(comment="Wrote a.txt.", actions=(), done=True)

@@ -52,8 +52,20 @@ class LLMClient(abc.ABC):
         else:
             self.messages.insert(0, {"role": "system", "content": text})
 
-    def send_user_message(self, text: str) -> None:
-        self.messages.append({"role": "user", "content": clean_text(text)})
+    def send_user_message(self, text: str, *, join: str | None = None) -> None:
+        """Add a user turn. With `join`: when the last message is a user turn starting with
+        `join` right after the latest assistant turn (an earlier result of the same reply's
+        calls), `text` is added to it instead, as chat templates that insist on alternating
+        roles (Mistral's) refuse two user turns in a row. The joined turn has not been sent
+        yet, so every request still extends the one before it."""
+        text = clean_text(text)
+        if join is not None and len(self.messages) >= 2:
+            last, before = self.messages[-1], self.messages[-2]
+            content = last.get("content")
+            if last.get("role") == "user" and before.get("role") == "assistant" and isinstance(content, str) and content.startswith(join):
+                self.messages[-1] = {"role": "user", "content": f"{content}\n\n{text}"}
+                return
+        self.messages.append({"role": "user", "content": text})
 
     def send_tool_result(self, call_id: str, name: str, text: str) -> None:
         """Answer a native tool call (tool-calling protocol only)."""

@@ -147,7 +147,7 @@ def parse_tool_arguments(raw: object) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # nested deeper than the stack: kept raw too
         return {RAW_ARGUMENTS_KEY: raw}
     return value if isinstance(value, dict) else {RAW_ARGUMENTS_KEY: raw}
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coding_agent.llm.reply_text import JsonExtractionError, extract_json_object, strip_think
+from coding_agent.llm.text_tool_calls import find_text_tool_calls
 from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY
 from coding_agent.llm.types import LLMReply, ToolSpec
 
@@ -161,6 +162,12 @@ def find_phase_reply(reply: LLMReply, native: bool) -> PhaseReply | None:
             data = dict(call.arguments)
             return PhaseReply(kind, {"action_done": data} if kind == "action_done" else data, call.id)
         return None
+    if native:  # a phase call a server left in the text (SPEC 5.1): read as the call
+        for call in find_text_tool_calls(reply.content, PHASE_TOOLS).calls:
+            kind = phase_of_tool(call.name)
+            if kind is not None:
+                data = dict(call.arguments)
+                return PhaseReply(kind, {"action_done": data} if kind == "action_done" else data, None)
     if not strip_think(reply.content):
         return None
     try:
