@@ -33,6 +33,7 @@ from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServ
 from coding_agent.errors import ToolsRefused
 from coding_agent.llm.context_window import DEFAULT_CONTEXT_LENGTH, ollama_window, reported_context_window
 from coding_agent.llm.factory import create_llm_client, load_client_library
+from coding_agent.llm.text_tool_calls import find_text_tool_calls
 from coding_agent.llm.types import LLMReply, ToolSpec
 from coding_agent.retry import RetryPolicy
 from coding_agent.redaction import Redactor
@@ -283,40 +284,9 @@ _VLLM_PARSERS = {
 
 
 def _text_format(reply: LLMReply) -> str:
-    """The open-model format of a tool call the reply holds as text ("" when none)."""
-    try:  # the reply readers' own module (SPEC 5.1, items 1-2 of issue 47)
-        from coding_agent.llm.text_tool_calls import find_text_tool_calls  # type: ignore[import-not-found]
-    except ImportError:  # TODO(issue 47): drop this fallback once llm/text_tool_calls.py is merged
-        return _marker_format(reply.content)
+    """The open-model format of a tool call the reply holds as text ("" when none), read
+    by the same module the runs read replies with (SPEC 5.1)."""
     return find_text_tool_calls(reply.content, [_PROBE_TOOL]).format
-
-
-# A few formats' markers, for the fallback above only.
-_MARKERS = (
-    ("<function=", "qwen3_coder"),
-    ("<arg_key>", "glm45"),
-    ("<tool_call>", "hermes"),
-    ("[TOOL_CALLS]", "mistral"),
-    ("<|python_tag|>", "llama3"),
-    ("<|python_start|>", "llama4_pythonic"),
-    ("<｜tool▁calls▁begin｜>", "deepseek"),
-    ("to=functions.", "harmony"),
-    ("<|tool_calls_section_begin|>", "kimi_k2"),
-    ("<|tool_call|>", "granite"),
-    ("<|action_start|>", "internlm2"),
-    ("functools[", "phi4"),
-    ("<|START_ACTION|>", "command_r"),
-)
-
-
-def _marker_format(text: str) -> str:
-    for marker, name in _MARKERS:
-        if marker in text:
-            return name
-    stripped = text.strip()
-    if stripped.startswith(("{", "[")) and '"name"' in stripped and "echo" in stripped:
-        return "llama3_json"
-    return ""
 
 
 def _structured_hint(provider: str, text_format: str) -> str:
