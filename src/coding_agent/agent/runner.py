@@ -310,6 +310,7 @@ class TaskRunner:
                 guard=steering.loop_guard,
                 compressor=self._compressor(run.ledger),
                 on_step=steering.on_step,
+                cut=steering.cut,
             )
             start = LoopStart(steering.steps, steering.pending_reply(llm))
             tools = environment.tools(steering.tools(hub))
