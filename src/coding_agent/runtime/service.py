@@ -188,9 +188,15 @@ class AgentService:
             self._queue = await open_queue(self.config)
         return self._queue
 
-    def request_shutdown(self) -> None:
-        """Graceful shutdown (SIGTERM): running runs pause at their next checkpoint, none start."""
-        self.shutdown.set()
+    def request_shutdown(self, grace: float | None = None, finish: float = 0.0) -> None:
+        """Graceful shutdown (SIGTERM): running runs pause at their next checkpoint, none
+        start. `grace`: a model request or tool call in flight after it is cut (the caller
+        calls `shutdown.cut()` then), and the pauses' writes end `finish` later
+        (`runtime.shutdown`); None: no bound."""
+        if grace is None:
+            self.shutdown.set()
+        else:
+            self.shutdown.begin(grace, finish)
 
     async def run_cycle(self) -> CycleReport:
         """`run --once`: one producer cycle, and the queue worked until it is empty."""
