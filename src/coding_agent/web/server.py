@@ -21,7 +21,7 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import uvicorn
@@ -72,14 +72,16 @@ def webhooks_configured(config: AgentConfig) -> bool:
     return any(secret is not None and secret.get_secret_value() for secret in (hooks.github_secret, hooks.gitlab_token))
 
 
-def _dashboard_routes(config: AgentConfig, store: StateStore) -> list[Sequence[BaseRoute]]:
+def _dashboard_routes(
+    config: AgentConfig, store: StateStore, shutting_down: Callable[[], bool] = lambda: False
+) -> list[Sequence[BaseRoute]]:
     redactor = Redactor(config.secrets())
     token = _token(config)
     activity = RunActivity(Path(config.context_storage.base_dir), redactor, config.planning.max_steps_per_action)
     feed = ListFeed(lambda: task_list(store, redactor, activity))  # one list for the pages and the API
     budgets = Budgets(config, store.spend, redactor)
     return [
-        health_routes(store),
+        health_routes(store, shutting_down=shutting_down),
         api_routes(store, redactor, activity, feed, budgets),
         login_routes(token),
         dashboard_routes(store, redactor, activity, feed, budgets),
@@ -196,7 +198,7 @@ async def serving_http(
     `sock`: an already bound socket (tests bind port 0); by default `dashboard.bind`, or
     the socket the process's previous image listened on, when it started afresh.
     """
-    route_lists = _dashboard_routes(config, service.store) if config.dashboard.enabled else []
+    route_lists = _dashboard_routes(config, service.store, service.shutdown.is_set) if config.dashboard.enabled else []
     hooks = webhooks_configured(config)
     if hooks:
         if config.webhooks.github_secret is not None and config.webhooks.github_secret.get_secret_value():
