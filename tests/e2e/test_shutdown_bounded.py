@@ -340,3 +340,29 @@ def test_a_second_signal_during_the_grace_ends_the_process_at_once(github_forge:
 
 def _log(directory: Path) -> str:
     return "".join(path.read_text(errors="replace") for path in (directory / "logs").glob("*.log"))
+
+
+def test_run_once_pauses_within_the_grace_and_the_next_run_once_finishes(github_forge: GitHubForge, tmp_path: Path) -> None:
+    number = github_forge.open_task("issue", "Three files", "Please write a, b and c.")
+    slow = SlowModel()
+    with ReplaySandbox(_files_script(0), actions={"slow": slow}) as model:
+        setup = steering_config(tmp_path, [github_forge], model, scheduling={"shutdown_grace_seconds": 2})
+        first = spawn_cli(setup.config_path, "run", "--once")
+        try:
+            assert slow.entered.wait(timeout=120), "run --once is waiting for the model's slow answer"
+            code, took, error = _exit_within(first, 2 + AFTER_GRACE)
+        finally:
+            _kill(first)
+            slow.release()
+        assert code == 0, error
+        assert took < 2 + AFTER_GRACE + SLACK, f"run --once exited {took:.1f} s after SIGTERM"
+        labels = github_forge.labels("issue", number)
+        assert PAUSED in labels and PROCESSING not in labels, labels
+
+        second = spawn_cli(setup.config_path, "run", "--once")
+        assert second.wait(120) == 0, second.stderr.read() if second.stderr else ""
+        requests = model.requests
+
+    assert _finished(github_forge, number)
+    assert _messages(requests[1]) == _messages(requests[0]), "the cut first request is sent again"
+    assert len(requests) == 5
