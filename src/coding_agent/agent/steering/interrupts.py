@@ -115,7 +115,11 @@ class ShutdownSignal:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._event = threading.Event()
-        self._cut = asyncio.Event()
+        self._cut = False
+        # What `wait_cut` waits on, made in the loop that waits (a service may outlive
+        # one `asyncio.run`, and an asyncio.Event belongs to the first loop it waits in).
+        self._cut_event: asyncio.Event | None = None
+        self._cut_loop: asyncio.AbstractEventLoop | None = None
         self._clock = clock
         self._deadline: float | None = None
 
@@ -131,15 +135,23 @@ class ShutdownSignal:
         return self._event.is_set()
 
     def cut(self) -> None:
-        """The grace is over: what a run is waiting for (the model, a tool) is given up."""
+        """The grace is over: what a run is waiting for (the model, a tool) is given up.
+        Called in the event loop's thread."""
         self._event.set()
-        self._cut.set()
+        self._cut = True
+        if self._cut_event is not None:
+            self._cut_event.set()
 
     def is_cut(self) -> bool:
-        return self._cut.is_set()
+        return self._cut
 
     async def wait_cut(self) -> None:
-        await self._cut.wait()
+        loop = asyncio.get_running_loop()
+        if self._cut_event is None or self._cut_loop is not loop:
+            self._cut_event, self._cut_loop = asyncio.Event(), loop
+            if self._cut:
+                self._cut_event.set()
+        await self._cut_event.wait()
 
     def remaining(self) -> float | None:
         """Seconds left for a shutting-down run's writes (None: no shutdown, or unbounded)."""
