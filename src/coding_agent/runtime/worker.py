@@ -130,6 +130,7 @@ class Workers:
                     outcomes.append(outcome)
             finally:
                 await self._done_with(delivery, outcome, queue)
+            outcome = None  # nothing of the task stays with the slot while it waits
 
     async def _done_with(self, delivery: Delivery, outcome: Outcome, queue: TaskQueue) -> None:
         """Acknowledge the message; a run paused by the shutdown first goes back on a
@@ -141,9 +142,12 @@ class Workers:
         await self._shutdown.bounded(delivery.ack(), f"{delivery.item.key}: the acknowledgement of its message")
 
     async def _give_back(self, queue: TaskQueue, key: str) -> None:
-        if await asyncio.to_thread(self._entries.try_enqueue, key):
-            await queue.put(QueuedTask(key, "continue"))
-            log.info("%s: paused for the shutdown; back on the queue for the next worker", key)
+        try:
+            if await asyncio.to_thread(self._entries.try_enqueue, key):
+                await queue.put(QueuedTask(key, "continue"))
+                log.info("%s: paused for the shutdown; back on the queue for the next worker", key)
+        except Exception as error:  # the broker or the store away: the producer offers the paused run
+            log.warning("%s: paused for the shutdown, but could not be queued again (%s)", key, type(error).__name__)
 
     async def handle(self, item: QueuedTask, redelivered: bool = False, queue: TaskQueue | None = None) -> Outcome:
         """Claim and run one queued task; the queue entry is released whatever happens.
