@@ -254,7 +254,7 @@ async def _serve_playground(
     process at once)."""
     service = AgentService(config)
     stop = asyncio.Event()
-    shutdown = GracefulShutdown(service, stop)
+    shutdown = GracefulShutdown(service, stop, on_second_signal=_interrupted)
     shutdown.install()
 
     async def serve() -> int:
@@ -272,6 +272,11 @@ async def _serve_playground(
         await shutdown.guard(serve())
     finally:
         await shutdown.close()
+
+
+def _interrupted(signum: int) -> None:
+    """A second signal ends the playground at once, still removing what it made."""
+    raise KeyboardInterrupt
 
 
 async def _run_once(config: Any) -> Any:

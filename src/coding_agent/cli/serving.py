@@ -86,6 +86,7 @@ async def _run_service(config: AgentConfig, role: Role) -> int:
         await shutdown.close()
     if service.restart_due:
         raise _StartAfresh
+    shutdown.exit_if_shut_down(code)
     return code
 
 
@@ -185,9 +186,11 @@ async def continue_runs(config: AgentConfig, only: set[str] | None) -> int:
         return 0
 
     try:
-        return await shutdown.guard(resume())
+        code = await shutdown.guard(resume())
     finally:
         await shutdown.close()
+    shutdown.exit_if_shut_down(code)
+    return code
 
 
 def run(

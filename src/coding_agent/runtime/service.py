@@ -292,11 +292,13 @@ class AgentService:
             watcher.cancel()
 
     async def aclose(self) -> None:
+        """The forge clients are closed before the queue: a broker that does not answer
+        during a shutdown (whose close is then given up) leaves no connection unclosed."""
         if isinstance(self._queue, MemoryQueue):
             for item in self._queue.drain():  # lost with this process: let them be offered again
                 self.entries.release(item.key)
-        if self._queue is not None:
-            await self._queue.aclose()
         for source in self.sources:
             await source.aclose()
+        if self._queue is not None:
+            await self._queue.aclose()
         self.store.close()

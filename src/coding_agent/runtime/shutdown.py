@@ -23,7 +23,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -45,7 +45,12 @@ class GracefulShutdown:
     """The signal handling of one process working tasks: `install` it in the running event
     loop, then `guard` the command's work and `close` the service through it."""
 
-    def __init__(self, service: AgentService, stop: asyncio.Event) -> None:
+    def __init__(
+        self, service: AgentService, stop: asyncio.Event, on_second_signal: Callable[[int], None] | None = None
+    ) -> None:
+        """`on_second_signal`: what a second signal does instead of ending the process
+        at once (`demo --serve` raises KeyboardInterrupt, to remove its files on the way)."""
+        self._on_second = on_second_signal
         self._service = service
         self._stop = stop
         self._grace = service.config.scheduling.shutdown_grace_seconds
@@ -86,6 +91,8 @@ class GracefulShutdown:
 
     def _second(self, signum: int) -> None:
         log.warning("signal %d again: ending the process now; its tasks are taken over once their lease lapses", signum)
+        if self._on_second is not None:
+            self._on_second(signum)
         _end_now(128 + signum)
 
     def _cut(self) -> None:
@@ -128,6 +135,17 @@ class GracefulShutdown:
             if not self.overdue:
                 raise
             self._uncancel()
+
+
+    def exit_if_shut_down(self, code: int) -> None:
+        """After a shutdown, end the process here with `code`, its writes done and its
+        service closed: what is left (cancelling the leftover tasks, joining worker
+        threads, the interpreter's own teardown, whose garbage collection alone took
+        seconds on a loaded machine) is nothing the next process needs, and the grace
+        did not allow for it."""
+        if self.started:
+            log.info("shutdown: done; exiting %d", code)
+            _end_now(code)
 
 
 def _end_now(code: int, flush_logs: bool = True) -> None:
