@@ -29,6 +29,7 @@ from coding_agent.sandbox.replay_model import RecordedRequest, ReplaySandbox
 from coding_agent.store.state import StateStore
 from tests.support.services import amqp_url
 from tests.support.state import agent_store
+from tests.support.tcp_relay import TcpRelay
 from tests.support.waiting import wait_for
 
 from ._steering import distributed_config, spawn_cli, start_serve, steering_config
@@ -366,3 +367,50 @@ def test_run_once_pauses_within_the_grace_and_the_next_run_once_finishes(github_
     assert _finished(github_forge, number)
     assert _messages(requests[1]) == _messages(requests[0]), "the cut first request is sent again"
     assert len(requests) == 5
+
+
+def test_a_broker_that_stops_answering_during_the_shutdown_holds_no_exit_and_the_message_still_comes_back(
+    github_forge: GitHubForge, tmp_path: Path, distributed: tuple[str, str]
+) -> None:
+    """The `continue` the worker puts back never reaches the broker; the original message
+    comes back once the dead connection closes, and the next worker continues the paused
+    run from it instead of starting the task over."""
+    url, name = distributed
+    number = github_forge.open_task("issue", "Three files", "Please write a, b and c.")
+    slow = SlowModel()
+    with TcpRelay("127.0.0.1", 5672) as relay, ReplaySandbox(_files_script(1), actions={"slow": slow}) as model:
+        grace = {"shutdown_grace_seconds": 2}
+        setup = distributed_config(tmp_path, github_forge, model, url, name, scheduling=grace)
+        assert asyncio.run(_produce_once(setup)) == 1
+        # The first worker reaches the broker through the relay (its config, read as it starts).
+        relayed = {"backend": "rabbitmq", "url": f"amqp://guest:guest@127.0.0.1:{relay.port}/", "name": name}
+        steering_config(tmp_path, [github_forge], model, database={"url": url}, queue=relayed, scheduling=grace)
+        first = spawn_cli(setup.config_path, "worker")
+        try:
+            assert slow.entered.wait(timeout=120), "the worker waits for the model's slow answer"
+            relay.stall()
+            code, took, error = _exit_within(first, 2 + AFTER_GRACE)
+        finally:
+            _kill(first)
+            slow.release()
+            relay.flow()
+        assert code == 0, error
+        assert took < 2 + AFTER_GRACE + SLACK, f"worker exited {took:.1f} s after SIGTERM"
+        cut = model.requests[-1]
+
+        distributed_config(tmp_path, github_forge, model, url, name, scheduling=grace)  # the broker itself
+        second = spawn_cli(setup.config_path, "worker")
+        store = StateStore(url)
+        try:
+            wait_for(lambda: [run.status for run in store.runs.all()] == ["done"] or None, 120, "another worker to finish")
+            runs = store.runs.all()
+        finally:
+            store.close()
+            code, _, error = _exit_within(second, 2 + AFTER_GRACE)
+        requests = model.requests
+
+    assert code == 0, error
+    assert len(runs) == 1, "the paused run was continued, not a new one started"
+    assert _messages(requests[2]) == _messages(cut)
+    labels = github_forge.labels("issue", number)
+    assert PAUSED not in labels and PROCESSING not in labels, labels
