@@ -17,7 +17,6 @@ import contextlib
 import logging
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -33,6 +32,7 @@ from coding_agent.config import AgentConfig, LLMConfig, parse_config
 from coding_agent.logging_setup import configure_logging
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.service import AgentService
+from coding_agent.runtime.shutdown import GracefulShutdown
 from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sandbox.github.playground import Playground
 from coding_agent.sandbox.replay_model import ReplaySandbox, ReplayScript
@@ -296,21 +296,15 @@ def _playground_script() -> ReplayScript:
 async def _serve_playground(
     config: AgentConfig, forge: GitHubSandbox, playground: Playground, replay: ReplaySandbox | None, serve_http: ServeHttp
 ) -> None:
-    """Serve until SIGINT/SIGTERM: the first pauses the running tasks at their next step
-    and ends the service (a second ends the process at once)."""
+    """Serve until SIGINT/SIGTERM: the first pauses the running tasks at their next step,
+    within `scheduling.shutdown_grace_seconds`, and ends the service (a second ends the
+    process at once)."""
     service = AgentService(config)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
+    shutdown = GracefulShutdown(service, stop, on_second_signal=_interrupted)
+    shutdown.install()
 
-    def on_signal() -> None:
-        service.request_shutdown()
-        stop.set()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal)
-    try:
+    async def serve() -> int:
         async with serve_http(config, service) as dashboard_url:
             playground.dashboard_url = dashboard_url
             typer.echo(f"Sandbox forge page: {forge.playground_url} (open and label issues there, as @{DEMO_USER})")
@@ -320,8 +314,17 @@ async def _serve_playground(
             typer.echo(f"Model: {model}")
             typer.echo("Ctrl-C ends it.")
             await service.serve(stop)
+        return 0
+
+    try:
+        await shutdown.guard(serve())
     finally:
-        await service.aclose()
+        await shutdown.close()
+
+
+def _interrupted(signum: int) -> None:
+    """A second signal ends the playground at once, still removing what it made."""
+    raise KeyboardInterrupt
 
 
 async def _run_once(config: Any) -> Any:

@@ -5,6 +5,8 @@ The relay runs its own event loop in a thread, so a test can cut from anywhere (
 model's action, a sync test, the service's own loop). `cut()` closes every connection
 it relays now; new connections are relayed as before (the service can reconnect), unless
 `refusing` is set, which closes them at once (the service stays down until it is unset).
+`stall()` keeps every connection open but relays nothing, either way, until `flow()`: a
+peer that stops answering without closing anything (a hung broker, a black-holed route).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class TcpRelay:
         self.cuts = 0  # calls of cut()
         self.connections = 0  # accepted, over the relay's life
         self.refusing = False
+        self._flowing: asyncio.Event | None = None  # made in the relay's loop
 
     def __enter__(self) -> TcpRelay:
         self._thread.start()
@@ -51,6 +54,26 @@ class TcpRelay:
     def open_connections(self) -> int:
         """Connections relayed now."""
         return len(self._writers) // 2
+
+    def stall(self) -> None:
+        """Relay nothing from now on (connections stay open) until `flow()`."""
+        asyncio.run_coroutine_threadsafe(self._set_flowing(False), self._loop).result(10)
+
+    def flow(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._set_flowing(True), self._loop).result(10)
+
+    async def _set_flowing(self, flowing: bool) -> None:
+        event = self._flowing_event()
+        if flowing:
+            event.set()
+        else:
+            event.clear()
+
+    def _flowing_event(self) -> asyncio.Event:
+        if self._flowing is None:
+            self._flowing = asyncio.Event()
+            self._flowing.set()
+        return self._flowing
 
     def cut(self) -> None:
         """Close every relayed connection now (both sides see it end)."""
@@ -81,16 +104,20 @@ class TcpRelay:
         pair = {client_writer, server_writer}
         self._writers |= pair
         try:
-            await asyncio.gather(_pipe(client_reader, server_writer), _pipe(server_reader, client_writer))
+            flowing = self._flowing_event()
+            await asyncio.gather(
+                _pipe(client_reader, server_writer, flowing), _pipe(server_reader, client_writer, flowing)
+            )
         finally:
             self._writers -= pair
             for writer in pair:
                 writer.transport.abort()
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event) -> None:
     with contextlib.suppress(OSError, asyncio.IncompleteReadError):
         while data := await reader.read(65536):
+            await flowing.wait()
             writer.write(data)
             await writer.drain()
     writer.transport.abort()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy
 from coding_agent.sandbox.replay_model import ReplaySandbox, ScriptSource
 from coding_agent.tools.types import ToolResult
+from tests.support.waiting import wait_until
 
 VIEW = ToolSpec("workspace/view", "Show a file", {"type": "object", "properties": {"path": {"type": "string"}}})
 
@@ -319,3 +321,55 @@ async def test_a_cancelled_run_cancels_the_step_comment_being_written(server: Re
     assert looping.cancelled(), "the run ended at once, not after the comment's write"
     await asyncio.wait_for(comments.cancelled.wait(), 30)
     assert comments.posted == []
+
+
+class Paused(Exception):
+    """The ending a cut loop ends with (steering's `RunPaused` in a run)."""
+
+
+def cut_when(event: asyncio.Event) -> Any:
+    async def cut() -> Exception:
+        await event.wait()
+        return Paused("shutdown")
+
+    return cut
+
+
+async def test_a_cut_model_request_ends_the_loop_with_the_history_as_before_it(tmp_path: Path) -> None:
+    """SPEC 8.3: the next worker sends the cut request again, so nothing of it is kept."""
+    release = threading.Event()
+
+    def slow(_: dict[str, Any]) -> None:
+        release.wait(30)  # the model takes its time over this answer
+
+    script = {"replies": [{"tool": "workspace/view", "args": {"path": "README.md"}}, {"done": "Read it.", "before": {"slow": {}}}]}
+    with ReplaySandbox({}, actions={"slow": slow}) as own:
+        run = Run(own, script, tmp_path, True)
+        cut = asyncio.Event()
+        looping = asyncio.create_task(run.loop(oversight=Oversight(cut=cut_when(cut))))
+        try:
+            await wait_until(lambda: len(own.requests) == 2, 30, "the second request to be in flight")
+            before = [dict(message) for message in run.llm.messages]
+            cut.set()
+            with pytest.raises(Paused):
+                await asyncio.wait_for(looping, 10)
+        finally:
+            release.set()
+    assert run.llm.messages == before, "nothing of the cut request is in the history"
+    assert run.lines("current.jsonl")[-1]["role"] == "tool", "the saved history ends before the cut request"
+
+
+async def test_a_cut_tool_call_is_answered_as_interrupted_and_ends_the_loop(server: ReplaySandbox, tmp_path: Path) -> None:
+    script = {"replies": [{"tool": "workspace/view", "args": {"path": "README.md"}, "comment": "Reading"}]}
+    run = Run(server, script, tmp_path, True)
+    run.tools, run.comments = tools, comments = HangingTools(run.tools.files), HangingComments()
+    cut = asyncio.Event()
+    looping = asyncio.create_task(run.loop(oversight=Oversight(cut=cut_when(cut))))
+    await asyncio.wait_for(asyncio.gather(tools.started.wait(), comments.started.wait()), 30)
+    cut.set()
+    with pytest.raises(Paused):
+        await asyncio.wait_for(looping, 10)
+    last = run.llm.messages[-1]
+    assert last["role"] == "tool" and "interrupted" in str(last["content"]), last
+    assert "interrupted" in run.lines("tools.jsonl")[-1]["result"]
+    await asyncio.wait_for(comments.cancelled.wait(), 10)  # the cut run does not wait for the forge

@@ -3,6 +3,7 @@ the operator's requests are read from the state store (injected clock, no waitin
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from coding_agent.agent.steering.interrupts import REQUEST_READ_SECONDS, PauseWatch, ShutdownSignal
@@ -68,3 +69,50 @@ async def test_operator_requests_are_read_at_most_once_per_interval(tmp_path: Pa
     assert await watch.operator_request() is None and requests.reads == 1, "a checkpoint moments later reuses the read"
     clock.now += REQUEST_READ_SECONDS / 2
     assert await watch.operator_request() == "pause" and requests.reads == 2
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_shutdown_s_writes_are_bounded_by_what_is_left_of_its_time() -> None:
+    """SPEC 8.3: a forge that does not answer cannot hold a shutting-down pause up."""
+    clock = Clock()
+    shutdown = ShutdownSignal(clock)
+    assert shutdown.remaining() is None, "no shutdown: no bound"
+    shutdown.begin(grace=8, finish=3)
+    assert shutdown.is_set() and not shutdown.is_cut()
+    clock.now += 10.9
+    assert round(shutdown.remaining() or 0, 3) == 0.1
+
+    async def silent_forge() -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    async def quick() -> str:
+        return "written"
+
+    async def both() -> tuple[str | None, str | None]:
+        return await shutdown.bounded(silent_forge(), "a comment"), await shutdown.bounded(quick(), "a label")
+
+    assert asyncio.run(asyncio.wait_for(both(), 5)) == (None, "written")
+
+
+def test_a_cut_reaches_waiters_in_any_event_loop_and_later_ones_at_once() -> None:
+    """A service may outlive one `asyncio.run` (tests, `resume`): its signal is not bound to one loop."""
+    shutdown = ShutdownSignal()
+
+    async def cut_while_waiting() -> None:
+        waiting = asyncio.create_task(shutdown.wait_cut())
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        shutdown.cut()
+        await asyncio.wait_for(waiting, 5)
+
+    asyncio.run(cut_while_waiting())
+    asyncio.run(asyncio.wait_for(shutdown.wait_cut(), 5))  # another loop, after the cut
+    assert shutdown.is_cut() and shutdown.is_set()

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import LoopPolicy
@@ -46,6 +46,14 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# What the model reads for a tool call a shutdown cut (SPEC 8.3), when the run resumes.
+TOOL_INTERRUPTED = (
+    "tool {tool} was interrupted after {seconds:.0f}s: the agent shut down while it ran. It may "
+    "have done part of its work; check the workspace before running it again."
+)
 
 
 class Checkpoint(str, Enum):
@@ -138,13 +146,20 @@ def _no_step_hook(steps: int) -> None:
 ToolsRefusedHook = Callable[[LLMClient, ToolsRefused], bool]
 
 
+async def _never_cut() -> Exception:
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
 @dataclass(frozen=True)
 class Oversight:
     """What watches the loop from outside its conversation: steering at the checkpoints,
     the loop guard, the context compressor before each request, a hook told each new step
-    count, the clock `max_seconds` is measured on, and what to do when the server refuses
+    count, the clock `max_seconds` is measured on, what to do when the server refuses
     the native tools offered (`llm.function_calling: auto`: the hook switches the run to
-    JSON in text and returns True, and the request is made again; none: the run fails)."""
+    JSON in text and returns True, and the request is made again; none: the run fails),
+    and `cut`: returns, once a model request or tool call in flight must be given up (a
+    shutdown's grace is over, SPEC 8.3), the ending the loop then ends with."""
 
     steering: Steering = field(default_factory=NoSteering)
     guard: LoopGuard = field(default_factory=lambda: LoopGuard(enabled=False))
@@ -152,6 +167,7 @@ class Oversight:
     on_step: Callable[[int], None] = _no_step_hook
     clock: Callable[[], float] = time.monotonic
     on_tools_refused: ToolsRefusedHook | None = None
+    cut: Callable[[], Awaitable[Exception]] = _never_cut
 
 
 @dataclass(frozen=True)
@@ -179,6 +195,14 @@ class _Ended(Exception):
     def __init__(self, outcome: LoopOutcome) -> None:
         super().__init__(outcome.status)
         self.outcome = outcome
+
+
+class _Cut(Exception):
+    """A model request or tool call was given up (`Oversight.cut`); the loop ends with `ending`."""
+
+    def __init__(self, ending: Exception) -> None:
+        super().__init__(str(ending))
+        self.ending = ending
 
 
 def _retrieved(task: asyncio.Task[None]) -> None:
@@ -237,7 +261,8 @@ class _Loop:
             if self.oversight.compressor is not None:
                 await self.oversight.compressor.maybe_compress(self.llm, self.files)
             try:
-                reply = await self.llm.get_response()
+                # Cut: the history is as it was before the request, and the next worker sends it again.
+                reply = await self.unless_cut(self.llm.get_response())
             except ToolsRefused as refusal:  # not a step: the same request goes again, in JSON text
                 hook = self.oversight.on_tools_refused
                 if hook is None or not hook(self.llm, refusal):
@@ -248,6 +273,26 @@ class _Loop:
         self.oversight.on_step(self.steps)
         self.files.sync_messages(self.llm.messages)
         return reply
+
+    async def unless_cut(self, work: Awaitable[T]) -> T:
+        """`work`, unless the run is cut first: then `work` is cancelled (and awaited, so
+        nothing of it goes on) and `_Cut` raised."""
+        doing = asyncio.ensure_future(work)
+        cutting = asyncio.ensure_future(self.oversight.cut())
+        try:
+            await asyncio.wait({doing, cutting}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the run itself cancelled
+            doing.cancel()
+            cutting.cancel()
+            raise
+        if doing.done():
+            cutting.cancel()
+            return doing.result()
+        doing.cancel()
+        await asyncio.wait({doing})
+        if not doing.cancelled() and doing.exception() is None:
+            return doing.result()  # it ended as it was cancelled: keep what it did
+        raise _Cut(cutting.result())
 
     def check_limits(self) -> None:
         limits = self.limits
@@ -307,7 +352,7 @@ class _Loop:
         try:
             for action in actions:
                 await self.run_tool(action)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, _Cut):  # a cut run does not wait for the forge either
             posting.cancel()
             posting.add_done_callback(_retrieved)  # a comment that failed just before: no warning
             raise
@@ -318,8 +363,18 @@ class _Loop:
         await posting
 
     async def run_tool(self, action: ToolAction) -> None:
-        """Run one action and send its output back, with the loop guard's note if any."""
-        result = await self.tools.call(action.tool, action.args)
+        """Run one action and send its output back, with the loop guard's note if any. A
+        call cut by a shutdown is answered as interrupted, and the loop ends there."""
+        started = self.oversight.clock()
+        try:
+            result = await self.unless_cut(self.tools.call(action.tool, action.args))
+        except _Cut:
+            seconds = self.oversight.clock() - started
+            text = TOOL_INTERRUPTED.format(tool=action.tool, seconds=seconds)
+            self.files.record_tool_call(action.tool, action.args, True, 0, 0, seconds, result=text)
+            log.info("step %d: %s -> interrupted by the shutdown (%.3fs)", self.steps, action.tool, seconds)
+            self.policy.protocol.send_tool_result(self.llm, action, text, True)
+            raise
         self.files.record_tool_call(
             action.tool, action.args, result.is_error, result.output_chars, result.cut_chars, result.duration_seconds,
             result=result.text,
@@ -369,5 +424,8 @@ async def run_loop(
                 break
     except _Ended as ended:
         outcome = ended.outcome
+    except _Cut as cut:
+        files.sync_messages(llm.messages)
+        raise cut.ending from None
     files.sync_messages(llm.messages)
     return outcome

@@ -316,6 +316,7 @@ class TaskRunner:
                 compressor=self._compressor(run.ledger),
                 on_step=steering.on_step,
                 on_tools_refused=self._text_fallback(run, policy, system_prompt),
+                cut=steering.cut,
             )
             start = LoopStart(steering.steps, steering.pending_reply(llm))
             tools = environment.tools(steering.tools(hub))

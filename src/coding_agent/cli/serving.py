@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import sys
 from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 
@@ -18,6 +17,7 @@ from coding_agent.config import AgentConfig
 
 if TYPE_CHECKING:
     from coding_agent.runtime.service import AgentService, CycleReport
+    from coding_agent.runtime.shutdown import GracefulShutdown
 
 Role = Literal["once", "serve", "producer", "worker"]
 
@@ -79,29 +79,35 @@ class _StartAfresh(Exception):
 async def _run_service(config: AgentConfig, role: Role) -> int:
     service = await _start_service(config)
     stop = asyncio.Event()
-    pause_on_signals(service, stop)
+    shutdown = pause_on_signals(service, stop)
     try:
-        if not await _preflight(config, role == "once", stop):
-            return 1 if role == "once" else 0
-        if role == "once":
-            echo_report(await service.run_cycle())
-            return 0
-        if role == "worker":  # no HTTP: many workers may share a machine
-            await service.work(stop)
-        else:
-            from coding_agent.web.server import BindError, serving_http
-
-            try:
-                async with serving_http(config, service) as url:
-                    if url:
-                        typer.echo(f"coding-agent: dashboard at {url}", err=True)
-                    await (service.produce(stop) if role == "producer" else service.serve(stop))
-            except BindError as error:
-                raise Unreachable(str(error)) from None
+        code = await shutdown.guard(_work(config, role, service, stop))
     finally:
-        await service.aclose()
+        await shutdown.close()
     if service.restart_due:
         raise _StartAfresh
+    shutdown.exit_if_shut_down(code)
+    return code
+
+
+async def _work(config: AgentConfig, role: Role, service: AgentService, stop: asyncio.Event) -> int:
+    if not await _preflight(config, role == "once", stop):
+        return 1 if role == "once" else 0
+    if role == "once":
+        echo_report(await service.run_cycle())
+        return 0
+    if role == "worker":  # no HTTP: many workers may share a machine
+        await service.work(stop)
+    else:
+        from coding_agent.web.server import BindError, serving_http
+
+        try:
+            async with serving_http(config, service) as url:
+                if url:
+                    typer.echo(f"coding-agent: dashboard at {url}", err=True)
+                await (service.produce(stop) if role == "producer" else service.serve(stop))
+        except BindError as error:
+            raise Unreachable(str(error)) from None
     return 0
 
 
@@ -123,21 +129,15 @@ def _start_afresh() -> NoReturn:
         raise fail(f"could not start afresh: {sys.executable}: {error.strerror or error}", 1) from None
 
 
-def pause_on_signals(service: AgentService, stop: asyncio.Event) -> None:
+def pause_on_signals(service: AgentService, stop: asyncio.Event) -> GracefulShutdown:
     """The first SIGTERM/SIGINT stops polling and pauses the running tasks at their next
-    step (SPEC 8.3); a second one ends the process at once (the tasks are then taken
-    over after their lease expires)."""
-    loop = asyncio.get_running_loop()
+    step, within `scheduling.shutdown_grace_seconds` (SPEC 8.3); a second one ends the
+    process at once (the tasks are then taken over after their lease expires)."""
+    from coding_agent.runtime.shutdown import GracefulShutdown
 
-    def first(signum: int) -> None:
-        log.info("signal %d: pausing the running tasks, then exiting", signum)
-        service.request_shutdown()
-        stop.set()
-        for each in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(each)
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, first, signum)
+    shutdown = GracefulShutdown(service, stop)
+    shutdown.install()
+    return shutdown
 
 
 def echo_report(report: CycleReport) -> None:
@@ -176,15 +176,21 @@ async def continue_runs(config: AgentConfig, only: set[str] | None) -> int:
     from coding_agent.runtime.service import AgentService
 
     service = AgentService(config)
-    pause_on_signals(service, asyncio.Event())
-    try:
+    shutdown = pause_on_signals(service, asyncio.Event())
+
+    async def resume() -> int:
         report = await service.continue_runs(only)
         if not report.results and not report.errors:
             typer.echo("nothing to resume now")
         echo_report(report)
         return 0
+
+    try:
+        code = await shutdown.guard(resume())
     finally:
-        await service.aclose()
+        await shutdown.close()
+    shutdown.exit_if_shut_down(code)
+    return code
 
 
 def run(

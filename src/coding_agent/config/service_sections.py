@@ -61,6 +61,9 @@ class SchedulingConfig(_Strict):
     # `serve`/`worker`: after this many runs, the process starts itself afresh (same pid and
     # listening socket) at its next moment with no run in progress; 0: never
     restart_after_runs: int = Field(default=500, ge=0)
+    # SIGTERM/SIGINT: the runs pause at their next checkpoint within this time; a model
+    # request or tool call still in flight then is cut (SPEC 8.3). Under `docker stop`'s 10 s.
+    shutdown_grace_seconds: float = Field(default=8, ge=0, le=3600)
 
 
 class LoggingConfig(_Strict):

@@ -188,9 +188,15 @@ class AgentService:
             self._queue = await open_queue(self.config)
         return self._queue
 
-    def request_shutdown(self) -> None:
-        """Graceful shutdown (SIGTERM): running runs pause at their next checkpoint, none start."""
-        self.shutdown.set()
+    def request_shutdown(self, grace: float | None = None, finish: float = 0.0) -> None:
+        """Graceful shutdown (SIGTERM): running runs pause at their next checkpoint, none
+        start. `grace`: a model request or tool call in flight after it is cut (the caller
+        calls `shutdown.cut()` then), and the pauses' writes end `finish` later
+        (`runtime.shutdown`); None: no bound."""
+        if grace is None:
+            self.shutdown.set()
+        else:
+            self.shutdown.begin(grace, finish)
 
     async def run_cycle(self) -> CycleReport:
         """`run --once`: one producer cycle, and the queue worked until it is empty."""
@@ -286,11 +292,13 @@ class AgentService:
             watcher.cancel()
 
     async def aclose(self) -> None:
+        """The forge clients are closed before the queue: a broker that does not answer
+        during a shutdown (whose close is then given up) leaves no connection unclosed."""
         if isinstance(self._queue, MemoryQueue):
             for item in self._queue.drain():  # lost with this process: let them be offered again
                 self.entries.release(item.key)
-        if self._queue is not None:
-            await self._queue.aclose()
         for source in self.sources:
             await source.aclose()
+        if self._queue is not None:
+            await self._queue.aclose()
         self.store.close()

@@ -123,14 +123,31 @@ class Workers:
                 return
             if delivery is None:
                 return
+            outcome: Outcome = None
             try:
-                handling = self.handle(delivery.item, delivery.redelivered, queue)
-                if outcomes is None:
-                    await handling  # nothing of the task stays with the slot while it waits
-                else:
-                    outcomes.append(await handling)
+                outcome = await self.handle(delivery.item, delivery.redelivered, queue)
+                if outcomes is not None:
+                    outcomes.append(outcome)
             finally:
-                await delivery.ack()
+                await self._done_with(delivery, outcome, queue)
+            outcome = None  # nothing of the task stays with the slot while it waits
+
+    async def _done_with(self, delivery: Delivery, outcome: Outcome, queue: TaskQueue) -> None:
+        """Acknowledge the message; a run paused by the shutdown first goes back on a
+        shared queue as a run to continue, so that another worker resumes it at once
+        (SPEC 8.3). Both are bounded by the shutdown's time: a message the broker did
+        not take back is offered again by the producer, which finds the paused run."""
+        if isinstance(outcome, RunResult) and outcome.status == "paused" and self._shutdown.is_set() and queue.shared:
+            await self._shutdown.bounded(self._give_back(queue, outcome.task_key), f"{outcome.task_key}: its queue message")
+        await self._shutdown.bounded(delivery.ack(), f"{delivery.item.key}: the acknowledgement of its message")
+
+    async def _give_back(self, queue: TaskQueue, key: str) -> None:
+        try:
+            if await asyncio.to_thread(self._entries.try_enqueue, key):
+                await queue.put(QueuedTask(key, "continue"))
+                log.info("%s: paused for the shutdown; back on the queue for the next worker", key)
+        except Exception as error:  # the broker or the store away: the producer offers the paused run
+            log.warning("%s: paused for the shutdown, but could not be queued again (%s)", key, type(error).__name__)
 
     async def handle(self, item: QueuedTask, redelivered: bool = False, queue: TaskQueue | None = None) -> Outcome:
         """Claim and run one queued task; the queue entry is released whatever happens.

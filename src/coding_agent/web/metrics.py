@@ -100,13 +100,21 @@ class _StoreCollector(Collector):
         yield gauge
 
 
-def health_routes(store: StateStore, queue_depth: Callable[[], int | None] = lambda: None) -> list[Route]:
+def health_routes(
+    store: StateStore,
+    queue_depth: Callable[[], int | None] = lambda: None,
+    shutting_down: Callable[[], bool] = lambda: False,
+) -> list[Route]:
+    """`/healthz` answers 503 once `shutting_down` says so (SPEC 8.3): a load balancer then
+    stops sending webhooks to a process that takes no more work."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_StoreCollector(store, queue_depth))
     registry.register(FORGE_REQUESTS)
     registry.register(MODEL_LATENCY)
 
     async def healthz(request: Request) -> Response:
+        if shutting_down():
+            return JSONResponse({"status": "shutting down"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def metrics(request: Request) -> Response:

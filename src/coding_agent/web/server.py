@@ -26,7 +26,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import uvicorn
@@ -81,14 +81,18 @@ def webhooks_configured(config: AgentConfig) -> bool:
 
 
 def _dashboard_routes(
-    config: AgentConfig, store: StateStore, token: str | None, reader: BodyReader
+    config: AgentConfig,
+    store: StateStore,
+    token: str | None,
+    reader: BodyReader,
+    shutting_down: Callable[[], bool] = lambda: False,
 ) -> list[Sequence[BaseRoute]]:
     redactor = Redactor(config.secrets())
     activity = RunActivity(Path(config.context_storage.base_dir), redactor, config.planning.max_steps_per_action)
     feed = ListFeed(lambda: task_list(store, redactor, activity))  # one list for the pages and the API
     budgets = Budgets(config, store.spend, redactor)
     return [
-        health_routes(store),
+        health_routes(store, shutting_down=shutting_down),
         api_routes(store, redactor, activity, feed, budgets, reader),
         login_routes(token, reader),
         dashboard_routes(store, redactor, activity, feed, budgets),
@@ -294,7 +298,11 @@ async def serving_http(
     try:
         token = _token(config, sock)
         reader = BodyReader(config.webhooks.body_timeout_seconds)  # one for every body read before auth
-        route_lists = _dashboard_routes(config, service.store, token, reader) if config.dashboard.enabled else []
+        route_lists = (
+            _dashboard_routes(config, service.store, token, reader, service.shutdown.is_set)
+            if config.dashboard.enabled
+            else []
+        )
         if hooks:
             if config.webhooks.github_secret is not None and config.webhooks.github_secret.get_secret_value():
                 await asyncio.to_thread(warm_up)

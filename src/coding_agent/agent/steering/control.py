@@ -177,6 +177,7 @@ class RunSteering:
             continuation,
             self._detector,
             inner,
+            controls.shutdown,
         )
         self._reporter = RunReporter(self._endings, self.progress, inner)
         # Seeded so that the first checkpoint, whichever it is, asks the forge (None: the
@@ -297,6 +298,12 @@ class RunSteering:
         self.steps = steps
         if self.progress is not None:
             self.progress.note_steps(steps)
+
+    async def cut(self) -> Exception:
+        """Returns once a shutdown's grace is over (SPEC 8.3): the model request or tool
+        call in flight is then given up, and the run pauses as it stood before it."""
+        await self._controls.shutdown.wait_cut()
+        return RunPaused("shutdown", hold=False)
 
     # -- the checkpoint ------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from coding_agent.agent.loop import LoopOutcome
 from coding_agent.agent.progress import ProgressComment
 from coding_agent.agent.steering.comments import CommentDetector
-from coding_agent.agent.steering.interrupts import RunInterrupted, RunPaused, RunStopped
+from coding_agent.agent.steering.interrupts import RunInterrupted, RunPaused, RunStopped, ShutdownSignal
 from coding_agent.agent.steering.state import Continuation, RunSaver
 from coding_agent.context.storage import RunContextFiles
 from coding_agent.domain.ports import RunCheckout, RunStore
@@ -65,6 +65,11 @@ class IssueWriter(Protocol):
     async def final_comment(self, text: str) -> None: ...
 
 
+# What a shutting-down pause keeps, of its time, for the state store's writes after its
+# forge writes (the pause recorded, the lease released).
+STORE_RESERVE_SECONDS = 1.5
+
+
 def _now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
@@ -85,7 +90,11 @@ class RunEndings:
         continuation: Continuation | None,
         detector: CommentDetector,
         inner: IssueWriter,
+        shutdown: ShutdownSignal | None = None,
     ) -> None:
+        """`shutdown`: the process's; while it shuts down, a pause's forge writes are
+        bounded by the time it has left (SPEC 8.3)."""
+        self._shutdown = shutdown or ShutdownSignal()
         self._store, self._stored, self._owner = store, stored, owner
         self._source, self._task, self._files = source, task, files
         self._redactor, self._language = redactor, language
@@ -210,10 +219,16 @@ class RunEndings:
         work: RunCheckout | None,
         progress: ProgressComment | None,
     ) -> Path:
-        """Save everything, say so on the task, label it paused; the context's new directory."""
+        """Save everything, say so on the task, label it paused; the context's new directory.
+
+        In a shutdown each forge write (the WIP push, the comment and labels) is given up
+        when the shutdown's time runs out, less a moment kept for the state store's writes
+        after it: a forge that does not answer cannot keep the pause from being saved and
+        the lease from being released (the next worker then resumes the run at once)."""
         language, key, run_uuid = self._language, self._key, self._files.run_uuid
         at = _now_iso()
-        saved_work = await work.pause(run_uuid, steps) if work is not None else None
+        bounded, reserve = self._shutdown.bounded, STORE_RESERVE_SECONDS
+        saved_work = await bounded(work.pause(run_uuid, steps), f"{key}: the WIP push", reserve) if work else None
         saver.save_paused(llm, {"reason": error.reason, "hold": error.hold, "at": at}, saved_work)
         await self._stored(self._store.steering.pause_run, run_uuid, steps, error.hold)
         if error.reason == "operator":
@@ -229,12 +244,8 @@ class RunEndings:
         )
         if saved_work is not None and saved_work.pushed and saved_work.commit:
             text += "\n\n" + notice("paused_work", language, branch=saved_work.branch, commit=saved_work.commit[:12])
-        labels = self._source.labels
         try:
-            if progress is not None:
-                await progress.finish("paused")
-            await self._source.post_comment(self._task.key, self._redactor.text(text))
-            await transition(self._source, self._task.key, labels.paused_label, [labels.processing_label])
+            await bounded(self._announce_pause(text, progress), f"{key}: the pause comment and label", reserve)
         except AgentError as failure:
             log.error("%s: could not publish the pause: %s", key, self._redactor.text(str(failure)))
         self._files.write_metadata(status="paused", steps=steps)
@@ -242,6 +253,14 @@ class RunEndings:
         await self._stored(self._store.leases.release_lease, key, self._owner)
         log.info("%s: run %s paused (%s) after %d steps", key, run_uuid, error.reason, steps)
         return directory
+
+    async def _announce_pause(self, text: str, progress: ProgressComment | None) -> None:
+        """The pause on the task: the progress comment's last edit, the comment, the label."""
+        labels = self._source.labels
+        if progress is not None:
+            await progress.finish("paused")
+        await self._source.post_comment(self._task.key, self._redactor.text(text))
+        await transition(self._source, self._task.key, labels.paused_label, [labels.processing_label])
 
     async def stop(self, error: RunStopped, steps: int, position: str, progress: ProgressComment | None) -> Path:
         """The stop notice as the final comment, the stopped label; the context's new directory.

@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from coding_agent.config import AgentConfig, TaskStopConfig
 from coding_agent.domain.ports import RunStore
@@ -63,6 +63,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 PauseReason = Literal["signal", "operator", "shutdown", "budget"]
 StopReason = Literal["unassigned", "operator"]
@@ -102,16 +104,72 @@ def pause_signal_path(config: AgentConfig) -> Path:
 
 
 class ShutdownSignal:
-    """Set once the process is asked to shut down; its running runs then pause."""
+    """Set once the process is asked to shut down; its running runs then pause (SPEC 8.3).
 
-    def __init__(self) -> None:
+    The shutdown is bounded in time: `begin` is given the grace and the time left after it
+    for the pauses' writes. Until the grace ends a run pauses at its next checkpoint; then
+    the signal is `cut`: a model request or tool call still in flight is given up
+    (`wait_cut`), and the run pauses as it stood before it. Each write of a pause is bounded
+    by `remaining()`, so a forge or a broker that does not answer cannot hold the exit up;
+    what could not be written is finished by the next worker, as after a crash."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._event = threading.Event()
+        self._cut = False
+        # What `wait_cut` waits on, made in the loop that waits (a service may outlive
+        # one `asyncio.run`, and an asyncio.Event belongs to the first loop it waits in).
+        self._cut_event: asyncio.Event | None = None
+        self._cut_loop: asyncio.AbstractEventLoop | None = None
+        self._clock = clock
+        self._deadline: float | None = None
 
     def set(self) -> None:
         self._event.set()
 
+    def begin(self, grace: float, finish: float) -> None:
+        """The shutdown starts now: runs pause within `grace`, their writes end `finish` later."""
+        self._deadline = self._clock() + grace + finish
+        self._event.set()
+
     def is_set(self) -> bool:
         return self._event.is_set()
+
+    def cut(self) -> None:
+        """The grace is over: what a run is waiting for (the model, a tool) is given up.
+        Called in the event loop's thread."""
+        self._event.set()
+        self._cut = True
+        if self._cut_event is not None:
+            self._cut_event.set()
+
+    def is_cut(self) -> bool:
+        return self._cut
+
+    async def wait_cut(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._cut_event is None or self._cut_loop is not loop:
+            self._cut_event, self._cut_loop = asyncio.Event(), loop
+            if self._cut:
+                self._cut_event.set()
+        await self._cut_event.wait()
+
+    def remaining(self) -> float | None:
+        """Seconds left for a shutting-down run's writes (None: no shutdown, or unbounded)."""
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - self._clock())
+
+    async def bounded(self, write: Awaitable[T], what: str, reserve: float = 0.0) -> T | None:
+        """`write`, or None when the shutdown's time (less `reserve`, kept for the writes
+        after it) runs out first: then it is given up, and logged naming `what`."""
+        remaining = self.remaining()
+        if remaining is None:
+            return await write
+        try:
+            return await asyncio.wait_for(write, max(0.0, remaining - reserve))
+        except asyncio.TimeoutError:
+            log.warning("shutdown: %s did not finish in time; the next worker finishes it", what)
+            return None
 
 
 # How long an answer of the state store about operator requests is reused: a checkpoint
