@@ -11,7 +11,7 @@ import pytest
 from coding_agent.config import DEFAULT_COMPLETION_KEYWORDS, GitHubConfig
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import ConversationContext, build_conversation
-from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
+from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn, compose_first_turn
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.prompts.untrusted import UntrustedWrapper
 from coding_agent.retry import RetryPolicy
@@ -127,3 +127,25 @@ def test_prompt_holds_the_newest_ten_and_says_what_was_left_out(sandbox: GitHubS
     assert all(f"comment number {n:02d}" in text for n in range(6, 16))
     assert not any(f"comment number {n:02d}" in text for n in range(1, 6))
     assert "### assistant (you, @agent-bot)" in text
+
+
+def test_the_first_turn_names_the_comments_it_shows_as_the_forge_gave_them(sandbox: GitHubSandbox) -> None:
+    """What the run records for the task page: the comments the conversation holds (the
+    newest within the limit), oldest first, their text unwrapped, the bot's own marked."""
+    state = sandbox.state
+    number = state.create_issue(REPO, "Parser breaks", "It breaks.", author="alice")
+    for n in range(1, 5):
+        state.add_comment(REPO, number, ["alice", "rita", "agent-bot", "rita"][n - 1], f"comment number {n:02d}")
+    task, comments = _fetch(sandbox, number)
+
+    turn = compose_first_turn(
+        task, comments, [], lambda author: author != "rita", FirstTurnSettings(bot_name="agent-bot", max_comment_count=3)
+    )
+
+    assert [(c.author, c.body, c.own) for c in turn.comments] == [
+        ("rita", "comment number 02", False),
+        ("agent-bot", "comment number 03", True),
+        ("rita", "comment number 04", False),
+    ]
+    assert [c.id for c in turn.comments] == [str(c.id) for c in comments[1:]]
+    assert all(c.created_at in turn.text for c in turn.comments) and "untrusted-content" in turn.text

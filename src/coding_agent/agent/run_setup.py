@@ -12,7 +12,7 @@ from coding_agent.agent.planning import PlanningPolicy, load_planning_state
 from coding_agent.agent.steering import RunSteering
 from coding_agent.agent.trust import Conversation
 from coding_agent.config import AgentConfig
-from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn
+from coding_agent.context.first_turn import FirstTurn, FirstTurnSettings, compose_first_turn
 from coding_agent.context.memory import MemoryKeeper
 from coding_agent.domain.ci import CiFix, FailingCheck
 from coding_agent.domain.runs import RunRecord
@@ -60,8 +60,9 @@ def first_turn_for(
     run_uuid: str,
     branch_rules: dict[str, str],
     runs: list[RunRecord],
-) -> str:
-    """The task, its conversation and review threads, and the memories (SPEC 9.1, 9.2)."""
+) -> FirstTurn:
+    """The task, its conversation and review threads, and the memories (SPEC 9.1, 9.2);
+    with the comments the conversation shows, for the run to record."""
     handling = config.comment_handling
     settings = FirstTurnSettings(
         bot_name=source.bot_name,
@@ -75,7 +76,7 @@ def first_turn_for(
     previous = [run for run in runs if run.uuid != run_uuid]
     followup = bool(previous) and previous[-1].status == "done"
     recalled = memories.recall(task.key) if memories is not None else None
-    return build_first_turn(
+    return compose_first_turn(
         task, conversation.comments, conversation.threads, conversation.trust, settings, recalled, followup, branch_rules
     )
 

@@ -381,8 +381,10 @@ class TaskRunner:
             ci_part = ci_fix_turn(
                 run.ci_fix, conversation.trust.wrapper, config.ci.log_tail_lines, config.ci.max_prompt_chars
             )
-            parts = (first_turn, ci_part, environment.first_turn_note())
+            parts = (first_turn.text, ci_part, environment.first_turn_note())
             llm.send_user_message("\n\n".join(part for part in parts if part))
+            # What the model reads, as records: the task page shows them without parsing prompts.
+            run.files.record_comments(first_turn.comments, "first_turn")
         policy.prepare(llm, tool_specs)
         await run.steering.begin(conversation.comments, conversation.threads, conversation.trust)
         if (setup_note := environment.progress_note()) is not None:

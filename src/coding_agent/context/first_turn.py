@@ -3,6 +3,8 @@
 One function, used by the runner (with memories and the configured limits) and by
 `render_task_prompt` (everything, no memories), so that there is one way the
 task, its conversation, its review threads and the memories become prompt text.
+`compose_first_turn` also says which comments the conversation shows, as data: the run
+records them (`RunContextFiles.record_comments`) for the task page.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ from dataclasses import dataclass, field
 
 from coding_agent.context.channel_context import build_channel_messages
 from coding_agent.context.completion import CompletionDetector
-from coding_agent.context.conversation import build_conversation
+from coding_agent.context.conversation import build_conversation, is_bot
+from coding_agent.context.storage import CommentRead
 from coding_agent.domain.channel import Recollection
 from coding_agent.domain.memories import channel_of
 from coding_agent.domain.tasks import Comment, Task, Thread
 from coding_agent.prompts.context_prompts import render_task_context
 from coding_agent.prompts.untrusted import UntrustedWrapper
 
-__all__ = ["FirstTurnSettings", "build_first_turn", "render_task_prompt"]
+__all__ = ["FirstTurn", "FirstTurnSettings", "build_first_turn", "compose_first_turn", "render_task_prompt"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,15 @@ class FirstTurnSettings:
     wrapper: UntrustedWrapper = field(default_factory=UntrustedWrapper.new)
 
 
+@dataclass(frozen=True)
+class FirstTurn:
+    """The first user turn's text, and the comments its conversation shows (oldest
+    first, as the forge gave them; the bot's own marked `own`)."""
+
+    text: str
+    comments: tuple[CommentRead, ...]
+
+
 def build_first_turn(
     task: Task,
     comments: Sequence[Comment],
@@ -45,7 +57,21 @@ def build_first_turn(
     followup: bool = False,
     branch_rules: Mapping[str, str] | None = None,
 ) -> str:
-    """The first user turn.
+    """The first user turn's text (`compose_first_turn`, its comments left out)."""
+    return compose_first_turn(task, comments, threads, is_trusted, settings, memories, followup, branch_rules).text
+
+
+def compose_first_turn(
+    task: Task,
+    comments: Sequence[Comment],
+    threads: Sequence[Thread],
+    is_trusted: Callable[[str], bool],
+    settings: FirstTurnSettings = FirstTurnSettings(),
+    memories: Recollection | None = None,
+    followup: bool = False,
+    branch_rules: Mapping[str, str] | None = None,
+) -> FirstTurn:
+    """The first user turn, and the comments it shows.
 
     `memories`: what the memory keeper recalled for the task (None: memories are off).
     `branch_rules`: rule files read from a PR head the task's trigger does not control
@@ -72,9 +98,12 @@ def build_first_turn(
     history = build_channel_messages(channel_id, channel_name, top_level, wrapped, limit)
     context = (memories or Recollection(str(task.key))).context(settings.persona, history)
     untrusted_files = {path: wrapper.wrap(task.author, text) for path, text in (branch_rules or {}).items()}
-    return render_task_context(
+    text = render_task_context(
         task, conversation, context, {t.id: t for t in threads}, followup=followup, branch_files=untrusted_files
     )
+    by_id = {str(comment.id): comment for comment in comments}
+    shown = [by_id[turn.metadata.id] for turn in conversation.conversation[1:] if turn.metadata.id in by_id]
+    return FirstTurn(text, tuple(CommentRead.of(c, own=is_bot(c.author, settings.bot_name)) for c in shown))
 
 
 def render_task_prompt(

@@ -3,7 +3,9 @@
 `contexts/running/<uuid>/` while the run works, then `completed/` (or `paused/`):
 `metadata.json`, `messages.jsonl` (the full history, append-only), `current.jsonl`
 (what is sent to the model now), `summaries.jsonl` (compressions), `tools.jsonl`
-(every tool call). Everything written
+(every tool call), `comments.jsonl` (every comment the run read, as it read it: the
+first turn's conversation, then each new comment sent to the model; the dashboard's
+"comments seen" is this file, never the prompts' wording). Everything written
 passes through the redactor: a secret in a tool's output never lands on disk.
 
 These two files are the run's only copy of its conversation: the crash checkpoint
@@ -18,18 +20,39 @@ import os
 import shutil
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from coding_agent.domain.tasks import Comment
 from coding_agent.redaction import Redactor
 
-__all__ = ["ContextStorage", "RunContextFiles", "CURRENT_FILE", "MESSAGES_FILE"]
+__all__ = ["ContextStorage", "RunContextFiles", "CommentRead", "COMMENTS_FILE", "CURRENT_FILE", "MESSAGES_FILE"]
 
 RUNNING, COMPLETED, PAUSED = "running", "completed", "paused"
 RESULT_PREVIEW_CHARS = 500
 MESSAGES_FILE = "messages.jsonl"  # the full history, append-only
 CURRENT_FILE = "current.jsonl"  # what is sent to the model now
+COMMENTS_FILE = "comments.jsonl"  # the comments the run read, one record each
+
+
+@dataclass(frozen=True)
+class CommentRead:
+    """A comment as a run read it, recorded for the task page (SPEC 11.3) so that the page
+    never has to find it again in the prompt's wording. `body` is the comment's text as
+    the forge gave it (not as the prompt wraps it); `own`: the bot's own comment, an
+    answer it gave before (shown as posted)."""
+
+    id: str
+    author: str
+    created_at: str
+    body: str
+    own: bool = False
+
+    @classmethod
+    def of(cls, comment: Comment, own: bool = False) -> CommentRead:
+        return cls(str(comment.id), comment.author, comment.created_at.isoformat(), comment.body, own)
 
 
 def _open_for_append(path: Path) -> int:
@@ -174,6 +197,28 @@ class RunContextFiles:
             ],
         )
 
+    def record_comments(self, comments: Sequence[CommentRead], read_in: Literal["first_turn", "new_comments"]) -> None:
+        """One line of comments.jsonl per comment the model is about to read: `read_in`
+        says where (the first turn's conversation, or a new-comments message)."""
+        if not comments:
+            return
+        now = time.time()
+        self._append_jsonl(
+            COMMENTS_FILE,
+            [
+                {
+                    "at": now,
+                    "read_in": read_in,
+                    "id": comment.id,
+                    "author": comment.author,
+                    "created_at": comment.created_at,
+                    "body": comment.body,
+                    "own": comment.own,
+                }
+                for comment in comments
+            ],
+        )
+
     def move_to(self, state: str) -> Path:
         """Move the run's directory to `running`, `completed` or `paused`; return the new path."""
         target = self._root / state / self.run_uuid
@@ -196,7 +241,7 @@ class ContextStorage:
     def start_run(self, run_uuid: str, **metadata: Any) -> RunContextFiles:
         directory = self.root / RUNNING / run_uuid
         directory.mkdir(parents=True, exist_ok=False)
-        for name in (MESSAGES_FILE, CURRENT_FILE, "summaries.jsonl", "tools.jsonl"):
+        for name in (MESSAGES_FILE, CURRENT_FILE, "summaries.jsonl", "tools.jsonl", COMMENTS_FILE):
             (directory / name).touch()
         files = RunContextFiles(self.root, directory, run_uuid, self._redactor)
         files.write_metadata(uuid=run_uuid, status=RUNNING, started_at=time.time(), **metadata)

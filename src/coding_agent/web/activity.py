@@ -1,15 +1,19 @@
 """What a run did, as the task page shows it (SPEC 11.3, 10.5): its tool calls, the
 comments it saw and posted, and, for a planned run, the plan's checklist.
 
-Everything is read from the run's context directory (`context_storage.base_dir`), which
-the runner already writes: `tools.jsonl`, `messages.jsonl` and `task_state.json`. No
-forge request is made per page view, so the dashboard works without forge tokens.
+Everything is read from the records the run writes in its context directory
+(`context_storage.base_dir`): `tools.jsonl`, `comments.jsonl` and `task_state.json`,
+never from its prompts, whose wording can change freely. No forge request is made per
+page view, so the dashboard works without forge tokens.
 
 - tool calls: `tools.jsonl` (name, arguments, error or not, a short result, time);
-- comments seen: the conversation in the run's first user turn and the new-comment
-  messages (`new_comments.j2`'s wording) in `messages.jsonl`; comments posted: the step
-  notes of the progress comment (the saved state's `progress`, `task_state.json` or its journal's last line) and the final comment
-  the state store keeps to publish (`run_marks.final_body`);
+- comments seen and answered: `comments.jsonl`, one record per comment as the run read it
+  (the first turn's conversation, the bot's own earlier answers marked, then each new
+  comment sent to the model); comments posted: the step notes of the progress comment
+  (the saved state's `progress`, `task_state.json` or its journal's last line) and the
+  final comment the state store keeps to publish (`run_marks.final_body`). A run recorded
+  before `comments.jsonl` existed shows no comments seen, only those it posted: its
+  prompts are not parsed;
 - the plan: the saved state's `planning`, read with `load_planning_state`, as data (one
   item per action with its status): the page renders it as a checklist, never as the
   progress comment's Markdown.
@@ -23,7 +27,6 @@ stream asks every half second.
 from __future__ import annotations
 
 import json
-import re
 from collections import OrderedDict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,6 +35,7 @@ from typing import Any
 from coding_agent.agent.planning import PlanningStateError, load_planning_state
 from coding_agent.agent.planning.checklist import position
 from coding_agent.agent.steering.state import JOURNAL_FILE, STATE_FILE, load_state_document
+from coding_agent.context.storage import COMMENTS_FILE
 from coding_agent.redaction import Redactor
 
 __all__ = ["RunActivity", "shorten"]
@@ -42,13 +46,6 @@ MAX_COMMENTS = 100
 ARGS_CHARS = 200
 RESULT_CHARS = 300
 COMMENT_CHARS = 2000
-
-_HEADING = re.compile(r"^### (?:user @(?P<user>\S+)|assistant \(you, @(?P<bot>\S+)\)) at (?P<at>\S+).*$", re.M)
-_SECTION_END = re.compile(r"^(?:## |Work this |A new comment above asks)", re.M)
-_WRAPPER = re.compile(r'</?untrusted-content-[0-9a-f]+(?: author="[^"]*")?>\n?')
-_ONE_NEW = re.compile(r"\A\[New Comment from @(?P<author>[^\]\s]+)\]:\n")
-_MANY_NEW = "[New Comments Detected]:\n"
-_NEW_ITEM = re.compile(r"^Comment \d+ from @(?P<author>\S+) \((?P<at>[^)]*)\):$", re.M)
 
 
 def shorten(text: str, limit: int, redactor: Redactor) -> str:
@@ -80,52 +77,27 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _conversation(first_turn: str) -> list[dict[str, Any]]:
-    """The comments of the first user turn's "## Conversation" section."""
-    start = first_turn.find("\n## Conversation")
-    if start < 0:
-        return []
-    section = first_turn[start:]
-    headings = list(_HEADING.finditer(section))
-    found = []
-    for index, heading in enumerate(headings):
-        end = headings[index + 1].start() if index + 1 < len(headings) else len(section)
-        body = section[heading.end() : end]
-        if index + 1 == len(headings):
-            closing = _SECTION_END.search(body)
-            body = body[: closing.start()] if closing else body
-        posted = heading["bot"] is not None
-        found.append({"author": heading["bot"] or heading["user"], "at": heading["at"], "body": body, "posted": posted})
-    return found
-
-
-def _new_comments(text: str) -> list[dict[str, Any]]:
-    """The comments of one new-comment message (SPEC 8.1's wording), [] for any other text."""
-    one = _ONE_NEW.match(text)
-    if one:
-        return [{"author": one["author"], "at": None, "body": text[one.end() :], "posted": False}]
-    if not text.startswith(_MANY_NEW):
-        return []
-    items = list(_NEW_ITEM.finditer(text))
-    return [
-        {"author": item["author"], "at": item["at"], "body": text[item.end() : items[i + 1].start() if i + 1 < len(items) else len(text)], "posted": False}
-        for i, item in enumerate(items)
-    ]
-
-
-def comments_seen(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Comments the run read: the first turn's conversation, then those that arrived."""
+def comments_seen(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The comments the run read, from its `comments.jsonl` records (`RunContextFiles.
+    record_comments`): the first turn's conversation, then those that arrived, in the
+    order it read them. A comment recorded twice (a run that died after recording a
+    new comment and read it again when continued) is shown once."""
     found: list[dict[str, Any]] = []
-    first = True
-    for message in messages:
-        if message.get("role") != "user":
+    ids: set[str] = set()
+    for record in records:
+        key = str(record.get("id") or "")
+        if key and key in ids:
             continue
-        content = str(message.get("content") or "")
-        if first:
-            found.extend(_conversation(content))
-            first = False
-        else:
-            found.extend(_new_comments(content))
+        ids.add(key)
+        at = record.get("created_at")
+        found.append(
+            {
+                "author": str(record.get("author") or ""),
+                "at": at if isinstance(at, str) and at else None,
+                "body": str(record.get("body") or "").strip() or "(empty)",
+                "posted": bool(record.get("own")),
+            }
+        )
     return found
 
 
@@ -195,7 +167,7 @@ class RunActivity:
         return self._cached(watched, "state", lambda path: (load_state_document(directory) or {}) if path else {})
 
     def comments(self, directory: Path, final_body: str | None) -> list[dict[str, Any]]:
-        seen = self._cached(directory / "messages.jsonl", "comments", lambda p: comments_seen(_jsonl(p)) if p else [])
+        seen = self._cached(directory / COMMENTS_FILE, "comments", lambda p: comments_seen(_jsonl(p)) if p else [])
         progress = self._state(directory).get("progress") or {}
         notes = progress.get("notes") if isinstance(progress, dict) else None
         posted = [
@@ -209,7 +181,7 @@ class RunActivity:
             {
                 **comment,
                 "author": shorten(str(comment["author"]), 100, self._redactor),
-                "body": shorten(_WRAPPER.sub("", str(comment["body"])).strip(), COMMENT_CHARS, self._redactor),
+                "body": shorten(str(comment["body"]).strip(), COMMENT_CHARS, self._redactor),
             }
             for comment in [*seen, *posted][-MAX_COMMENTS:]
         ]

@@ -36,7 +36,7 @@ from coding_agent.agent.steering.interrupts import (
 )
 from coding_agent.agent.steering.state import Continuation, RunSaver, Standing, pending_reply
 from coding_agent.config import AgentConfig
-from coding_agent.context.storage import RunContextFiles
+from coding_agent.context.storage import CommentRead, RunContextFiles
 from coding_agent.domain.ports import RunCheckout, RunStore
 from coding_agent.domain.tasks import Comment, Task, Thread
 from coding_agent.llm.base import LLMClient
@@ -361,8 +361,13 @@ class RunSteering:
         if asked_just_now and not self._comments_owed:
             return CONTINUE
         self._comments_owed = False
-        message = await self._detector.message(await self._detector.check())
-        return Decision(messages=(message,)) if message is not None else CONTINUE
+        comments = await self._detector.check()
+        message = await self._detector.message(comments)
+        if message is None:
+            return CONTINUE
+        # Recorded as the model is sent them: the task page reads these, not the message.
+        self.files.record_comments([CommentRead.of(comment) for comment in comments], "new_comments")
+        return Decision(messages=(message,))
 
     # -- publishing ----------------------------------------------------------------
 
