@@ -73,6 +73,40 @@ async def _guarded(
 # ------------------------------------------------------------------------------ forge
 
 
+async def _github_app(config: GitHubConfig, name: str) -> Check:
+    """A GitHub App (SPEC 17): its JWT accepted, its installations, the repositories in scope."""
+    from coding_agent.errors import AgentError
+    from coding_agent.sources.github.app_auth import AppTokens
+
+    assert config.app is not None
+    try:
+        tokens = AppTokens(config.app, config.api_url, config.owner, timeout=8)
+    except AgentError as error:  # the key cannot be read or is no key
+        return Check(name, False, str(error))
+    try:
+        bot = await tokens.bot_login()
+        installations = await tokens.installations()
+        parts = [f"GitHub App {config.app.app_id} (bot @{bot})"]
+        parts += [f"installed on {i.account}{' (suspended)' if i.suspended else ''}" for i in installations]
+        installation = await tokens.installation_for(config.owner)
+        response = await tokens.request_as_installation("GET", "/installation/repositories", params={"per_page": 100})
+        names = [str(repo["full_name"]) for repo in response.json().get("repositories", [])]
+    except AgentError as error:
+        return Check(name, False, str(error))
+    finally:
+        await tokens.aclose()
+    wanted = {f"{config.owner}/{repo}".lower() for repo in config.repos}
+    scope = [n for n in names if n.split("/", 1)[0].lower() == config.owner.lower() and (not wanted or n.lower() in wanted)]
+    missing = sorted(wanted - {n.lower() for n in names})
+    parts.append(f"installation {installation}: {', '.join(scope) or 'no repository'} in scope")
+    if missing:
+        parts.append(f"not installed on: {', '.join(missing)}")
+    if config.bot_name and config.bot_name.lower() != bot.lower():
+        parts.append(f"bot_name is {config.bot_name!r} but the app's bot is @{bot}")
+        return Check(name, False, "; ".join(parts))
+    return Check(name, bool(scope) and not missing, "; ".join(parts))
+
+
 def _forge_modules(config: AgentConfig) -> list[str]:
     """The client libraries the forge checks of `config` need."""
     names = [name for name in ("github", "gitlab") if name in config.sources]
@@ -99,8 +133,10 @@ async def _github(config: GitHubConfig) -> Check:
     from githubkit.exception import RequestFailed
 
     name = f"forge github {config.api_url}"
+    if config.app is not None:
+        return await _github_app(config, name)
     if config.token is None or not config.token.get_secret_value():
-        return Check(name, False, "no token (github.token or GITHUB_TOKEN)")
+        return Check(name, False, "no token (github.token or GITHUB_TOKEN, or github.app)")
     github: GitHub[Any] = GitHub(config.token.get_secret_value(), base_url=config.api_url, auto_retry=False, timeout=8)
     try:
         response = await github.rest.users.async_get_authenticated()

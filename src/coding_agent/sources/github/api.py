@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncGenerator, Iterable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -25,6 +25,7 @@ from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
+from coding_agent.sources.github.app_auth import AppTokens
 from coding_agent.sources.github.client import PER_PAGE, GitHubClient, GitHubNotFoundError, Sleep, has_next_page
 from coding_agent.sources.github.mapping import (
     MAX_BODY_LENGTH,
@@ -80,7 +81,8 @@ class GitHubSource:
         self.labels = LabelConfig.model_validate({name: getattr(config, name) for name in LabelConfig.model_fields})
         self.bot_name = config.bot_name
         token = config.token.get_secret_value() if config.token is not None else ""
-        self._http = GitHubClient(token, config.api_url, retry, sleep, timeout)
+        app = AppTokens(config.app, config.api_url, config.owner, timeout) if config.app is not None else None
+        self._http = GitHubClient(token, config.api_url, retry, sleep, timeout, app)
         self._rest = self._http.rest
         self._known_labels: dict[str, set[str]] = {}
         self._clone_urls: LifetimeAnswers[str] = LifetimeAnswers()
@@ -89,7 +91,13 @@ class GitHubSource:
 
     # ------------------------------------------------------------ discovery and snapshots
 
+    async def learn_identity(self) -> None:
+        """A GitHub App's bot is `<slug>[bot]` (`GET /app`, read once), unless `bot_name` is set."""
+        if self._http.app is not None and not self.bot_name:
+            self.bot_name = await self._http.app.bot_login()
+
     async def discover(self) -> list[Task]:
+        await self.learn_identity()
         return [task async for page in self._search(*build_search_query(self._config)) for task in page]
 
     async def discover_followups(self, since: datetime) -> AsyncGenerator[list[Task], None]:
@@ -314,6 +322,13 @@ class GitHubSource:
             return None
         credentials = base64.b64encode(f"x-access-token:{self._http.token}".encode()).decode()
         return f"Authorization: Basic {credentials}"
+
+    async def git_http_auth_for(self, project: str) -> str | None:
+        """The header git sends for `project` now: a GitHub App's token narrowed to that
+        repository, renewed before it expires (the host asks before every git command)."""
+        if self._http.app is not None:
+            return await self._http.app.git_header(project)
+        return self.git_http_auth()
 
     async def git_identity(self, username: str | None) -> GitIdentity:
         """Profile name and public email; else GitHub's no-reply address `<id>+<login>@users.noreply.<host>`.
@@ -563,8 +578,11 @@ class GitHubSource:
         )
         return trigger_actor(events, self.labels.bot_label, self.bot_name)
 
-    def session(self) -> AbstractAsyncContextManager[object]:
-        return self._http.session()
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        await self.learn_identity()
+        async with self._http.session():
+            yield
 
     async def aclose(self) -> None:
         await self._http.aclose()
