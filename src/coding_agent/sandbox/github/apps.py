@@ -128,6 +128,10 @@ class Apps(Accounts):
         with self._lock:
             return self._apps[app_id]
 
+    def apps(self) -> list[AppRecord]:
+        with self._lock:
+            return list(self._apps.values())
+
     def installations(self, app_id: int) -> list[InstallationRecord]:
         with self._lock:
             return [i for i in self._installations.values() if i.app_id == app_id]
@@ -231,6 +235,13 @@ class Apps(Accounts):
                 self._expired_uses[token] = self._expired_uses.get(token, 0) + 1
                 return None
             return super().login_for_token(token)
+
+    def expire_app_tokens(self) -> None:
+        """Make every installation token minted so far expire now (a revoked or lapsed token)."""
+        with self._lock:
+            now = time.time()
+            for value, minted in list(self._app_tokens.items()):
+                self._app_tokens[value] = replace(minted, expires_at=min(minted.expires_at, now))
 
     def app_token(self, token: str) -> AppTokenRecord | None:
         """The installation token `token` is, if it is one."""

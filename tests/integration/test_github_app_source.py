@@ -1,0 +1,116 @@
+"""GitHubSource as a GitHub App (SPEC 17) against the sandbox GitHub over real HTTP: tokens
+are cached until near expiry (no mint per poll or per call), each repository's calls and
+git credential carry a token narrowed to it, and a token the forge refuses is replaced
+once, never sent again."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from coding_agent.config import GitHubConfig
+from coding_agent.domain.tasks import TaskKey, TaskKind
+from coding_agent.errors import ConfigError, ForgeError
+from coding_agent.retry import RetryPolicy
+from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sources.github import GitHubSource
+from tests.support.github_app import AppKey, new_app_key
+
+REPO = "acme/widgets"
+OTHER = "acme/gadgets"
+SLUG = "acme-agent"
+
+
+@pytest.fixture(scope="module")
+def key() -> AppKey:
+    return new_app_key()
+
+
+@pytest.fixture
+def sandbox(key: AppKey) -> Iterator[GitHubSandbox]:
+    with GitHubSandbox() as box:
+        state = box.state
+        state.add_user("alice")
+        for name in (REPO, OTHER):
+            state.add_repo(name, private=True)
+            state.set_permission(name, "alice", "admin")
+        app = state.add_app(SLUG, key.public_pem, owner="acme")
+        state.install_app(app.id, "acme", [REPO, OTHER])
+        number = state.create_issue(REPO, "Fix it", "body", author="alice")
+        state.add_label(REPO, number, "coding agent", actor="alice")
+        yield box
+
+
+def _config(sandbox: GitHubSandbox, key: AppKey, **app: object) -> GitHubConfig:
+    [app] = sandbox.state.apps()
+    settings = {"app_id": app.id, "private_key": key.private_pem, **app}
+    return GitHubConfig.model_validate({"api_url": sandbox.url, "owner": "acme", "app": settings})
+
+
+@pytest.fixture
+async def source(sandbox: GitHubSandbox, key: AppKey) -> AsyncIterator[GitHubSource]:
+    github = GitHubSource(_config(sandbox, key), RetryPolicy(retries=0))
+    yield github
+    await github.aclose()
+
+
+ISSUE = TaskKey("github", REPO, TaskKind.ISSUE, 1)
+
+
+async def test_polls_and_calls_reuse_the_cached_tokens(sandbox: GitHubSandbox, source: GitHubSource) -> None:
+    for _ in range(3):  # three polls
+        [task] = await source.discover()
+        await source.get_task(task.key)
+        await source.list_comments(task.key)
+    assert source.bot_name == f"{SLUG}[bot]"
+    mints = sandbox.state.mints()
+    assert [m.repositories for m in mints] == [None, ("widgets",)], "one token for the search, one for the repository"
+    assert {r.login for r in sandbox.state.requests() if not r.path.startswith("/app")} == {f"{SLUG}[bot]"}
+
+
+async def test_the_git_credential_is_the_repositorys_narrowed_token(sandbox: GitHubSandbox, source: GitHubSource) -> None:
+    header = await source.git_http_auth_for(REPO)
+    assert header is not None and header.startswith("Authorization: Basic ")
+    user, _, token = base64.b64decode(header.split()[-1]).decode().partition(":")
+    assert user == "x-access-token"
+    minted = sandbox.state.app_token(token)
+    assert minted is not None and minted.repos == (REPO,)
+    assert source.git_http_auth() is None, "no long-lived credential exists to hand out"
+
+
+async def test_a_refused_token_is_replaced_once_and_never_sent_again(sandbox: GitHubSandbox, source: GitHubSource) -> None:
+    await source.get_task(ISSUE)
+    sandbox.state.expire_app_tokens()  # revoked, or lapsed while the process slept
+    await source.get_task(ISSUE)
+    await source.list_comments(ISSUE)
+    uses = sandbox.state.expired_token_uses()
+    assert list(uses.values()) == [1], "the refused token was sent once, then replaced"
+    assert len([m for m in sandbox.state.mints() if m.repositories == ("widgets",)]) == 2
+
+
+async def test_a_suspended_installation_is_a_clear_error(sandbox: GitHubSandbox, source: GitHubSource) -> None:
+    [app] = sandbox.state.apps()
+    for installation in sandbox.state.installations(app.id):
+        sandbox.state.suspend_installation(installation.id)
+    with pytest.raises(ForgeError, match="suspended"):
+        await source.discover()
+
+
+async def test_a_wrong_app_id_names_the_key(sandbox: GitHubSandbox, key: AppKey) -> None:
+    config = _config(sandbox, key)
+    assert config.app is not None
+    wrong = config.model_copy(update={"app": config.app.model_copy(update={"app_id": config.app.app_id + 99})})
+    github = GitHubSource(wrong, RetryPolicy(retries=0))
+    try:
+        with pytest.raises(ForgeError, match=r"github\.app\.app_id") as raised:
+            await github.discover()
+        assert key.private_pem.splitlines()[1] not in str(raised.value)
+    finally:
+        await github.aclose()
+
+
+def test_a_key_that_is_no_key_names_the_config_key(sandbox: GitHubSandbox, key: AppKey) -> None:
+    with pytest.raises(ConfigError, match=r"github\.app\.private_key: not an RSA private key"):
+        GitHubSource(_config(sandbox, key, private_key="-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----"), RetryPolicy())
