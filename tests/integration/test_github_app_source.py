@@ -43,9 +43,9 @@ def sandbox(key: AppKey) -> Iterator[GitHubSandbox]:
         yield box
 
 
-def _config(sandbox: GitHubSandbox, key: AppKey, **app: object) -> GitHubConfig:
+def _config(sandbox: GitHubSandbox, key: AppKey, **changes: object) -> GitHubConfig:
     [app] = sandbox.state.apps()
-    settings = {"app_id": app.id, "private_key": key.private_pem, **app}
+    settings = {"app_id": app.id, "private_key": key.private_pem, **changes}
     return GitHubConfig.model_validate({"api_url": sandbox.url, "owner": "acme", "app": settings})
 
 
