@@ -21,6 +21,7 @@ from tests.support.github_app import AppKey, new_app_key
 REPO = "acme/widgets"
 OTHER = "acme/gadgets"
 SLUG = "acme-agent"
+PUBLIC_NOT_INSTALLED = "acme/public-site"
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,9 @@ def sandbox(key: AppKey) -> Iterator[GitHubSandbox]:
             state.set_permission(name, "alice", "admin")
         app = state.add_app(SLUG, key.public_pem, owner="acme")
         state.install_app(app.id, "acme", [REPO, OTHER])
+        state.add_repo(PUBLIC_NOT_INSTALLED)  # public: the search finds its issues
+        stray = state.create_issue(PUBLIC_NOT_INSTALLED, "Not ours", "body", author="alice")
+        state.add_label(PUBLIC_NOT_INSTALLED, stray, "coding agent", actor="alice")
         number = state.create_issue(REPO, "Fix it", "body", author="alice")
         state.add_label(REPO, number, "coding agent", actor="alice")
         yield box
@@ -61,7 +65,8 @@ ISSUE = TaskKey("github", REPO, TaskKind.ISSUE, 1)
 
 async def test_polls_and_calls_reuse_the_cached_tokens(sandbox: GitHubSandbox, source: GitHubSource) -> None:
     for _ in range(3):  # three polls
-        [task] = await source.discover()
+        [task] = await source.discover()  # not the public repository's: the app is not installed there
+        assert task.key.project == REPO
         await source.get_task(task.key)
         await source.list_comments(task.key)
     assert source.bot_name == f"{SLUG}[bot]"
@@ -114,3 +119,13 @@ async def test_a_wrong_app_id_names_the_key(sandbox: GitHubSandbox, key: AppKey)
 def test_a_key_that_is_no_key_names_the_config_key(sandbox: GitHubSandbox, key: AppKey) -> None:
     with pytest.raises(ConfigError, match=r"github\.app\.private_key: not an RSA private key"):
         GitHubSource(_config(sandbox, key, private_key="-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----"), RetryPolicy())
+
+
+async def test_a_repository_added_to_the_installation_is_in_scope_at_the_next_poll(
+    sandbox: GitHubSandbox, source: GitHubSource
+) -> None:
+    assert [t.key.project for t in await source.discover()] == [REPO]
+    [app] = sandbox.state.apps()
+    [installation] = sandbox.state.installations(app.id)
+    sandbox.state.set_installation_repos(installation.id, [REPO, OTHER, PUBLIC_NOT_INSTALLED])
+    assert sorted(t.key.project for t in await source.discover()) == [PUBLIC_NOT_INSTALLED, REPO]

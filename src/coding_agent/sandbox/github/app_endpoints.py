@@ -92,7 +92,7 @@ class AppEndpoints(Endpoints):
             "expires_at": _iso(token.expires_at),
             "permissions": token.permissions,
             "repository_selection": "selected" if repositories is not None else self.state.installation(token.installation_id).repository_selection,
-            "repositories": [render.repo(self.state.repo(name)) for name in token.repos],
+            "repositories": [render.repo(self.state.repo(name)) for name in self.state.token_repos(token)],
         }
         return json_reply(request, payload, status=201)
 
@@ -101,7 +101,7 @@ class AppEndpoints(Endpoints):
         if token is None:
             raise ApiError(403, "You must authenticate with an installation access token in order to list repositories for an installation.")
         render = self._render(request)
-        repos = [render.repo(self.state.repo(name)) for name in token.repos]
+        repos = [render.repo(self.state.repo(name)) for name in self.state.token_repos(token)]
         page, link = paginate(request, repos)
         installation = self.state.installation(token.installation_id)
         payload = {"total_count": len(repos), "repository_selection": installation.repository_selection, "repositories": page}

@@ -194,7 +194,7 @@ class Apps(Accounts):
             raise MintRefused(404, "Not Found")
         if installation.suspended:
             raise MintRefused(403, "This installation has been suspended")
-        repos = installation.repos
+        repos: tuple[str, ...] | None = None
         if repositories is not None:
             held = {name.split("/", 1)[1].lower(): name for name in installation.repos}
             wanted = [held.get(name.lower()) for name in repositories]
@@ -252,7 +252,15 @@ class Apps(Accounts):
         """Whether `token` may reach `full_name`: every token but an installation token
         narrowed to other repositories may (the permission check comes after)."""
         minted = self.app_token(token)
-        return minted is None or full_name.lower() in {name.lower() for name in minted.repos}
+        return minted is None or full_name.lower() in {name.lower() for name in self.token_repos(minted)}
+
+    def token_repos(self, minted: AppTokenRecord) -> tuple[str, ...]:
+        """The repositories `minted` reaches now: those it was narrowed to, else the
+        installation's current ones (an owner may add or remove some meanwhile)."""
+        with self._lock:
+            if minted.repos is not None:
+                return minted.repos
+            return self._installations[minted.installation_id].repos
 
     def mints(self) -> list[MintRecord]:
         """Every installation token request, oldest first."""

@@ -310,7 +310,7 @@ class AppTokenRecord:
 
     token: str
     installation_id: int
-    repos: tuple[str, ...]
+    repos: tuple[str, ...] | None  # None: whatever the installation holds at the time of use
     permissions: dict[str, str]
     expires_at: float
 

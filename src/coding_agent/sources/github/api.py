@@ -98,7 +98,26 @@ class GitHubSource:
 
     async def discover(self) -> list[Task]:
         await self.learn_identity()
-        return [task async for page in self._search(*build_search_query(self._config)) for task in page]
+        found = [task async for page in self._search(*build_search_query(self._config)) for task in page]
+        if self._http.app is None:
+            return found
+        installed = await self._installed_repositories()
+        return [task for task in found if task.key.project.lower() in installed]
+
+    async def _installed_repositories(self) -> set[str]:
+        """A GitHub App's scope: the repositories its installation holds now (a search also
+        finds public repositories the app was never installed on). Revalidated each poll
+        with the cache's ETag: a 304 when nothing changed."""
+        names: set[str] = set()
+        for page in range(1, 101):
+            data = await self._http.get_path_json("/installation/repositories", {"per_page": PER_PAGE, "page": page})
+            chunk = data.get("repositories") if isinstance(data, dict) else None
+            if not isinstance(chunk, list):
+                raise ForgeError("github GET /installation/repositories: unexpected response shape")
+            names.update(str(repo.get("full_name", "")).lower() for repo in chunk if isinstance(repo, dict))
+            if len(chunk) < PER_PAGE:
+                break
+        return names
 
     async def discover_followups(self, since: datetime) -> AsyncGenerator[list[Task], None]:
         """One search: done items that @mention the bot, updated since `since`."""
