@@ -47,3 +47,11 @@ def test_the_environments_key_overrides_and_a_ci_github_token_is_not_taken_for_t
     assert config.github.app.private_key_file is None
     assert config.github.token is None
     assert key not in repr(config)
+
+
+def test_the_inline_key_and_its_lines_are_secrets_to_redact() -> None:
+    lines = [secrets.token_urlsafe(48)[:64] for _ in range(3)]
+    key = "-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(lines) + "\n-----END RSA PRIVATE KEY-----\n"
+    config = _config({"app": {"app_id": 12, "private_key": key}})
+    found = config.secrets({})
+    assert key in found and all(line in found for line in lines)
