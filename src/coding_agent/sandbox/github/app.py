@@ -46,6 +46,7 @@ def _routes(api: _Api) -> list[Route]:
         Route("/app/installations", api.list_installations, methods=["GET"]),
         Route("/app/installations/{installation_id:int}/access_tokens", api.create_installation_token, methods=["POST"]),
         Route("/installation/repositories", api.installation_repositories, methods=["GET"]),
+        Route("/app-manifests/{code}/conversions", api.convert_manifest, methods=["POST"]),
         Route("/users/{username}", api.get_user_by_name, methods=["GET"]),
         Route("/search/issues", api.search_issues, methods=["GET"]),
         Route(repo, api.get_repo, methods=["GET"]),

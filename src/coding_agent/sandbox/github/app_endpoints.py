@@ -8,6 +8,7 @@ take the app's JWT (the middleware checks it and puts the app on `request.state.
 from __future__ import annotations
 
 import json
+import secrets
 from datetime import datetime, timezone
 from typing import Any
 
@@ -106,3 +107,15 @@ class AppEndpoints(Endpoints):
         installation = self.state.installation(token.installation_id)
         payload = {"total_count": len(repos), "repository_selection": installation.repository_selection, "repositories": page}
         return json_reply(request, payload, link=link)
+
+    async def convert_manifest(self, request: Request) -> Response:
+        """`POST /app-manifests/{code}/conversions` (no authentication, as on GitHub)."""
+        app, pem, webhook_secret = self.state.convert_manifest(request.path_params["code"])
+        payload = {
+            **self._app_json(app),
+            "pem": pem,
+            "webhook_secret": webhook_secret,
+            "client_id": f"Iv1.{app.id:016x}",
+            "client_secret": secrets.token_hex(20),
+        }
+        return json_reply(request, payload, status=201)

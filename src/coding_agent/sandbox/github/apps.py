@@ -17,6 +17,8 @@ import time
 from typing import Any
 
 import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from coding_agent.sandbox.github.accounts import Accounts
 from coding_agent.sandbox.github.records import AppRecord, AppTokenRecord, InstallationRecord, MintRecord
@@ -141,6 +143,37 @@ class Apps(Accounts):
             if installation_id not in self._installations:
                 raise NotFoundError(f"installation {installation_id} not found")
             return self._installations[installation_id]
+
+    # ---------------------------------------------------------------- the manifest flow
+
+    def approve_manifest(self, manifest: dict[str, Any], owner: str = "app-owner") -> str:
+        """What a person does on github.com with a posted manifest: confirm it. Returns the
+        one-time code GitHub hands the manifest's `redirect_url`."""
+        code = secrets.token_hex(10)
+        with self._lock:
+            self._manifests[code] = (dict(manifest), owner)
+        return code
+
+    def convert_manifest(self, code: str) -> tuple[AppRecord, str, str]:
+        """`POST /app-manifests/{code}/conversions`: the app made from the manifest, its
+        private key (PEM) and webhook secret; a code is good once (`NotFoundError` after)."""
+        with self._lock:
+            found = self._manifests.pop(code, None)
+        if found is None:
+            raise NotFoundError(f"manifest code {code} not found")
+        manifest, owner = found
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
+        public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        slug = "-".join(str(manifest.get("name") or "app").lower().split())
+        app = self.add_app(
+            slug,
+            public.decode(),
+            owner=owner,
+            permissions=dict(manifest.get("default_permissions") or {}),
+            events=tuple(manifest.get("default_events") or ()),
+        )
+        return app, private.decode(), secrets.token_hex(20)
 
     # ---------------------------------------------------------------- JWTs and tokens
 

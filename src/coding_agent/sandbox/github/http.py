@@ -166,6 +166,8 @@ class GitHubMiddleware(BaseHTTPMiddleware):
             fault = response is not None
         if response is None and self.unauthenticated and request.url.path.startswith(self.unauthenticated):
             response = await call_next(request)
+        if response is None and request.url.path.startswith("/app-manifests/"):
+            response = await call_next(request)  # the manifest flow's one-time code is the credential
         if response is None and _is_app_path(request.url.path):
             response = await self._as_app(request, call_next)
         if response is None:

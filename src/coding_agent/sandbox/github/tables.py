@@ -94,6 +94,7 @@ class GitHubTables:
         self._app_tokens: dict[str, AppTokenRecord] = {}
         self._mints: list[MintRecord] = []
         self._expired_uses: dict[str, int] = {}
+        self._manifests: dict[str, tuple[dict[str, object], str]] = {}
         self.rate_limit = RateLimitRecord(limit=rate_limit, remaining=rate_limit, reset=int(time.time()) + 3600)
         # Real git repositories behind the clone URLs, created on first use.
         self.git = GitRepoStore()

@@ -38,7 +38,32 @@ from coding_agent.config import GitHubAppConfig
 from coding_agent.errors import ConfigError, ForgeError, TransientError
 from coding_agent.sources.http import transient_status
 
-__all__ = ["AppTokens", "AppAuthStrategy", "InstallationAuth", "Installation", "RENEW_AHEAD_SECONDS", "load_private_key"]
+__all__ = ["APP_EVENTS", "APP_PERMISSIONS", "AppTokens", "AppAuthStrategy", "InstallationAuth", "Installation", "RENEW_AHEAD_SECONDS", "load_private_key"]
+
+# What the agent needs of an installation (SPEC 17): the manifest asks for these, and
+# `doctor` warns about any an installation lacks.
+APP_PERMISSIONS: dict[str, str] = {
+    "contents": "write",
+    "issues": "write",
+    "pull_requests": "write",
+    "checks": "read",
+    "statuses": "read",
+    "actions": "read",
+    "metadata": "read",
+}
+# The webhook events it reacts to (GitHub sends `installation` and
+# `installation_repositories` to every app without a subscription).
+APP_EVENTS: tuple[str, ...] = (
+    "issues",
+    "issue_comment",
+    "pull_request",
+    "pull_request_review",
+    "pull_request_review_comment",
+    "check_run",
+    "check_suite",
+    "workflow_run",
+    "status",
+)
 
 # Renew a token this long before it expires (SPEC 17: at least 5 minutes ahead).
 RENEW_AHEAD_SECONDS = 300.0
