@@ -78,13 +78,15 @@ def short_lived(key: AppKey) -> Iterator[AppForge]:
     yield from _forge(key, 3.0)
 
 
-def _run_once(setup: AgentSetup, private_key: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """`coding-agent run --once` with the app's key in the environment, no token anywhere."""
+def _run_once(
+    setup: AgentSetup, private_key: str, timeout: float = 180, command: tuple[str, ...] = ("run", "--once")
+) -> subprocess.CompletedProcess[str]:
+    """`coding-agent run --once` (or `command`) with the app's key in the environment, no token anywhere."""
     env = {**os.environ, "E2E_APP_KEY": private_key, "E2E_LLM_KEY": LLM_API_KEY}
     for name in ("GITHUB_TOKEN", "GITLAB_TOKEN", "OPENAI_API_KEY", "GITHUB_BOT_NAME", "GITHUB_APP_PRIVATE_KEY"):
         env.pop(name, None)
     return subprocess.run(
-        [sys.executable, "-m", "coding_agent.cli", "run", "--once", "--config", str(setup.config_path)],
+        [sys.executable, "-m", "coding_agent.cli", *command, "--config", str(setup.config_path)],
         cwd=setup.directory,
         env=env,
         capture_output=True,
@@ -196,3 +198,29 @@ def test_a_bad_key_or_wrong_app_id_is_a_clear_error_and_claims_nothing(
     assert "coding agent processing" not in labels and "coding agent" in labels, "nothing was claimed"
     assert not forge.sandbox.state.comments(REPO, number)
     assert key.private_pem.splitlines()[1] not in output
+
+
+def test_doctor_names_the_app_its_bot_installation_and_repositories_in_scope(
+    forge: AppForge, key: AppKey, tmp_path: Path
+) -> None:
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = _setup(tmp_path, forge, model)
+        result = _run_once(setup, key.private_pem, command=("doctor",))
+    [line] = [line for line in result.stdout.splitlines() if "forge github" in line]
+    assert line.startswith("ok"), result.stdout
+    assert f"GitHub App {forge.app.id} (bot @{BOT})" in line
+    assert f"installation {forge.installation.id}: {REPO}, {INSTALLED_ELSEWHERE} in scope" in line
+    assert NOT_INSTALLED not in line
+
+
+def test_doctor_fails_on_a_permission_the_installation_lacks(key: AppKey, tmp_path: Path) -> None:
+    with GitHubSandbox() as sandbox:
+        forge = AppForge(sandbox, key, 3600)
+        lacking = sandbox.state.add_app("thin-agent", key.public_pem, owner="acme", permissions={"issues": "write", "metadata": "read"})
+        sandbox.state.install_app(lacking.id, "acme", [REPO])
+        with ReplaySandbox(HELLO_SCRIPT) as model:
+            setup = _setup(tmp_path, forge, model, app_id=lacking.id)
+            result = _run_once(setup, key.private_pem, command=("doctor",))
+    [line] = [line for line in result.stdout.splitlines() if "forge github" in line]
+    assert line.startswith("FAIL"), result.stdout
+    assert "lacks permissions contents: write" in line and "pull_requests: write" in line

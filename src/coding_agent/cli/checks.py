@@ -76,7 +76,7 @@ async def _guarded(
 async def _github_app(config: GitHubConfig, name: str) -> Check:
     """A GitHub App (SPEC 17): its JWT accepted, its installations, the repositories in scope."""
     from coding_agent.errors import AgentError
-    from coding_agent.sources.github.app_auth import AppTokens
+    from coding_agent.sources.github.app_auth import APP_EVENTS, AppTokens
 
     assert config.app is not None
     try:
@@ -89,6 +89,13 @@ async def _github_app(config: GitHubConfig, name: str) -> Check:
         parts = [f"GitHub App {config.app.app_id} (bot @{bot})"]
         parts += [f"installed on {i.account}{' (suspended)' if i.suspended else ''}" for i in installations]
         installation = await tokens.installation_for(config.owner)
+        chosen = next((i for i in installations if i.id == installation), None)
+        gaps = chosen.missing() if chosen is not None else []
+        if gaps:
+            parts.append(f"installation {installation} lacks permissions {', '.join(gaps)} (grant them in the app's settings)")
+        unheard = [e for e in APP_EVENTS if chosen is not None and e not in chosen.events]
+        if unheard:
+            parts.append(f"warning: the app does not subscribe to {', '.join(unheard)} (webhooks only; polling still works)")
         response = await tokens.request_as_installation("GET", "/installation/repositories", params={"per_page": 100})
         names = [str(repo["full_name"]) for repo in response.json().get("repositories", [])]
     except AgentError as error:
@@ -104,7 +111,7 @@ async def _github_app(config: GitHubConfig, name: str) -> Check:
     if config.bot_name and config.bot_name.lower() != bot.lower():
         parts.append(f"bot_name is {config.bot_name!r} but the app's bot is @{bot}")
         return Check(name, False, "; ".join(parts))
-    return Check(name, bool(scope) and not missing, "; ".join(parts))
+    return Check(name, bool(scope) and not missing and not gaps, "; ".join(parts))
 
 
 def _forge_modules(config: AgentConfig) -> list[str]:

@@ -78,6 +78,15 @@ class Installation:
     id: int
     account: str
     suspended: bool
+    permissions: tuple[tuple[str, str], ...] = ()
+    events: tuple[str, ...] = ()
+
+    def missing(self) -> list[str]:
+        """What the agent needs that this installation was not granted (for `doctor`)."""
+        held = dict(self.permissions)
+        levels = {"read": 1, "write": 2, "admin": 3}
+        gaps = [f"{name}: {level}" for name, level in APP_PERMISSIONS.items() if levels.get(held.get(name, ""), 0) < levels[level]]
+        return gaps
 
 
 @dataclass
@@ -188,7 +197,13 @@ class AppTokens:
             while True:
                 chunk = (await self._as_app("GET", "/app/installations", params={"per_page": 100, "page": page})).json()
                 found += [
-                    Installation(int(item["id"]), str(item["account"]["login"]), item.get("suspended_at") is not None)
+                    Installation(
+                        int(item["id"]),
+                        str(item["account"]["login"]),
+                        item.get("suspended_at") is not None,
+                        tuple(sorted((str(k), str(v)) for k, v in (item.get("permissions") or {}).items())),
+                        tuple(str(e) for e in item.get("events") or ()),
+                    )
                     for item in chunk
                 ]
                 if len(chunk) < 100:
