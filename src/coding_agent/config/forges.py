@@ -19,8 +19,11 @@ class LabelConfig(_Strict):
     paused_label: str = "coding agent paused"
     stopped_label: str = "coding agent stopped"
     failed_label: str = "coding agent failed"
+    stop_label: str = "coding agent stop"
 
-    @field_validator("bot_label", "processing_label", "done_label", "paused_label", "stopped_label", "failed_label")
+    @field_validator(
+        "bot_label", "processing_label", "done_label", "paused_label", "stopped_label", "failed_label", "stop_label"
+    )
     @classmethod
     def _not_blank(cls, value: str) -> str:
         """An empty label matches nothing: the agent would never see a trigger."""
