@@ -146,6 +146,8 @@ def github_hints(config: GitHubConfig, event: str, payload: Any) -> list[Hint]:
     if event in ("issues", "pull_request"):
         if action == "labeled" and _field(payload, "label", "name") == config.bot_label:
             return [Hint(key, "new")]
+        if action == "labeled" and _field(payload, "label", "name") == config.stop_label:
+            return [Hint(key, "steer")]  # the running run reads its labels at its next checkpoint
         if action == "assigned":
             return [Hint(key, "new"), Hint(key, "steer")]
         if action == "unassigned":

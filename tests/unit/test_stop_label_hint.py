@@ -1,0 +1,23 @@
+"""The stop label (SPEC 17) as a GitHub webhook: the running run looks at its task now."""
+
+from __future__ import annotations
+
+from pydantic import SecretStr
+
+from coding_agent.config import GitHubConfig
+from coding_agent.web.webhooks import Hint, github_hints
+
+GITHUB = GitHubConfig(api_url="http://127.0.0.1:1", token=SecretStr("t"), owner="acme", bot_name="bot")
+
+
+def _labeled(name: str, repo: str = "acme/widgets") -> dict[str, object]:
+    return {"repository": {"full_name": repo}, "action": "labeled", "label": {"name": name}, "issue": {"number": 7}}
+
+
+def test_the_stop_label_steers_the_running_run() -> None:
+    assert github_hints(GITHUB, "issues", _labeled("coding agent stop")) == [Hint("github:acme/widgets#7", "steer")]
+
+
+def test_other_labels_and_other_repositories_hint_nothing() -> None:
+    assert github_hints(GITHUB, "issues", _labeled("bug")) == []
+    assert github_hints(GITHUB, "issues", _labeled("coding agent stop", "other/widgets")) == []
