@@ -129,3 +129,25 @@ async def test_a_repository_added_to_the_installation_is_in_scope_at_the_next_po
     [installation] = sandbox.state.installations(app.id)
     sandbox.state.set_installation_repos(installation.id, [REPO, OTHER, PUBLIC_NOT_INSTALLED])
     assert sorted(t.key.project for t in await source.discover()) == [PUBLIC_NOT_INSTALLED, REPO]
+
+
+def test_an_apps_bot_is_mentioned_by_its_slug() -> None:
+    from coding_agent.runtime.followups import mentions
+
+    assert mentions("@acme-agent please also fix the docs", "acme-agent[bot]")
+    assert mentions("thanks @acme-agent[bot]!", "acme-agent[bot]")
+    assert not mentions("@acme-agent-two do it", "acme-agent[bot]")
+    assert not mentions("mail me at x@acme-agent", "acme-agent[bot]")
+
+
+async def test_a_done_issue_mentioning_the_apps_slug_is_a_followup(sandbox: GitHubSandbox, source: GitHubSource) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    state = sandbox.state
+    number = state.create_issue(REPO, "Done before", "body", author="alice")
+    state.add_label(REPO, number, "coding agent done", actor="alice")
+    state.add_comment(REPO, number, "alice", "@acme-agent please also update the changelog")
+    await source.learn_identity()
+    since = datetime.now(timezone.utc) - timedelta(hours=1)
+    found = [task.key.number async for page in source.discover_followups(since) for task in page]
+    assert found == [number]

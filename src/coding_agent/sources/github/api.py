@@ -124,7 +124,8 @@ class GitHubSource:
         if not self.bot_name:
             return
         stamp = since_the_hour(since).strftime("%Y-%m-%dT%H:%M:%SZ")
-        query = f"{self._config.query} mentions:{self.bot_name} updated:>={stamp}".strip()
+        mention = self.bot_name.removesuffix("[bot]")  # an app's bot is mentioned by its slug
+        query = f"{self._config.query} mentions:{mention} updated:>={stamp}".strip()
         scope = self._config.model_copy(update={"bot_label": self._config.done_label, "query": query})
         async for page in self._search(*build_search_query(scope)):
             yield page
