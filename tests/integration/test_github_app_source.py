@@ -151,3 +151,21 @@ async def test_a_done_issue_mentioning_the_apps_slug_is_a_followup(sandbox: GitH
     since = datetime.now(timezone.utc) - timedelta(hours=1)
     found = [task.key.number async for page in source.discover_followups(since) for task in page]
     assert found == [number]
+
+
+@pytest.mark.parametrize("change", ["suspend", "uninstall"])
+async def test_a_suspended_or_removed_installation_ends_work_with_a_clear_reason(
+    sandbox: GitHubSandbox, source: GitHubSource, change: str
+) -> None:
+    await source.get_task(ISSUE)  # a run under way, its token cached
+    [app] = sandbox.state.apps()
+    [installation] = sandbox.state.installations(app.id)
+    if change == "suspend":
+        sandbox.state.suspend_installation(installation.id)
+    else:
+        sandbox.state.uninstall(installation.id)
+    expected = "is suspended" if change == "suspend" else "was removed"
+    with pytest.raises(ForgeError, match=expected):
+        await source.list_comments(ISSUE)
+    with pytest.raises(ForgeError, match="suspended|not installed"):
+        await source.discover()  # the next poll starts nothing

@@ -122,6 +122,14 @@ class Apps(Accounts):
                 self.set_permission(name, bot, "write")
             self._installations[installation_id] = _replace(installation, repos=names, repository_selection="selected")
 
+    def uninstall(self, installation_id: int) -> None:
+        """The owner removed the app from the account: its tokens and repositories go."""
+        with self._lock:
+            installation = self._installations.pop(installation_id)
+            bot = self._apps[installation.app_id].bot_login
+            for name in installation.repos:
+                self.set_permission(name, bot, None)
+
     def suspend_installation(self, installation_id: int, suspended: bool = True) -> None:
         with self._lock:
             self._installations[installation_id] = _replace(self._installations[installation_id], suspended=suspended)
@@ -267,6 +275,10 @@ class Apps(Accounts):
             if minted is not None and time.time() >= minted.expires_at:
                 self._expired_uses[token] = self._expired_uses.get(token, 0) + 1
                 return None
+            if minted is not None:
+                installation = self._installations.get(minted.installation_id)
+                if installation is None or installation.suspended:
+                    return None  # a suspended or removed installation's tokens stop working at once
             return super().login_for_token(token)
 
     def expire_app_tokens(self) -> None:

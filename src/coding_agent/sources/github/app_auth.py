@@ -253,8 +253,12 @@ class AppTokens:
         try:
             response = await self._as_app("POST", path, json=body)
         except ForgeError as error:
+            self._installations = None  # read them again: the installation changed
+            app = f"github app {self._config.app_id}"
             if "suspended" in str(error):
-                raise ForgeError(f"github app {self._config.app_id}: its installation {installation} is suspended") from None
+                raise ForgeError(f"{app}: its installation {installation} is suspended; nothing is started") from None
+            if "HTTP 404" in str(error):
+                raise ForgeError(f"{app}: its installation {installation} was removed (the app is uninstalled)") from None
             raise
         data = response.json()
         value = str(data["token"])
