@@ -169,3 +169,18 @@ async def test_a_suspended_or_removed_installation_ends_work_with_a_clear_reason
         await source.list_comments(ISSUE)
     with pytest.raises(ForgeError, match="suspended|not installed"):
         await source.discover()  # the next poll starts nothing
+
+
+async def test_a_repository_outside_the_installation_is_read_with_the_installations_token(
+    sandbox: GitHubSandbox, source: GitHubSource
+) -> None:
+    """A PR from a contributor's public fork: the fork is in no installation, so git reads
+    it with the installation's own token (no mint can name it), never with more."""
+    sandbox.state.add_repo("stranger/widgets")  # public
+    for project in ("stranger/widgets", PUBLIC_NOT_INSTALLED):
+        header = await source.git_http_auth_for(project)
+        assert header is not None
+        token = base64.b64decode(header.split()[-1]).decode().partition(":")[2]
+        minted = sandbox.state.app_token(token)
+        assert minted is not None and minted.repos is None, "the installation's token"
+    assert all(m.status == 201 for m in sandbox.state.mints() if m.repositories != ("public-site",))

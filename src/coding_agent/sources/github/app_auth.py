@@ -89,6 +89,10 @@ class Installation:
         return gaps
 
 
+class _NotInstalled(Exception):
+    """The repository is in no installation of the app (handled in `AppTokens.token`)."""
+
+
 @dataclass
 class _Token:
     value: str
@@ -238,12 +242,22 @@ class AppTokens:
             cached = self._tokens.get(scope)
             if cached is not None and self._clock() < cached.renew_at:
                 return cached.value
-            minted = await self._mint(repository)
+            try:
+                minted = await self._mint(repository)
+            except _NotInstalled:
+                # A repository outside the installations (a contributor's public fork a PR
+                # comes from): read with the installation's own token, which reaches no
+                # more than the installation does.
+                return await self.token(None)
             self._tokens[scope] = minted
             return minted.value
 
     async def _mint(self, repository: str | None) -> _Token:
         owner = repository.split("/", 1)[0] if repository else self._owner
+        if repository is not None and self._config.installation_id is None:
+            accounts = {i.account.lower() for i in await self.installations()}
+            if owner.lower() not in accounts:
+                raise _NotInstalled(repository)
         installation = await self.installation_for(owner)
         body: dict[str, Any] = {}
         if repository is not None:
@@ -259,6 +273,8 @@ class AppTokens:
                 raise ForgeError(f"{app}: its installation {installation} is suspended; nothing is started") from None
             if "HTTP 404" in str(error):
                 raise ForgeError(f"{app}: its installation {installation} was removed (the app is uninstalled)") from None
+            if repository is not None and "HTTP 422" in str(error):
+                raise _NotInstalled(repository) from None
             raise
         data = response.json()
         value = str(data["token"])
