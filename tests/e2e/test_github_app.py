@@ -134,8 +134,12 @@ def test_an_issue_is_worked_to_a_draft_pr_with_installation_tokens_as_the_apps_b
     assert narrowed and set(narrowed) == {("widgets",)}, "each repository token names the task's repository only"
     assert all(m.status == 201 for m in state.mints())
     # Tokens are cached until near expiry: the preflight's look at the installation's
-    # repositories, then one for the search and one for the repository, for the whole run.
-    assert len(state.mints()) == 3, state.mints()
+    # repositories, one for the search, one for the poll's looks at the task before its
+    # claim, and the run's own (its API calls and its git fetches and push share it).
+    assert [m.repositories for m in state.mints()] == [None, None, ("widgets",), ("widgets",)], state.mints()
+    run_token = state.mints()[-1]
+    assert run_token.permissions is not None and run_token.permissions["contents"] == "write"
+    assert set(run_token.permissions) == {"contents", "issues", "pull_requests", "checks", "statuses", "actions", "metadata"}
 
     secrets = [key.private_pem.splitlines()[1], *(t.token for t in state.app_tokens())]
     for where, data in {**_agent_files(setup), "output": (result.stdout + result.stderr).encode()}.items():

@@ -184,3 +184,22 @@ async def test_a_repository_outside_the_installation_is_read_with_the_installati
         minted = sandbox.state.app_token(token)
         assert minted is not None and minted.repos is None, "the installation's token"
     assert all(m.status == 201 for m in sandbox.state.mints() if m.repositories != ("public-site",))
+
+
+async def test_each_run_gets_its_own_token_narrowed_to_its_repository_and_needs(
+    sandbox: GitHubSandbox, source: GitHubSource
+) -> None:
+    seen = []
+    for _ in range(2):  # two runs of tasks in the same repository, one after the other
+        async with source.session():
+            await source.get_task(ISSUE)
+            await source.list_comments(ISSUE)
+            header = await source.git_http_auth_for(REPO)
+            assert header is not None
+            seen.append(base64.b64decode(header.split()[-1]).decode().partition(":")[2])
+    assert seen[0] != seen[1], "a run's token is its own (and a resumed run gets a fresh one)"
+    runs = [m for m in sandbox.state.mints() if m.repositories is not None]
+    assert len(runs) == 2, "one mint per run, its API calls and git sharing it"
+    expected = {"contents": "write", "issues": "write", "pull_requests": "write", "checks": "read",
+                "statuses": "read", "actions": "read", "metadata": "read"}
+    assert all(m.repositories == ("widgets",) and m.permissions == expected for m in runs)

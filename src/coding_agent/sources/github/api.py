@@ -600,9 +600,14 @@ class GitHubSource:
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[None]:
+        """githubkit's client for the block; as an app, also the run's own tokens (app_auth.py)."""
         await self.learn_identity()
         async with self._http.session():
-            yield
+            if self._http.app is None:
+                yield
+            else:
+                with self._http.app.run_scope():
+                    yield
 
     async def aclose(self) -> None:
         await self._http.aclose()

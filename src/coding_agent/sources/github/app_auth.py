@@ -2,9 +2,9 @@
 
 The app signs a JWT with its private key (PyJWT over `cryptography`, RS256: `iat` 60 s in
 the past, `exp` 9 minutes ahead, `iss` the app id) and trades it for installation tokens
-(`POST /app/installations/{id}/access_tokens`). Each repository gets its own token,
-narrowed to that one repository: a run's requests and git pushes for its task's
-repository carry a token that reaches nothing else. Requests that name no repository
+(`POST /app/installations/{id}/access_tokens`). Each run gets its own token for its
+task's repository (`run_scope`), narrowed to that one repository and to the permissions
+a run needs: its requests and git pushes carry a token that reaches nothing else. Requests that name no repository
 (the search, GraphQL) carry a token of the whole installation.
 
 Tokens are kept in this process only, each until shortly before its `expires_at` (5
@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import secrets
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -64,6 +68,11 @@ APP_EVENTS: tuple[str, ...] = (
     "workflow_run",
     "status",
 )
+
+# How many recently minted tokens the redactor masks (every live one is among them).
+ISSUED_KEPT = 256
+# The run (`AppTokens.run_scope`) the current task belongs to; "" outside any run.
+_RUN: ContextVar[str] = ContextVar("coding_agent_app_run", default="")
 
 # Renew a token this long before it expires (SPEC 17: at least 5 minutes ahead).
 RENEW_AHEAD_SECONDS = 300.0
@@ -154,7 +163,9 @@ class AppTokens:
         self._locks: dict[str, asyncio.Lock] = {}
         self._installations: list[Installation] | None = None
         self._slug: str | None = None
-        self._issued: list[str] = []  # every token minted: what `secrets` hands the redactor
+        # The tokens minted lately: what `secrets` hands the redactor (bounded: a serve
+        # running for months mints one per run).
+        self._issued: deque[str] = deque(maxlen=ISSUED_KEPT)
 
     # ------------------------------------------------------------ the app itself
 
@@ -230,10 +241,27 @@ class AppTokens:
 
     # ------------------------------------------------------------ installation tokens
 
+    @contextmanager
+    def run_scope(self) -> Iterator[None]:
+        """The block of one run (the worker's `Source.session`): the repository tokens its
+        requests and git commands use are its own, minted when it first needs one and
+        dropped when it ends; a resumed run gets fresh ones. Outside any run (a poll),
+        the repository tokens are shared."""
+        run = secrets.token_hex(8)
+        reset = _RUN.set(run)
+        try:
+            yield
+        finally:
+            _RUN.reset(reset)
+            for scope in [scope for scope in self._tokens if scope.startswith(f"{run} ")]:
+                del self._tokens[scope]
+                self._locks.pop(scope, None)
+
     async def token(self, repository: str | None) -> str:
-        """A live token for `repository` (`owner/name`, narrowed to it) or, for None, the
-        installation of `github.owner`; minted only when none is cached or it is near expiry."""
-        scope = (repository or "").lower()
+        """A live token for `repository` (`owner/name`, narrowed to it, the run's own within
+        `run_scope`) or, for None, the installation of `github.owner`'s; minted only when
+        none is cached or it is near expiry."""
+        scope = f"{_RUN.get()} {repository.lower()}" if repository else ""
         cached = self._tokens.get(scope)
         if cached is not None and self._clock() < cached.renew_at:
             return cached.value
@@ -262,6 +290,7 @@ class AppTokens:
         body: dict[str, Any] = {}
         if repository is not None:
             body["repositories"] = [repository.split("/", 1)[1]]
+            body["permissions"] = await self._run_permissions(installation)
         started = self._clock()
         path = f"/app/installations/{installation}/access_tokens"
         try:
@@ -282,6 +311,19 @@ class AppTokens:
         lifetime = max(expires - started, 0.0)
         self._issued.append(value)
         return _Token(value, expires - min(RENEW_AHEAD_SECONDS, lifetime / 2))
+
+    async def _run_permissions(self, installation: int) -> dict[str, str]:
+        """What a run needs (`APP_PERMISSIONS`), as far as the installation holds it: a
+        token asks for no more (least privilege) and for nothing the installation lacks
+        (GitHub would refuse the whole mint)."""
+        held = next((dict(i.permissions) for i in await self.installations() if i.id == installation), {})
+        levels = {"read": 1, "write": 2, "admin": 3}
+        wanted: dict[str, str] = {}
+        for name, level in APP_PERMISSIONS.items():
+            have = held.get(name)
+            if have is not None and have in levels:
+                wanted[name] = level if levels[have] >= levels[level] else have
+        return wanted
 
     def forget(self, token: str) -> None:
         """Drop `token` (the forge refused it): the next request mints a fresh one."""
