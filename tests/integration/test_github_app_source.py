@@ -203,3 +203,22 @@ async def test_each_run_gets_its_own_token_narrowed_to_its_repository_and_needs(
     expected = {"contents": "write", "issues": "write", "pull_requests": "write", "checks": "read",
                 "statuses": "read", "actions": "read", "metadata": "read"}
     assert all(m.repositories == ("widgets",) and m.permissions == expected for m in runs)
+
+
+@pytest.mark.parametrize("skew", [-3600, 3600], ids=["clock-behind", "clock-ahead"])
+async def test_a_skewed_clock_is_a_clear_error_naming_the_clock(sandbox: GitHubSandbox, key: AppKey, skew: int) -> None:
+    """This machine's clock an hour off: GitHub refuses the JWT; the error says to check the clock."""
+    import time
+
+    from coding_agent.sources.github.app_auth import AppTokens
+
+    config = _config(sandbox, key)
+    assert config.app is not None
+    tokens = AppTokens(config.app, sandbox.url, "acme", timeout=10, clock=lambda: time.time() + skew)
+    try:
+        with pytest.raises(ForgeError, match="refused the app's JWT.*clock") as raised:
+            await tokens.token(None)
+        assert "claim" in str(raised.value), "GitHub's own words on what was wrong"
+    finally:
+        await tokens.aclose()
+    assert not sandbox.state.mints(), "nothing minted, nothing claimed"
