@@ -228,3 +228,69 @@ def test_doctor_fails_on_a_permission_the_installation_lacks(key: AppKey, tmp_pa
     [line] = [line for line in result.stdout.splitlines() if "forge github" in line]
     assert line.startswith("FAIL"), result.stdout
     assert "lacks permissions contents: write" in line and "pull_requests: write" in line
+
+
+def test_an_installation_repositories_webhook_starts_the_added_repositorys_task_at_once(
+    forge: AppForge, key: AppKey, tmp_path: Path
+) -> None:
+    """The app is installed on one more repository while `serve` runs (its poll interval an
+    hour): GitHub's `installation_repositories` delivery makes it look now, without a restart."""
+    import asyncio
+
+    import httpx
+
+    from coding_agent.config import load_config
+    from coding_agent.runtime.service import AgentService
+    from coding_agent.web.server import bind_socket, serving_http
+    from tests.support.github_webhooks import GitHubWebhooks
+    from tests.support.waiting import wait_for, wait_until
+
+    secret = "whsec-" + LLM_API_KEY[:12]
+    state = forge.sandbox.state
+    number = state.create_issue(NOT_INSTALLED, "Add a greeting file", "Please add hello.txt.", author=MAINTAINER)
+    state.add_label(NOT_INSTALLED, number, "coding agent", actor=MAINTAINER)
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        directory = tmp_path / "agent"
+        directory.mkdir()
+        setup = write_config(
+            directory, [], llm_section(model), task_source=["github"], github=forge.config_section(),
+            scheduling={"interval_seconds": 3600}, webhooks={"github_secret": secret},
+        )
+        config = load_config(setup.config_path, env={**os.environ, "E2E_APP_KEY": key.private_pem, "E2E_LLM_KEY": LLM_API_KEY})
+
+        def install_and_deliver(service: AgentService, url: str) -> None:
+            wait_for(lambda: service.producer.cycles >= 1, 60, "the first poll at start")
+            assert not model.requests, "the repository is not installed yet: nothing started"
+            state.set_installation_repos(forge.installation.id, [REPO, INSTALLED_ELSEWHERE, NOT_INSTALLED])
+            payload = {
+                "action": "added",
+                "installation": {"id": forge.installation.id, "account": {"login": "acme"}},
+                "repository_selection": "selected",
+                "repositories_added": [{"full_name": NOT_INSTALLED, "name": "private-stuff"}],
+                "repositories_removed": [],
+                "sender": {"login": MAINTAINER},
+            }
+            body = GitHubWebhooks.body(payload)
+            headers = GitHubWebhooks.headers("installation_repositories", body, secret)
+            answer = httpx.post(f"{url}/webhooks/github", content=body, headers=headers)
+            assert answer.status_code == 202, answer.text
+
+        async def serve() -> None:
+            service = AgentService(config)
+            stop = asyncio.Event()
+            try:
+                async with serving_http(config, service, bind_socket("127.0.0.1", 0)) as url:
+                    assert url is not None
+                    serving = asyncio.create_task(service.serve(stop))
+                    try:
+                        await asyncio.to_thread(install_and_deliver, service, url)
+                        done = lambda: "coding agent done" in state.issue(NOT_INSTALLED, number).labels  # noqa: E731
+                        await wait_until(lambda: done() or serving.done(), 120, "the added repository's task done")
+                    finally:
+                        stop.set()
+                        await serving
+            finally:
+                await service.aclose()
+
+        asyncio.run(asyncio.wait_for(serve(), 200))
+    assert "coding agent done" in state.issue(NOT_INSTALLED, number).labels

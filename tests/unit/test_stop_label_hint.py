@@ -21,3 +21,13 @@ def test_the_stop_label_steers_the_running_run() -> None:
 def test_other_labels_and_other_repositories_hint_nothing() -> None:
     assert github_hints(GITHUB, "issues", _labeled("bug")) == []
     assert github_hints(GITHUB, "issues", _labeled("coding agent stop", "other/widgets")) == []
+
+
+def test_installation_events_change_an_apps_scope_only() -> None:
+    app = GitHubConfig.model_validate({"api_url": "http://127.0.0.1:1", "owner": "acme", "app": {"app_id": 1, "private_key_file": "/k.pem"}})
+    event = {"action": "added", "installation": {"id": 9, "account": {"login": "acme"}}, "repositories_added": []}
+    assert github_hints(app, "installation_repositories", event) == [Hint("github:acme", "scope")]
+    assert github_hints(app, "installation", {**event, "action": "suspend"}) == [Hint("github:acme", "scope")]
+    elsewhere = {**event, "installation": {"id": 9, "account": {"login": "other"}}}
+    assert github_hints(app, "installation_repositories", elsewhere) == []
+    assert github_hints(GITHUB, "installation_repositories", event) == [], "a token setup has no installation"

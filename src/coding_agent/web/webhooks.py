@@ -48,6 +48,8 @@ __all__ = ["Hint", "WebhookSink", "webhook_routes", "github_hints", "gitlab_hint
 log = logging.getLogger(__name__)
 
 GITHUB_EVENTS = frozenset({"issues", "issue_comment", "pull_request", "pull_request_review_comment"})
+# A GitHub App's installation events (SPEC 17): GitHub sends them to every app.
+GITHUB_INSTALLATION_EVENTS = frozenset({"installation", "installation_repositories"})
 GITLAB_EVENTS = frozenset({"Issue Hook", "Merge Request Hook", "Note Hook"})
 # CI feedback (SPEC 16): used only with `ci.enabled`.
 GITHUB_CI_EVENTS = frozenset({"check_suite", "check_run", "workflow_run", "status"})
@@ -56,7 +58,9 @@ GITLAB_CI_EVENTS = frozenset({"Pipeline Hook", "Job Hook"})
 # new: a task that may carry the trigger label; followup: a comment on a task that may be
 # done; steer: a comment or an (un)assignment that a running run should see now; ci: a
 # commit's CI changed (the key is `forge:project@sha`: the watches of that commit look now).
-HintKind = Literal["new", "followup", "steer", "ci"]
+# scope: a GitHub App's installation changed (repositories added or removed, suspended,
+# deleted): the producer looks for work now, with the installation read again.
+HintKind = Literal["new", "followup", "steer", "ci", "scope"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,8 @@ class WebhookSink(Protocol):
     async def accept(self, key: str, kind: HintKind) -> None:
         """`steer`: the running run of `key` looks at the forge at its next checkpoint;
         `new` / `followup`: enqueue the key (deduplicated); `ci`: the CI watches of the
-        commit `key` names look at its checks now."""
+        commit `key` names look at its checks now; `scope`: a GitHub App's installation
+        changed, the producer looks for work now."""
         ...
 
 
@@ -128,6 +133,11 @@ def _github_ci_hints(full_name: str, event: str, payload: Any) -> list[Hint]:
 
 def github_hints(config: GitHubConfig, event: str, payload: Any) -> list[Hint]:
     """What a (verified) GitHub event means for the agent; [] for anything unexpected."""
+    if event in GITHUB_INSTALLATION_EVENTS:
+        account = _field(payload, "installation", "account", "login")
+        if config.app is None or not isinstance(account, str) or account.casefold() != config.owner.casefold():
+            return []
+        return [Hint(f"github:{account}", "scope")]
     full_name = _field(payload, "repository", "full_name")
     if not isinstance(full_name, str) or "/" not in full_name or not _github_in_scope(config, full_name):
         return []
@@ -177,7 +187,8 @@ async def _github(request: Request, config: AgentConfig, sink: WebhookSink, read
     if not verify(secret, body, signature):
         return _answer(401, "missing or wrong X-Hub-Signature-256")
     event = request.headers.get("x-github-event", "")
-    if event not in GITHUB_EVENTS and not (config.ci.enabled and event in GITHUB_CI_EVENTS):
+    used = event in GITHUB_EVENTS or (config.github.app is not None and event in GITHUB_INSTALLATION_EVENTS)
+    if not used and not (config.ci.enabled and event in GITHUB_CI_EVENTS):
         return _answer(202, f"event {event[:40]!r} is not used")
     if not await sink.first_delivery(f"github:{delivery[:150]}"):
         return _answer(200, "duplicate delivery ignored")

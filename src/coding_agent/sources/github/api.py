@@ -96,6 +96,12 @@ class GitHubSource:
         if self._http.app is not None and not self.bot_name:
             self.bot_name = await self._http.app.bot_login()
 
+    def scope_changed(self) -> None:
+        """A GitHub App's installation changed (a webhook): its tokens and installations
+        are read again at the next request (the repository list is re-read each poll)."""
+        if self._http.app is not None:
+            self._http.app.forget_all()
+
     async def discover(self) -> list[Task]:
         await self.learn_identity()
         found = [task async for page in self._search(*build_search_query(self._config)) for task in page]
