@@ -222,3 +222,20 @@ async def test_a_skewed_clock_is_a_clear_error_naming_the_clock(sandbox: GitHubS
     finally:
         await tokens.aclose()
     assert not sandbox.state.mints(), "nothing minted, nothing claimed"
+
+
+async def test_two_installations_the_other_accounts_repositories_are_never_worked(
+    sandbox: GitHubSandbox, source: GitHubSource
+) -> None:
+    state = sandbox.state
+    state.add_user("bob")
+    state.add_repo("globex/tools", private=True)
+    state.set_permission("globex/tools", "bob", "admin")
+    [app] = state.apps()
+    other = state.install_app(app.id, "globex", ["globex/tools"])
+    number = state.create_issue("globex/tools", "Theirs", "body", author="bob")
+    state.add_label("globex/tools", number, "coding agent", actor="bob")
+    for _ in range(2):
+        assert [t.key.project for t in await source.discover()] == [REPO], "github.owner narrows the scope"
+    assert not any("globex" in r.path for r in state.requests())
+    assert all(m.installation_id != other.id for m in state.mints()), "no token of the other installation"
