@@ -185,8 +185,12 @@ def _gitlab_sync(config: GitLabConfig) -> Check:
         return Check(name, False, f"the token is refused (HTTP {error.response_code})")
     user = client.user
     assert user is not None
-    parts = [f"bot user @{user.username}"]
+    parts = [f"bot user @{user.username}", _gitlab_token_kind(user)]
     ok = True
+    expiry, expired = _gitlab_token_expiry(client)
+    if expiry:
+        parts.append(expiry)
+        ok = not expired
     if config.bot_name and config.bot_name.lower() != str(user.username).lower():
         parts.append(f"bot_name is {config.bot_name!r} but the token is @{user.username}")
         ok = False
@@ -203,6 +207,47 @@ def _gitlab_sync(config: GitLabConfig) -> Check:
         group = client.groups.get(config.group)
         parts.append(f"group {group.full_path}: visible")
     return Check(name, ok, "; ".join(parts))
+
+
+# Warn this many days before a GitLab token expires (SPEC 17).
+_GITLAB_EXPIRY_WARNING_DAYS = 14
+
+
+def _gitlab_token_kind(user: Any) -> str:
+    """Project and group access tokens act as bot users named `project_<id>_bot...` /
+    `group_<id>_bot...`; any other token is a personal one."""
+    name = str(getattr(user, "username", ""))
+    if getattr(user, "bot", False) and name.startswith("project_"):
+        return "project access token"
+    if getattr(user, "bot", False) and name.startswith("group_"):
+        return "group access token"
+    return "personal access token"
+
+
+def _gitlab_token_expiry(client: Any) -> tuple[str, bool]:
+    """(what to say of the token's expiry, whether it has expired), from
+    `GET /personal_access_tokens/self` (GitLab 15.5+; older ones say nothing)."""
+    import datetime as dt
+
+    import gitlab
+
+    try:
+        data = client.http_get("/personal_access_tokens/self")
+    except gitlab.exceptions.GitlabError:
+        return "", False
+    expires = data.get("expires_at") if isinstance(data, dict) else None
+    if not expires:
+        return "the token does not expire", False
+    try:
+        day = dt.date.fromisoformat(str(expires)[:10])
+    except ValueError:
+        return "", False
+    left = (day - dt.datetime.now(dt.timezone.utc).date()).days
+    if left < 0:
+        return f"the token expired on {day.isoformat()}: make a new one", True
+    if left <= _GITLAB_EXPIRY_WARNING_DAYS:
+        return f"warning: the token expires on {day.isoformat()}, in {left} day(s): renew it", False
+    return f"the token expires on {day.isoformat()}", False
 
 
 def forge_checks(config: AgentConfig) -> list[tuple[str, Callable[[], Awaitable[Check]]]]:
