@@ -144,7 +144,7 @@ class AgentConfig(_Strict):
             key = app.private_key.get_secret_value()
             values.append(key)
             values += [line.strip() for line in key.replace("\\n", "\n").splitlines() if len(line.strip()) >= 32 and "-----" not in line]
-        for hook_secret in (self.webhooks.github_secret, self.webhooks.gitlab_token):
+        for hook_secret in (self.webhooks.github_secret, self.webhooks.gitlab_token, self.webhooks.gitlab_signing_token):
             if hook_secret is not None and hook_secret.get_secret_value():
                 values.append(hook_secret.get_secret_value())
         return values

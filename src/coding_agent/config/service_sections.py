@@ -102,6 +102,7 @@ class WebhooksConfig(_Strict):
 
     github_secret: SecretStr | None = None
     gitlab_token: SecretStr | None = None
+    gitlab_signing_token: SecretStr | None = None
     # bodies read at once (SPEC 15); one more is answered 503 at once, not queued
     max_concurrent: int = Field(default=8, ge=1, le=1024)
     # a body not received whole by then is cut off: 408 and the connection closed

@@ -29,9 +29,13 @@ the same app (`web/app.py`).
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -270,6 +274,11 @@ async def _gitlab(request: Request, config: AgentConfig, sink: WebhookSink, read
         body = await reader.read(request)
     except Refusal as refusal:
         return _refuse(refusal.status, refusal.message)
+    signing = config.webhooks.gitlab_signing_token
+    if signing is not None and signing.get_secret_value():
+        refused = gitlab_signature_refusal(signing.get_secret_value(), request.headers, body, time.time())
+        if refused:
+            return _answer(401, refused)
     if not await sink.first_delivery(f"gitlab:{delivery[:150]}"):
         return _answer(200, "duplicate delivery ignored")
     try:
@@ -277,6 +286,37 @@ async def _gitlab(request: Request, config: AgentConfig, sink: WebhookSink, read
     except Refusal as refusal:
         return _answer(refusal.status, refusal.message)
     return await _deliver(sink, gitlab_hints(config.gitlab, event, payload), "gitlab", event)
+
+
+# A signed GitLab delivery older or newer than this is refused (a replayed capture).
+SIGNATURE_TOLERANCE_SECONDS = 300
+
+
+def gitlab_signature_refusal(token: str, headers: Mapping[str, str], body: bytes, now: float) -> str:
+    """Why a GitLab delivery's signature is refused ("" when it is good): the Standard
+    Webhooks scheme GitLab signs with, `webhook-signature: v1,<base64 HMAC-SHA256 of
+    "webhook-id.webhook-timestamp.body">`, keyed by the signing token (`whsec_<base64>`:
+    the bytes it encodes), within 5 minutes of `webhook-timestamp`."""
+    delivery, stamp, signatures = (headers.get(name, "") for name in ("webhook-id", "webhook-timestamp", "webhook-signature"))
+    if not delivery or not stamp or not signatures:
+        return "missing webhook-id, webhook-timestamp or webhook-signature"
+    try:
+        sent = int(stamp)
+    except ValueError:
+        return "webhook-timestamp is not a number"
+    if abs(now - sent) > SIGNATURE_TOLERANCE_SECONDS:
+        return "webhook-timestamp is too far from now"
+    try:
+        key = base64.b64decode(token.removeprefix("whsec_"), validate=True) if token.startswith("whsec_") else token.encode()
+    except (binascii.Error, ValueError):
+        key = token.encode()
+    digest = hmac.new(key, f"{delivery}.{stamp}.".encode() + body, hashlib.sha256).digest()
+    expected = base64.b64encode(digest).decode()
+    for candidate in signatures.split():
+        version, _, value = candidate.partition(",")
+        if version == "v1" and hmac.compare_digest(value.encode(), expected.encode()):
+            return ""
+    return "wrong webhook-signature"
 
 
 async def _deliver(sink: WebhookSink, hints: list[Hint], forge: str, event: str) -> Response:
