@@ -31,3 +31,19 @@ def test_installation_events_change_an_apps_scope_only() -> None:
     elsewhere = {**event, "installation": {"id": 9, "account": {"login": "other"}}}
     assert github_hints(app, "installation_repositories", elsewhere) == []
     assert github_hints(GITHUB, "installation_repositories", event) == [], "a token setup has no installation"
+
+
+def test_the_stop_label_on_gitlab_steers_the_running_run() -> None:
+    from coding_agent.config import GitLabConfig
+    from coding_agent.web.webhooks import gitlab_hints
+
+    gitlab = GitLabConfig(api_url="http://127.0.0.1:1", token=SecretStr("t"), group="acme", bot_name="bot")
+    project = {"id": 15, "path_with_namespace": "acme/widgets"}
+    event = {
+        "project": project,
+        "object_attributes": {"iid": 23},
+        "labels": [{"title": "coding agent processing"}, {"title": "coding agent stop"}],
+        "changes": {"labels": {"previous": [{"title": "coding agent processing"}], "current": []}},
+    }
+    assert gitlab_hints(gitlab, "Issue Hook", event) == [Hint("gitlab:acme/widgets#23", "steer")]
+    assert gitlab_hints(gitlab, "Issue Hook", {**event, "changes": {}}) == [], "no label change: nothing to steer"

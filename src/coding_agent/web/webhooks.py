@@ -252,8 +252,9 @@ def gitlab_hints(config: GitLabConfig, event: str, payload: Any) -> list[Hint]:
     labels = payload.get("labels") if isinstance(payload.get("labels"), list) else []
     if any(isinstance(label, dict) and label.get("title") == config.bot_label for label in labels):
         hints.append(Hint(key, "new"))
-    if "assignees" in changes or "assignee_id" in changes:
-        hints.append(Hint(key, "steer"))
+    stop = any(isinstance(label, dict) and label.get("title") == config.stop_label for label in labels)
+    if "assignees" in changes or "assignee_id" in changes or (stop and "labels" in changes):
+        hints.append(Hint(key, "steer"))  # unassigned, or the stop label added: the run looks now
     return hints
 
 
