@@ -254,7 +254,8 @@ class StopChecker:
         except Exception as error:  # seed 002 S7: never stop on an error; check again next time
             log.error("%s: could not read the assignees (the run goes on): %s", self._key, error)
             return None
-        if self._stop_label and any(label.casefold() == self._stop_label for label in task.labels):
+        found = next((label for label in task.labels if self._stop_label and label.casefold() == self._stop_label), None)
+        if found is not None and await self._added_by_a_writer(found):
             log.info("%s: the stop label was added; stopping the run", self._key)
             return "stop_label"
         if not self._bot:
@@ -266,6 +267,20 @@ class StopChecker:
             log.info("%s: the bot was unassigned; stopping the run", self._key)
             return "unassigned"
         return None
+
+    async def _added_by_a_writer(self, label: str) -> bool:
+        """Whether the stop label's newest adder has write access (SPEC 17): anyone who may
+        label (GitHub's triage role, GitLab's Reporter) must not stop a maintainer's run."""
+        try:
+            actor = await self._source.find_trigger_user(self._key, label)
+            permission = await self._source.get_permission(self._key, actor) if actor else None
+        except Exception as error:  # like any failed read: the run goes on, looked at again next time
+            log.error("%s: could not read who added the stop label (the run goes on): %s", self._key, error)
+            return False
+        if permission is None or not permission.can_write:
+            log.warning("%s: the stop label was added by %s, without write access: ignored", self._key, actor or "someone unknown")
+            return False
+        return True
 
     def get_state(self) -> dict[str, Any]:
         return {"armed": self.armed}

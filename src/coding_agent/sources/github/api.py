@@ -591,8 +591,9 @@ class GitHubSource:
             return Permission.NONE
         return permission_of(result)
 
-    async def find_trigger_user(self, key: TaskKey) -> str | None:
-        """The actor of the newest `labeled` (bot_label) or `assigned` (bot) event.
+    async def find_trigger_user(self, key: TaskKey, label: str | None = None) -> str | None:
+        """The actor of the newest `labeled` (bot_label) or `assigned` (bot) event; with
+        `label`, of the newest `labeled` event of that label (who added the stop label).
 
         Events are read as plain JSON: GitHub has more event types than githubkit's
         union of models, and one unknown type must not hide the trigger.
@@ -602,6 +603,8 @@ class GitHubSource:
             f"/repos/{key.project}/issues/{key.number}/events",
             lambda page: self._rest.issues.async_list_events(owner, repo, key.number, per_page=PER_PAGE, page=page),
         )
+        if label is not None:
+            return trigger_actor(events, label, None)
         return trigger_actor(events, self.labels.bot_label, self.bot_name)
 
     @asynccontextmanager
