@@ -7,6 +7,8 @@ second shows what conditional requests save, if any):
 
 - GitHub, `owner` with a `repos` list of 1 vs 50 entries;
 - GitHub, owner-wide (no `repos`), the owner having 1 vs 50 repositories;
+- the same as a GitHub App installed on them (SPEC 17: the JWT's mints and the
+  installation's repository list, cached and revalidated, not one per task or poll);
 - GitLab, a `group` holding 1 vs 50 projects;
 
 each with nothing labelled, and with 3 labelled tasks in scope whose leases another
@@ -33,6 +35,7 @@ from coding_agent.domain.tasks import Forge, TaskKey
 from coding_agent.runtime.service import AgentService
 from coding_agent.sandbox.github import GitHubSandbox, GitHubState
 from coding_agent.store.state import StateStore
+from tests.support.github_app import new_app_key
 from tests.support.gitlab import GitLabSandbox, GitLabState
 
 OWNER = "acme"
@@ -63,9 +66,10 @@ def _llm_section() -> dict[str, Any]:
 
 
 def _config(directory: Path, forge: str, section: dict[str, Any]) -> Any:
+    credential = {} if "app" in section else {"token": BOT_TOKEN, "bot_name": BOT}
     data = {
         "task_source": forge,
-        forge: {**section, "token": BOT_TOKEN, "bot_name": BOT},
+        forge: {**section, **credential},
         "llm": _llm_section(),
         "workspace": {"base_dir": str(directory / "workspaces")},
         "context_storage": {"base_dir": str(directory / "contexts")},
@@ -130,10 +134,17 @@ def run_scenario(scenario: Scenario) -> dict[str, Any]:
     projects = _projects(scenario.repositories)
     with tempfile.TemporaryDirectory(prefix="bench-poll-") as tmp:
         directory = Path(tmp)
-        if scenario.forge == "github":
+        if scenario.forge in ("github", "github-app"):
             with GitHubSandbox() as github:
                 keys = _seed(github.state, "github", projects, scenario.leased_tasks)
                 section: dict[str, Any] = {"api_url": github.url, "owner": OWNER}
+                if scenario.forge == "github-app":
+                    # The same forge, the agent installed as a GitHub App on every repository
+                    # (SPEC 17): the mints must not add a request per task per poll.
+                    key = new_app_key()
+                    app = github.state.add_app("bench-agent", key.public_pem, owner=OWNER)
+                    github.state.install_app(app.id, OWNER, projects)
+                    section["app"] = {"app_id": app.id, "private_key": key.private_pem}
                 if scenario.scope == "owner+repos":
                     section["repos"] = [project.split("/", 1)[1] for project in projects]
                 config = _config(directory, "github", section)
@@ -159,7 +170,7 @@ def run_scenario(scenario: Scenario) -> dict[str, Any]:
 
 
 def main() -> None:
-    groups = [("github", "owner+repos"), ("github", "owner"), ("gitlab", "group")]
+    groups = [("github", "owner+repos"), ("github", "owner"), ("github-app", "owner"), ("gitlab", "group")]
     comparisons = []
     for forge, scope in groups:
         for leased in (0, LABELLED_TASKS):

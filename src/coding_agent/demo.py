@@ -27,6 +27,8 @@ from typing import Any
 
 import typer
 import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from coding_agent.config import AgentConfig, LLMConfig, parse_config
 from coding_agent.logging_setup import configure_logging
@@ -43,6 +45,7 @@ __all__ = ["run_demo", "run_playground", "ServeHttp", "DEMO_REPO", "DEMO_BOT", "
 DEMO_REPO = "demo/hello-world"
 DEMO_USER = "octocat"
 DEMO_BOT = "coding-agent-bot"
+DEMO_APP = "coding-agent-demo"  # `demo --app`: the app's slug; its bot is `coding-agent-demo[bot]`
 
 # Serves the dashboard of a service while the block runs, yielding its URL (or None).
 ServeHttp = Callable[[AgentConfig, AgentService], AbstractAsyncContextManager[str | None]]
@@ -173,9 +176,12 @@ def _sandbox_none(command: str, llm: LLMConfig | None, allow_none: bool, replay_
     return True
 
 
-def run_demo(llm: LLMConfig | None, keep: Path | None, planning: bool = False, allow_none: bool = False) -> int:
+def run_demo(
+    llm: LLMConfig | None, keep: Path | None, planning: bool = False, allow_none: bool = False, app: bool = False
+) -> int:
     """Run the demo (`planning`: in planning mode, SPEC 10); return the process exit code.
-    `allow_none`: the config of `--llm` sets `security.sandbox: none`."""
+    `allow_none`: the config of `--llm` sets `security.sandbox: none`. `app`: the agent
+    runs as a GitHub App installed on the demo's repository (SPEC 17), not with a token."""
     sandbox_none = _sandbox_none(
         "demo",
         llm,
@@ -185,7 +191,7 @@ def run_demo(llm: LLMConfig | None, keep: Path | None, planning: bool = False, a
     if sandbox_none is None:
         return 2
     with _demo_directory(keep) as directory:
-        return _run_in(directory, llm, keep is not None, sandbox_none, planning)
+        return _run_in(directory, llm, keep is not None, sandbox_none, planning, app)
 
 
 def _model(llm: LLMConfig | None, script: ReplayScript) -> tuple[ReplaySandbox | None, dict[str, Any]]:
@@ -206,7 +212,20 @@ def _model(llm: LLMConfig | None, script: ReplayScript) -> tuple[ReplaySandbox |
     }
 
 
-def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bool, planning: bool) -> int:
+def _install_app(sandbox: GitHubSandbox) -> dict[str, Any]:
+    """A GitHub App installed on the demo's repository, with a key drawn for this run; its
+    `github.app` config section. The bot is then `coding-agent-demo[bot]`."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    app = sandbox.state.add_app(DEMO_APP, public.decode(), owner="demo")
+    sandbox.state.install_app(app.id, "demo", [DEMO_REPO])
+    return {"app_id": app.id, "private_key": private.decode()}
+
+
+def _run_in(
+    directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bool, planning: bool, app: bool = False
+) -> int:
     token = _bot_token()
     with GitHubSandbox() as forge:
         number = _seed(forge, token)
@@ -215,6 +234,8 @@ def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bo
             # An empty environment: forge tokens exported for real work (GITHUB_TOKEN ...)
             # must not replace the sandbox forge's token (SPEC 12).
             data = _config(forge.url, token, llm_section, directory, sandbox_none, planning, keep)
+            if app:
+                data["github"] = {"api_url": forge.url, "owner": "demo", "app": _install_app(forge)}
             config = parse_config(data, source="demo", env={})
             configure_logging(config.logging, Redactor(config.secrets()), console=True)
             typer.echo(f"Sandbox GitHub at {forge.url}; issue {DEMO_REPO}#{number} labelled 'coding agent' by @{DEMO_USER}.")

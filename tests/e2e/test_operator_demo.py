@@ -42,6 +42,19 @@ def test_demo_ignores_exported_forge_tokens_and_cleans_up(tmp_path: Path) -> Non
     assert list(scratch.iterdir()) == []
 
 
+def test_demo_app_runs_the_task_as_a_github_app(tmp_path: Path) -> None:
+    """`demo --app` (SPEC 17): the same task worked with installation tokens; the comments
+    and the draft PR are by the app's bot, even with a token exported in the shell."""
+    env = {**os.environ, "GITHUB_TOKEN": "ghp_not_the_sandbox_token", "GITHUB_APP_PRIVATE_KEY": ""}
+    result = _demo(tmp_path, env, "--app")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "labels: coding agent done" in result.stdout
+    authors = {line.split("@", 1)[1] for line in result.stdout.splitlines() if "--- comment by @" in line}
+    assert authors == {"coding-agent-demo[bot]"}, result.stdout
+    assert "(draft)" in result.stdout
+    assert "PRIVATE KEY" not in result.stdout + result.stderr
+
+
 def _path_without_bwrap(tmp_path: Path) -> dict[str, str]:
     """The environment with a PATH holding the programs the demo needs, but no bwrap."""
     bin_dir = tmp_path / "bin"

@@ -264,3 +264,24 @@ def test_worker_with_the_llm_down_waits_logs_and_takes_nothing_from_the_queue(
         assert github_forge.comments("issue", number) == []
     finally:
         asyncio.run(delete_queues())
+
+
+def test_doctor_names_the_gitlab_tokens_kind_and_warns_before_it_expires(gitlab_forge: ForgeUnderTest, tmp_path: Path) -> None:
+    """SPEC 17: the token's kind and expiry (`GET /personal_access_tokens/self`), a warning
+    14 days ahead, a failure once it has expired."""
+    import datetime as dt
+
+    from .conftest import GITLAB_BOT_TOKEN
+
+    state: Any = gitlab_forge.sandbox.state  # type: ignore[attr-defined]
+    today = dt.datetime.now(dt.timezone.utc).date()
+    name = f"forge gitlab {gitlab_forge.url}"
+    with ReplaySandbox(REPLAY_MODEL) as model:
+        setup = write_config(tmp_path, [gitlab_forge], llm_section(model))
+        seen = {}
+        for days in (90, 10, -1):
+            state.set_token_expiry(GITLAB_BOT_TOKEN, (today + dt.timedelta(days=days)).isoformat())
+            seen[days] = _lines(run_cli(setup, "doctor"))[name]
+    assert seen[90].startswith("ok ") and "personal access token" in seen[90] and "warning" not in seen[90]
+    assert seen[10].startswith("ok ") and "warning: the token expires" in seen[10] and "in 10 day(s)" in seen[10]
+    assert seen[-1].startswith("FAIL") and "the token expired" in seen[-1]

@@ -171,3 +171,46 @@ def test_cli_stop_of_a_paused_task(github_forge: ForgeUnderTest, tmp_path: Path)
     assert "coding agent stopped" in labels and not {"coding agent paused", "coding agent processing"} & set(labels)
     assert github_forge.comments("issue", number)[-1][1].startswith("## ⛔ Task stopped")
     assert not (setup.contexts / "paused").exists() or not any((setup.contexts / "paused").iterdir())
+
+
+def _add_stop_label(forge: ForgeUnderTest, kind: Kind, number: int, actor: str = "alice") -> None:
+    """Someone (a maintainer by default) adds the stop label on the forge while the model thinks."""
+    state: Any = forge.sandbox.state  # type: ignore[attr-defined]
+    if forge.name == "github":
+        state.add_label("acme/widgets", number, "coding agent stop", actor=actor)
+    else:
+        state.add_label("acme/widgets", number, "coding agent stop", actor=actor, kind="issue" if kind == "issue" else "mr")
+
+
+@pytest.mark.parametrize("kind", ["issue", "change"], ids=["issue", "pr-mr"])
+def test_the_stop_label_stops_a_task_started_by_its_label_alone_and_is_removed(
+    forge: ForgeUnderTest, kind: Kind, tmp_path: Path
+) -> None:
+    """SPEC 17: no assignee to remove (an app cannot be assigned): the stop label stops the
+    run at its next check like an unassign, and is taken off when the stop is done."""
+    number = forge.open_task(kind, "Three files", "Please write a, b and c.")
+    script = three_files_script(1, "stop_label")
+    with ReplaySandbox(script, actions={"stop_label": lambda _: _add_stop_label(forge, kind, number)}) as model:
+        setup = steering_config(tmp_path, [forge], model)
+        report = run_cycle(load_for_service(setup))
+        requests = model.requests
+    assert [result.status for result in report.results] == ["stopped"]
+    assert len(requests) == 2, "stopped at the checkpoint right after the reply, before its action"
+    labels = forge.labels(kind, number)
+    assert "coding agent stopped" in labels
+    assert "coding agent stop" not in labels, "the stop label is removed once the stop is done"
+    assert "coding agent processing" not in labels
+    stop = [body for _, body in forge.comments(kind, number)][-1]
+    assert stop.startswith("## ⛔ Task stopped") and "stop label" in stop
+
+
+def test_the_stop_label_added_without_write_access_stops_nothing(forge: ForgeUnderTest, tmp_path: Path) -> None:
+    """A reader (GitHub read, GitLab Reporter: labels are theirs to add on some forges)
+    adds the stop label: the run goes on and ends done."""
+    number = forge.open_task("issue", "Three files", "Please write a, b and c.")
+    script = three_files_script(1, "stop_label")
+    with ReplaySandbox(script, actions={"stop_label": lambda _: _add_stop_label(forge, "issue", number, actor="rita")}) as model:
+        setup = steering_config(tmp_path, [forge], model)
+        report = run_cycle(load_for_service(setup))
+    assert [result.status for result in report.results] == ["done"]
+    assert "coding agent done" in forge.labels("issue", number)

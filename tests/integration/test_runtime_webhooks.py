@@ -431,3 +431,40 @@ async def test_a_signed_body_nesting_too_deep_is_400_not_500(sink: RecordingSink
     assert [github_answer.status_code, gitlab_answer.status_code] == [400, 400]
     assert "nests deeper than 64 levels" in github_answer.text and "nests deeper than 64 levels" in gitlab_answer.text
     assert sink.accepted == []
+
+
+def _signed(body: bytes, key: bytes, *, stamp: int | None = None, delivery: str = "msg_1") -> dict[str, str]:
+    """GitLab's Standard Webhooks signature headers for `body`, signed with `key`."""
+    import base64
+    import hashlib
+    import hmac
+    import time
+
+    sent = str(int(time.time()) if stamp is None else stamp)
+    digest = hmac.new(key, f"{delivery}.{sent}.".encode() + body, hashlib.sha256).digest()
+    return {"webhook-id": delivery, "webhook-timestamp": sent, "webhook-signature": "v1," + base64.b64encode(digest).decode()}
+
+
+async def test_gitlab_signed_deliveries_are_checked_when_a_signing_token_is_set(sink: RecordingSink) -> None:
+    """SPEC 17: with `webhooks.gitlab_signing_token`, a GitLab delivery needs a good
+    `webhook-signature` (HMAC over id.timestamp.body) besides X-Gitlab-Token; a
+    forged, re-signed-with-another-key, tampered or replayed one is 401 and enqueues nothing."""
+    import base64
+    import secrets
+    import time
+
+    raw = secrets.token_bytes(24)
+    config = _config(gitlab_token=GITLAB_TOKEN, gitlab_signing_token="whsec_" + base64.b64encode(raw).decode())
+    body = json.dumps(_gitlab_issue_hook(["coding agent"])).encode()
+    cases = {
+        "unsigned": {},
+        "another key": _signed(body, secrets.token_bytes(24)),
+        "tampered body": _signed(body + b" ", raw),
+        "replayed": _signed(body, raw, stamp=int(time.time()) - 3600),
+    }
+    for what, signature in cases.items():
+        response = await _post(config, sink, "/webhooks/gitlab", body, {**_gitlab_headers("Issue Hook"), **signature})
+        assert response.status_code == 401, what
+    assert sink.accepted == []
+    good = await _post(config, sink, "/webhooks/gitlab", body, {**_gitlab_headers("Issue Hook"), **_signed(body, raw)})
+    assert good.status_code == 202 and sink.accepted == [("new", "gitlab:acme/widgets#23")]

@@ -3,7 +3,8 @@
 This module is the command table: the Typer app and, in the order `--help` lists them,
 the commands, each a function in one of the modules beside it: `serving.py` (run,
 serve, producer, worker), `tasks.py` (status, pause, resume, stop), `admin.py` (memory,
-cache, cleanup, doctor, config-reference, mcp-workspace, demo); `common.py` holds what
+cache, cleanup, doctor, config-reference, mcp-workspace, demo), `github_app.py`
+(github-app manifest, convert); `common.py` holds what
 they share (the --config option, loading, exit codes).
 
 Exit codes: 0 when the agent ran (even if some tasks failed: those are reported on the
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import typer
 
-from coding_agent.cli import admin, serving, tasks
+from coding_agent.cli import admin, github_app, serving, tasks
 
 __all__ = ["app", "main"]
 
@@ -46,6 +47,11 @@ app.command()(admin.doctor)
 app.command("config-reference")(admin.config_reference)
 app.command("mcp-workspace")(admin.mcp_workspace)
 app.command()(admin.demo)
+
+github_app_app = typer.Typer(help="Make the agent's GitHub App in two commands (SPEC 17).", no_args_is_help=True)
+app.add_typer(github_app_app, name="github-app")
+github_app_app.command("manifest")(github_app.manifest)
+github_app_app.command("convert")(github_app.convert)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -136,6 +136,7 @@ def demo(
     serve: Annotated[
         bool, typer.Option("--serve", help="Keep running as a playground: a forge page to open and label issues, and the dashboard.")
     ] = False,
+    app: Annotated[bool, typer.Option("--app", help="Run as a GitHub App installed on the demo repository (installation tokens, <slug>[bot]).")] = False,
 ) -> None:
     """Run one whole task on a built-in sandbox forge with the real MCP workspace server
     (with --serve: every task labelled on the sandbox forge's page, until Ctrl-C)."""
@@ -146,8 +147,11 @@ def demo(
     loaded = load(config) if llm else None
     llm_config = loaded.llm if loaded is not None else None
     allow_none = loaded is not None and loaded.security.sandbox == "none"
+    if serve and app:
+        typer.echo("demo --app runs the one demo task; it does not combine with --serve yet.", err=True)
+        raise typer.Exit(2)
     if serve:
         from coding_agent.web.server import serving_http
 
         raise typer.Exit(run_playground(llm_config, keep, serving_http, planning, allow_none))
-    raise typer.Exit(run_demo(llm_config, keep, planning, allow_none))
+    raise typer.Exit(run_demo(llm_config, keep, planning, allow_none, app))

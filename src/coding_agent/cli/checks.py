@@ -79,6 +79,47 @@ async def _guarded(
 # ------------------------------------------------------------------------------ forge
 
 
+async def _github_app(config: GitHubConfig, name: str) -> Check:
+    """A GitHub App (SPEC 17): its JWT accepted, its installations, the repositories in scope."""
+    from coding_agent.errors import AgentError
+    from coding_agent.sources.github.app_auth import APP_EVENTS, AppTokens
+
+    assert config.app is not None
+    try:
+        tokens = AppTokens(config.app, config.api_url, config.owner, timeout=8)
+    except AgentError as error:  # the key cannot be read or is no key
+        return Check(name, False, str(error))
+    try:
+        bot = await tokens.bot_login()
+        installations = await tokens.installations()
+        parts = [f"GitHub App {config.app.app_id} (bot @{bot})"]
+        parts += [f"installed on {i.account}{' (suspended)' if i.suspended else ''}" for i in installations]
+        installation = await tokens.installation_for(config.owner)
+        chosen = next((i for i in installations if i.id == installation), None)
+        gaps = chosen.missing() if chosen is not None else []
+        if gaps:
+            parts.append(f"installation {installation} lacks permissions {', '.join(gaps)} (grant them in the app's settings)")
+        unheard = [e for e in APP_EVENTS if chosen is not None and e not in chosen.events]
+        if unheard:
+            parts.append(f"warning: the app does not subscribe to {', '.join(unheard)} (webhooks only; polling still works)")
+        response = await tokens.request_as_installation("GET", "/installation/repositories", params={"per_page": 100})
+        names = [str(repo["full_name"]) for repo in response.json().get("repositories", [])]
+    except AgentError as error:
+        return Check(name, False, str(error))
+    finally:
+        await tokens.aclose()
+    wanted = {f"{config.owner}/{repo}".lower() for repo in config.repos}
+    scope = [n for n in names if n.split("/", 1)[0].lower() == config.owner.lower() and (not wanted or n.lower() in wanted)]
+    missing = sorted(wanted - {n.lower() for n in names})
+    parts.append(f"installation {installation}: {', '.join(scope) or 'no repository'} in scope")
+    if missing:
+        parts.append(f"not installed on: {', '.join(missing)}")
+    if config.bot_name and config.bot_name.lower() != bot.lower():
+        parts.append(f"bot_name is {config.bot_name!r} but the app's bot is @{bot}")
+        return Check(name, False, "; ".join(parts))
+    return Check(name, bool(scope) and not missing and not gaps, "; ".join(parts))
+
+
 def _forge_modules(config: AgentConfig) -> list[str]:
     """The client libraries the forge checks of `config` need."""
     names = [name for name in ("github", "gitlab") if name in config.sources]
@@ -105,8 +146,10 @@ async def _github(config: GitHubConfig) -> Check:
     from githubkit.exception import RequestFailed
 
     name = f"forge github {config.api_url}"
+    if config.app is not None:
+        return await _github_app(config, name)
     if config.token is None or not config.token.get_secret_value():
-        return Check(name, False, "no token (github.token or GITHUB_TOKEN)")
+        return Check(name, False, "no token (github.token or GITHUB_TOKEN, or github.app)")
     github: GitHub[Any] = GitHub(config.token.get_secret_value(), base_url=config.api_url, auto_retry=False, timeout=8)
     try:
         response = await github.rest.users.async_get_authenticated()
@@ -148,8 +191,12 @@ def _gitlab_sync(config: GitLabConfig) -> Check:
         return Check(name, False, f"the token is refused (HTTP {error.response_code})")
     user = client.user
     assert user is not None
-    parts = [f"bot user @{user.username}"]
+    parts = [f"bot user @{user.username}", _gitlab_token_kind(user)]
     ok = True
+    expiry, expired = _gitlab_token_expiry(client)
+    if expiry:
+        parts.append(expiry)
+        ok = not expired
     if config.bot_name and config.bot_name.lower() != str(user.username).lower():
         parts.append(f"bot_name is {config.bot_name!r} but the token is @{user.username}")
         ok = False
@@ -166,6 +213,47 @@ def _gitlab_sync(config: GitLabConfig) -> Check:
         group = client.groups.get(config.group)
         parts.append(f"group {group.full_path}: visible")
     return Check(name, ok, "; ".join(parts))
+
+
+# Warn this many days before a GitLab token expires (SPEC 17).
+_GITLAB_EXPIRY_WARNING_DAYS = 14
+
+
+def _gitlab_token_kind(user: Any) -> str:
+    """Project and group access tokens act as bot users named `project_<id>_bot...` /
+    `group_<id>_bot...`; any other token is a personal one."""
+    name = str(getattr(user, "username", ""))
+    if getattr(user, "bot", False) and name.startswith("project_"):
+        return "project access token"
+    if getattr(user, "bot", False) and name.startswith("group_"):
+        return "group access token"
+    return "personal access token"
+
+
+def _gitlab_token_expiry(client: Any) -> tuple[str, bool]:
+    """(what to say of the token's expiry, whether it has expired), from
+    `GET /personal_access_tokens/self` (GitLab 15.5+; older ones say nothing)."""
+    import datetime as dt
+
+    import gitlab
+
+    try:
+        data = client.http_get("/personal_access_tokens/self")
+    except gitlab.exceptions.GitlabError:
+        return "", False
+    expires = data.get("expires_at") if isinstance(data, dict) else None
+    if not expires:
+        return "the token does not expire", False
+    try:
+        day = dt.date.fromisoformat(str(expires)[:10])
+    except ValueError:
+        return "", False
+    left = (day - dt.datetime.now(dt.timezone.utc).date()).days
+    if left < 0:
+        return f"the token expired on {day.isoformat()}: make a new one", True
+    if left <= _GITLAB_EXPIRY_WARNING_DAYS:
+        return f"warning: the token expires on {day.isoformat()}, in {left} day(s): renew it", False
+    return f"the token expires on {day.isoformat()}", False
 
 
 def forge_checks(config: AgentConfig) -> list[tuple[str, Callable[[], Awaitable[Check]]]]:

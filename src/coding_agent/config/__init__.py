@@ -12,6 +12,7 @@ A package since it outgrew one module: `base` (the strict base model), `forges`,
 from __future__ import annotations
 
 from coding_agent.config.forges import (
+    GitHubAppConfig,
     GitHubConfig,
     GitLabConfig,
     LabelConfig,
@@ -76,6 +77,7 @@ from coding_agent.config.loading import (
 
 __all__ = [
     "AgentConfig",
+    "GitHubAppConfig",
     "GitHubConfig",
     "GitLabConfig",
     "LabelConfig",

@@ -7,7 +7,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from coding_agent.config.base import _Strict
 
-__all__ = ["LabelConfig", "GitHubConfig", "GitLabConfig"]
+__all__ = ["LabelConfig", "GitHubAppConfig", "GitHubConfig", "GitLabConfig"]
 
 
 class LabelConfig(_Strict):
@@ -19,8 +19,11 @@ class LabelConfig(_Strict):
     paused_label: str = "coding agent paused"
     stopped_label: str = "coding agent stopped"
     failed_label: str = "coding agent failed"
+    stop_label: str = "coding agent stop"
 
-    @field_validator("bot_label", "processing_label", "done_label", "paused_label", "stopped_label", "failed_label")
+    @field_validator(
+        "bot_label", "processing_label", "done_label", "paused_label", "stopped_label", "failed_label", "stop_label"
+    )
     @classmethod
     def _not_blank(cls, value: str) -> str:
         """An empty label matches nothing: the agent would never see a trigger."""
@@ -40,14 +43,41 @@ class LabelConfig(_Strict):
         return self
 
 
+class GitHubAppConfig(_Strict):
+    """A GitHub App instead of a token (SPEC 17): its id, its private key, optionally one installation.
+
+    Without `installation_id` the installation on `github.owner` is used."""
+
+    app_id: int = Field(gt=0)
+    private_key: SecretStr | None = None
+    private_key_file: str | None = None
+    installation_id: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_key(self) -> GitHubAppConfig:
+        """The key is given once: inline (or by GITHUB_APP_PRIVATE_KEY) or as a file."""
+        inline = self.private_key is not None and bool(self.private_key.get_secret_value().strip())
+        if inline == (self.private_key_file is not None and bool(self.private_key_file.strip())):
+            raise ValueError("set exactly one of github.app.private_key and github.app.private_key_file")
+        return self
+
+
 class GitHubConfig(LabelConfig):
     api_url: str = "https://api.github.com"
     token: SecretStr | None = None
+    app: GitHubAppConfig | None = None
     owner: str
     repos: list[str] = Field(default_factory=list)
     query: str = ""
     assignee: str | None = None
     bot_name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> GitHubConfig:
+        """A token and an app at once would leave it unclear whose rights a run has."""
+        if self.app is not None and self.token is not None and self.token.get_secret_value():
+            raise ValueError("set one of github.token and github.app, not both")
+        return self
 
 
 class GitLabConfig(LabelConfig):

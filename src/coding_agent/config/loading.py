@@ -59,10 +59,18 @@ def _substitute(value: Any, path: str, env: Mapping[str, str], lenient: bool = F
 
 
 def _apply_env_overrides(data: dict[str, Any], env: Mapping[str, str]) -> None:
+    github = data.get("github")
+    app = github.get("app") if isinstance(github, dict) else None
+    if isinstance(app, dict) and env.get("GITHUB_APP_PRIVATE_KEY"):
+        # The key from the environment replaces the config's, inline or as a file.
+        app.pop("private_key_file", None)
+        app["private_key"] = env["GITHUB_APP_PRIVATE_KEY"]
     for variable, path in _ENV_OVERRIDES:
         value = env.get(variable)
         if not value:
             continue
+        if variable == "GITHUB_TOKEN" and isinstance(app, dict):
+            continue  # an app is configured: a GITHUB_TOKEN in the environment (as CI sets) is not its credential
         node: Any = data
         for part in path[:-1]:
             node = node.get(part) if isinstance(node, dict) else None

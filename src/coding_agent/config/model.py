@@ -137,7 +137,14 @@ class AgentConfig(_Strict):
             secret = getattr(section, "token", None) or getattr(section, "api_key", None)
             if secret is not None and secret.get_secret_value():
                 values.append(secret.get_secret_value())
-        for hook_secret in (self.webhooks.github_secret, self.webhooks.gitlab_token):
+        app = self.github.app if self.github is not None else None
+        if app is not None and app.private_key is not None and app.private_key.get_secret_value().strip():
+            # The key inline (or from GITHUB_APP_PRIVATE_KEY): whole, and each of its lines,
+            # in case an error or a model ever shows part of it.
+            key = app.private_key.get_secret_value()
+            values.append(key)
+            values += [line.strip() for line in key.replace("\\n", "\n").splitlines() if len(line.strip()) >= 32 and "-----" not in line]
+        for hook_secret in (self.webhooks.github_secret, self.webhooks.gitlab_token, self.webhooks.gitlab_signing_token):
             if hook_secret is not None and hook_secret.get_secret_value():
                 values.append(hook_secret.get_secret_value())
         return values

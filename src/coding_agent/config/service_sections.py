@@ -119,6 +119,7 @@ class WebhooksConfig(_Strict):
 
     github_secret: SecretStr | None = None
     gitlab_token: SecretStr | None = None
+    gitlab_signing_token: SecretStr | None = None
     # every body read before the sender is known (webhooks, /login, the dashboard's
     # actions) not received whole by then is cut off: 408 and the connection closed
     body_timeout_seconds: float = Field(default=10.0, gt=0, le=300)

@@ -57,8 +57,11 @@ _TASK_BRANCH = re.compile(rf"^{re.escape(BRANCH_PREFIX)}(?P<number>[1-9][0-9]*)-
 
 
 def mentions(text: str, login: str) -> bool:
-    """`@login` as a whole mention (not `@login-two`, not an e-mail address)."""
-    return re.search(rf"(?<![\w@.])@{re.escape(login)}(?![\w-])", text, re.IGNORECASE) is not None
+    """`@login` as a whole mention (not `@login-two`, not an e-mail address). A GitHub
+    App's bot `slug[bot]` is mentioned as `@slug` (SPEC 17), or in full."""
+    name = login[: -len("[bot]")] if login.lower().endswith("[bot]") else login
+    pattern = rf"(?<![\w@.])@{re.escape(name)}(?:\[bot\])?(?![\w-])"
+    return re.search(pattern, text, re.IGNORECASE) is not None
 
 
 def thread_triggers(threads: Sequence[Thread], bot_name: str) -> list[tuple[Thread, Comment]]:

@@ -80,6 +80,9 @@ class Producer:
         # `queued` and not yet put its message): what the queue does not hold yet.
         self._offering: Counter[str] = Counter()
         self.cycles = 0  # finished looks for work (observed by tests and the dashboard)
+        # Set by a webhook that changed the scope (a GitHub App's installation): the
+        # producer's loop looks for work now instead of at the end of its interval.
+        self.look_now = asyncio.Event()
 
     async def cycle(self, queue: TaskQueue, only: set[str] | None = None, discover: bool = True) -> ProducerReport:
         """One look for work. While the pause signal file exists, nothing is enqueued."""
@@ -148,6 +151,15 @@ class Producer:
         lost = await asyncio.to_thread(self._entries.release_lost, keys, held.as_of)
         if lost:
             log.warning("poll: %d queued task(s) had no message left in queue %s; offered again", len(lost), queue.name)
+
+    def scope_changed(self) -> None:
+        """A GitHub App's installations changed (a webhook): every source forgets what it
+        knew of them, and the next look for work starts now."""
+        for source in self._sources:
+            forget = getattr(source, "scope_changed", None)
+            if forget is not None:
+                forget()
+        self.look_now.set()
 
     async def offer(self, queue: TaskQueue, key: str, reason: Reason) -> bool:
         """Enqueue one key (a webhook's hint), unless it is queued or running already."""

@@ -247,10 +247,8 @@ class AgentService:
                 await self.producer.cycle(queue)
             except Exception:  # unforeseen (a bug, a race lost twice): that poll is lost, not serve
                 log.exception("poll: failed; the next cycle tries again")
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval)
-            except asyncio.TimeoutError:
-                pass
+            await _first_of(stop, self.producer.look_now, interval)
+            self.producer.look_now.clear()
 
     @property
     def restart_due(self) -> bool:
@@ -302,3 +300,13 @@ class AgentService:
         if self._queue is not None:
             await self._queue.aclose()
         self.store.close()
+
+
+async def _first_of(stop: asyncio.Event, look_now: asyncio.Event, timeout: float) -> None:
+    """Wait until `stop` or `look_now` is set, or `timeout` seconds pass."""
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(look_now.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()

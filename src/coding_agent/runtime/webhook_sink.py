@@ -51,6 +51,10 @@ class RuntimeWebhookSink:
                 project, _, sha = rest.rpartition("@")
                 self._ci.hint(forge, project, sha, lambda task: self._producer.offer(self._queue(), task, "followup"))
             return
+        if kind == "scope":
+            self._producer.scope_changed()
+            log.info("%s: webhook: the GitHub App's installation changed; looking for work now", key)
+            return
         if kind == "steer":
             if self._controls.nudge(key):
                 log.info("%s: webhook: its run checks the forge at its next checkpoint", key)

@@ -97,8 +97,9 @@ class Source(Protocol):
         """`username`'s access to the task's repository/project."""
         ...
 
-    async def find_trigger_user(self, key: TaskKey) -> str | None:
-        """Who most recently applied `bot_label` (or assigned the bot); None if unknown."""
+    async def find_trigger_user(self, key: TaskKey, label: str | None = None) -> str | None:
+        """Who most recently applied `bot_label` (or assigned the bot); with `label`, who
+        most recently applied that label; None if unknown."""
         ...
 
     # -- delivery (SPEC 7) ------------------------------------------------------------

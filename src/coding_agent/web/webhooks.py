@@ -29,9 +29,13 @@ the same app (`web/app.py`).
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -49,6 +53,8 @@ __all__ = ["Hint", "WebhookSink", "webhook_routes", "github_hints", "gitlab_hint
 log = logging.getLogger(__name__)
 
 GITHUB_EVENTS = frozenset({"issues", "issue_comment", "pull_request", "pull_request_review_comment"})
+# A GitHub App's installation events (SPEC 17): GitHub sends them to every app.
+GITHUB_INSTALLATION_EVENTS = frozenset({"installation", "installation_repositories"})
 GITLAB_EVENTS = frozenset({"Issue Hook", "Merge Request Hook", "Note Hook"})
 # CI feedback (SPEC 16): used only with `ci.enabled`.
 GITHUB_CI_EVENTS = frozenset({"check_suite", "check_run", "workflow_run", "status"})
@@ -57,7 +63,9 @@ GITLAB_CI_EVENTS = frozenset({"Pipeline Hook", "Job Hook"})
 # new: a task that may carry the trigger label; followup: a comment on a task that may be
 # done; steer: a comment or an (un)assignment that a running run should see now; ci: a
 # commit's CI changed (the key is `forge:project@sha`: the watches of that commit look now).
-HintKind = Literal["new", "followup", "steer", "ci"]
+# scope: a GitHub App's installation changed (repositories added or removed, suspended,
+# deleted): the producer looks for work now, with the installation read again.
+HintKind = Literal["new", "followup", "steer", "ci", "scope"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,8 @@ class WebhookSink(Protocol):
     async def accept(self, key: str, kind: HintKind) -> None:
         """`steer`: the running run of `key` looks at the forge at its next checkpoint;
         `new` / `followup`: enqueue the key (deduplicated); `ci`: the CI watches of the
-        commit `key` names look at its checks now."""
+        commit `key` names look at its checks now; `scope`: a GitHub App's installation
+        changed, the producer looks for work now."""
         ...
 
 
@@ -151,6 +160,11 @@ def _github_ci_hints(full_name: str, event: str, payload: Any) -> list[Hint]:
 
 def github_hints(config: GitHubConfig, event: str, payload: Any) -> list[Hint]:
     """What a (verified) GitHub event means for the agent; [] for anything unexpected."""
+    if event in GITHUB_INSTALLATION_EVENTS:
+        account = _field(payload, "installation", "account", "login")
+        if config.app is None or not isinstance(account, str) or account.casefold() != config.owner.casefold():
+            return []
+        return [Hint(f"github:{account}", "scope")]
     full_name = _canonical("github", _field(payload, "repository", "full_name"))
     if full_name is None or not _github_in_scope(config, full_name):
         return []
@@ -169,6 +183,8 @@ def github_hints(config: GitHubConfig, event: str, payload: Any) -> list[Hint]:
     if event in ("issues", "pull_request"):
         if action == "labeled" and _field(payload, "label", "name") == config.bot_label:
             return [Hint(key, "new")]
+        if action == "labeled" and _field(payload, "label", "name") == config.stop_label:
+            return [Hint(key, "steer")]  # the running run reads its labels at its next checkpoint
         if action == "assigned":
             return [Hint(key, "new"), Hint(key, "steer")]
         if action == "unassigned":
@@ -198,7 +214,8 @@ async def _github(request: Request, config: AgentConfig, sink: WebhookSink, read
     if not verify(secret, body, signature):
         return _answer(401, "missing or wrong X-Hub-Signature-256")
     event = request.headers.get("x-github-event", "")
-    if event not in GITHUB_EVENTS and not (config.ci.enabled and event in GITHUB_CI_EVENTS):
+    used = event in GITHUB_EVENTS or (config.github.app is not None and event in GITHUB_INSTALLATION_EVENTS)
+    if not used and not (config.ci.enabled and event in GITHUB_CI_EVENTS):
         return _answer(202, f"event {event[:40]!r} is not used")
     if not await sink.first_delivery(f"github:{delivery[:150]}"):
         return _answer(200, "duplicate delivery ignored")
@@ -259,8 +276,9 @@ def gitlab_hints(config: GitLabConfig, event: str, payload: Any) -> list[Hint]:
     labels = payload.get("labels") if isinstance(payload.get("labels"), list) else []
     if any(isinstance(label, dict) and label.get("title") == config.bot_label for label in labels):
         hints.append(Hint(key, "new"))
-    if "assignees" in changes or "assignee_id" in changes:
-        hints.append(Hint(key, "steer"))
+    stop = any(isinstance(label, dict) and label.get("title") == config.stop_label for label in labels)
+    if "assignees" in changes or "assignee_id" in changes or (stop and "labels" in changes):
+        hints.append(Hint(key, "steer"))  # unassigned, or the stop label added: the run looks now
     return hints
 
 
@@ -281,6 +299,11 @@ async def _gitlab(request: Request, config: AgentConfig, sink: WebhookSink, read
         body = await reader.read(request)
     except Refusal as refusal:
         return _refuse(refusal.status, refusal.message)
+    signing = config.webhooks.gitlab_signing_token
+    if signing is not None and signing.get_secret_value():
+        refused = gitlab_signature_refusal(signing.get_secret_value(), request.headers, body, time.time())
+        if refused:
+            return _answer(401, refused)
     if not await sink.first_delivery(f"gitlab:{delivery[:150]}"):
         return _answer(200, "duplicate delivery ignored")
     try:
@@ -288,6 +311,37 @@ async def _gitlab(request: Request, config: AgentConfig, sink: WebhookSink, read
     except Refusal as refusal:
         return _answer(refusal.status, refusal.message)
     return await _deliver(sink, gitlab_hints(config.gitlab, event, payload), "gitlab", event)
+
+
+# A signed GitLab delivery older or newer than this is refused (a replayed capture).
+SIGNATURE_TOLERANCE_SECONDS = 300
+
+
+def gitlab_signature_refusal(token: str, headers: Mapping[str, str], body: bytes, now: float) -> str:
+    """Why a GitLab delivery's signature is refused ("" when it is good): the Standard
+    Webhooks scheme GitLab signs with, `webhook-signature: v1,<base64 HMAC-SHA256 of
+    "webhook-id.webhook-timestamp.body">`, keyed by the signing token (`whsec_<base64>`:
+    the bytes it encodes), within 5 minutes of `webhook-timestamp`."""
+    delivery, stamp, signatures = (headers.get(name, "") for name in ("webhook-id", "webhook-timestamp", "webhook-signature"))
+    if not delivery or not stamp or not signatures:
+        return "missing webhook-id, webhook-timestamp or webhook-signature"
+    try:
+        sent = int(stamp)
+    except ValueError:
+        return "webhook-timestamp is not a number"
+    if abs(now - sent) > SIGNATURE_TOLERANCE_SECONDS:
+        return "webhook-timestamp is too far from now"
+    try:
+        key = base64.b64decode(token.removeprefix("whsec_"), validate=True) if token.startswith("whsec_") else token.encode()
+    except (binascii.Error, ValueError):
+        key = token.encode()
+    digest = hmac.new(key, f"{delivery}.{stamp}.".encode() + body, hashlib.sha256).digest()
+    expected = base64.b64encode(digest).decode()
+    for candidate in signatures.split():
+        version, _, value = candidate.partition(",")
+        if version == "v1" and hmac.compare_digest(value.encode(), expected.encode()):
+            return ""
+    return "wrong webhook-signature"
 
 
 async def _deliver(sink: WebhookSink, hints: list[Hint], forge: str, event: str) -> Response:

@@ -164,8 +164,7 @@ async def prepare_workspace(
     key = task.key
     project = task.extra.get("head_repo", key.project) if key.is_change else key.project
     url = await source.clone_url(project)
-    header = source.git_http_auth()
-    auth = GitAuth(url, header) if header else None
+    auth = git_auth(source, url, project)
 
     mirror: MirrorRefs | None = None
     if mirrors is not None:
@@ -298,18 +297,27 @@ def read_record(source: Source, path: Path, record: Path) -> Checkout | None:
     if not record.is_file():
         return None
     data = json.loads(record.read_text(encoding="utf-8"))
-    header = source.git_http_auth()
     url = str(data["clone_url"])
     return Checkout(
         path=path,
         project=str(data["project"]),
         clone_url=url,
-        auth=GitAuth(url, header) if header else None,
+        auth=git_auth(source, url, str(data["project"])),
         branch=str(data["branch"]),
         base_branch=str(data["base_branch"]),
         start_sha=str(data["start_sha"]),
         branch_exists=bool(data["branch_exists"]),
     )
+
+
+def git_auth(source: Source, url: str, project: str) -> GitAuth | None:
+    """The credential git sends to the forge for `project`. A source whose credential
+    expires (a GitHub App's: `git_http_auth_for`) is asked again before every command."""
+    renew = getattr(source, "git_http_auth_for", None)
+    if renew is not None:
+        return GitAuth(url, source.git_http_auth() or "", renew=lambda: renew(project))
+    header = source.git_http_auth()
+    return GitAuth(url, header) if header else None
 
 
 async def _clone(git: Git, clone: list[str], url: str, path: Path, auth: GitAuth | None) -> None:

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -77,10 +77,22 @@ class PushRejected(GitError):
 
 @dataclass(frozen=True)
 class GitAuth:
-    """The `Authorization` header for one forge, scoped to the URL prefix it may go to."""
+    """The `Authorization` header for one forge, scoped to the URL prefix it may go to.
+
+    `renew`, when given, is asked for the header before every command: a credential that
+    expires (a GitHub App's installation token) is then current at each fetch and push of
+    a run that outlives it. `header` is the one from when the auth was made."""
 
     url: str
     header: str = field(repr=False)
+    renew: Callable[[], Awaitable[str | None]] | None = field(default=None, repr=False, compare=False)
+
+    async def current(self) -> GitAuth | None:
+        """This auth with the header as it is now (None: no credential to send)."""
+        if self.renew is None:
+            return self if self.header else None
+        header = await self.renew()
+        return GitAuth(self.url, header) if header else None
 
     @property
     def scope(self) -> str:
@@ -141,6 +153,8 @@ class Git:
         and `check` is set.
         """
         what = f"git {_subcommand(args)}".rstrip()
+        if auth is not None:
+            auth = await auth.current()
         process = await asyncio.create_subprocess_exec(
             "git",
             *args,

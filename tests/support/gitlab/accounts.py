@@ -30,6 +30,11 @@ class Accounts(GitLabTables):
         with self.lock:
             self.require_user(username).tokens.add(token)
 
+    def set_token_expiry(self, token: str, expires_at: str | None) -> None:
+        """When `token` expires (`YYYY-MM-DD`, GitLab's form), as `/personal_access_tokens/self` says."""
+        with self.lock:
+            self.token_expiries[token] = expires_at
+
     def token_for(self, username: str) -> str:
         """One token of `username` (the first one created)."""
         with self.lock:

@@ -29,6 +29,7 @@ from tests.support.gitlab.ci_endpoints import (
 from tests.support.gitlab.endpoints import (
     Handler,
     create_label,
+    current_token,
     current_user,
     get_group,
     get_member_all,
@@ -69,6 +70,7 @@ _I = _P + "/{kind}/{iid}"
 
 ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/user", current_user),
+    ("GET", "/personal_access_tokens/self", current_token),
     ("GET", "/users", list_users),
     ("GET", "/groups/{gid}", get_group),
     ("GET", "/groups/{gid}/{kind}", list_group_items),

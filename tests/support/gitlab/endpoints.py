@@ -117,6 +117,23 @@ def current_user(state: GitLabState, call: Call) -> Response:
     return json_response(call.request, js.user_full(call.user, call.base_url))
 
 
+def current_token(state: GitLabState, call: Call) -> Response:
+    """`GET /personal_access_tokens/self`: the calling token's own record (GitLab 15.5+)."""
+    headers = call.request.headers
+    token = headers.get("private-token") or headers.get("authorization", "")[7:].strip()
+    payload = {
+        "id": abs(hash(token)) % 100000,
+        "name": "coding-agent",
+        "revoked": False,
+        "created_at": "2026-01-01T00:00:00.000Z",
+        "scopes": ["api"],
+        "user_id": call.user.id,
+        "active": True,
+        "expires_at": state.token_expiries.get(token),
+    }
+    return json_response(call.request, payload)
+
+
 def list_users(state: GitLabState, call: Call) -> Response:
     username = call.params.get("username")
     users = [user for user in state.users.values() if username is None or user.username == username]

@@ -40,6 +40,8 @@ class GitLabTables:
         self.clock = Clock()
         self._ids: dict[str, Iterator[int]] = {}
         self.users: dict[int, User] = {}
+        # token -> its expiry date (ISO `YYYY-MM-DD`), for GET /personal_access_tokens/self
+        self.token_expiries: dict[str, str | None] = {}
         self.groups: dict[int, Group] = {}
         self.projects: dict[int, Project] = {}
         self._requests: list[RequestRecord] = []

@@ -194,6 +194,7 @@ class RunSteering:
             self._controls.config.task_stop,
             initially_assigned=bool(bot) and any(name.casefold() == bot for name in task.assignees),
             clock=self._controls.clock,
+            stop_label=source.labels.stop_label,
         )
 
     def _progress_comment(self, source: Source, task: Task) -> ProgressComment:
@@ -340,8 +341,9 @@ class RunSteering:
             # The iteration a checkpoint belongs to: the one about to ask for step steps+1,
             # or the one whose reply (step `steps`) was just received.
             iteration = self.steps + 1 if point is Checkpoint.ITERATION_START else self.steps
-            if await self._stop.bot_unassigned(iteration):
-                return Decision(Verdict.STOP, ending=RunStopped("unassigned"))
+            reason = await self._stop.stop_reason(iteration)
+            if reason is not None:
+                return Decision(Verdict.STOP, ending=RunStopped(reason))
         if point is Checkpoint.ITERATION_START:
             self._saver.checkpoint(llm)
         return await self._new_comments(point, llm, asked_just_now)

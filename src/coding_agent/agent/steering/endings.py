@@ -281,7 +281,10 @@ class RunEndings:
             await self.post_final(text)
             if progress is not None:
                 await progress.finish("stopped")
-            await transition(self._source, self._task.key, labels.stopped_label, [labels.processing_label])
+            # The stop label has done its job once the run stopped: removed, so that labelling
+            # the task again starts it again.
+            removed = [labels.processing_label] + ([labels.stop_label] if error.reason == "stop_label" else [])
+            await transition(self._source, self._task.key, labels.stopped_label, removed)
         except AgentError as failure:
             log.error("%s: could not publish the stop: %s", key, self._redactor.text(str(failure)))
         if error.reason == "operator":

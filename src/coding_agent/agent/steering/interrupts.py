@@ -22,7 +22,9 @@ bot was assigned at some point can be stopped this way: on a task triggered by i
 alone there is nothing to unassign, and an empty assignee list must not stop it. When to
 check (`task_stop`): `check_interval` 0 never; N on iterations 1, 1+N, 1+2N, ... and
 never sooner than `min_check_interval_seconds` after the previous check, except the
-first one, which always runs. A failing read is logged and never stops the run.
+first one, which always runs. A failing read is logged and never stops the run. The same
+read of the task shows the stop label (`stop_label`, SPEC 17), which stops any run, one
+started by its label alone too (a GitHub App cannot be assigned).
 
 Webhook nudges from other processes (SPEC 11.2): a webhook lands on the producer (or
 `serve`), which may not be the process whose run holds the task: that process records a
@@ -67,7 +69,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 PauseReason = Literal["signal", "operator", "shutdown", "budget"]
-StopReason = Literal["unassigned", "operator"]
+StopReason = Literal["unassigned", "operator", "stop_label"]
 
 
 class RunInterrupted(Exception):
@@ -247,7 +249,9 @@ class StoreRequests:
 
 
 class StopChecker:
-    """Decides when to re-read the assignees, and whether the bot was unassigned."""
+    """Decides when to re-read the task, and whether the bot was unassigned or the stop
+    label (SPEC 17: `stop_label`, for tasks started by their label alone, as an app's are)
+    was added."""
 
     def __init__(
         self,
@@ -257,14 +261,16 @@ class StopChecker:
         config: TaskStopConfig,
         initially_assigned: bool,
         clock: Callable[[], float] = time.monotonic,
+        stop_label: str | None = None,
     ) -> None:
         self._source = source
         self._key = key
         self._bot = (bot_name or "").casefold()
+        self._stop_label = (stop_label or "").casefold()
         self._interval = config.check_interval
         self._min_seconds = config.min_check_interval_seconds
         self._clock = clock
-        self.enabled = config.enabled and config.check_interval > 0 and bool(bot_name)
+        self.enabled = config.enabled and config.check_interval > 0 and bool(bot_name or stop_label)
         if config.enabled and config.check_interval > 0 and not bot_name:
             log.warning("%s: no bot_name is configured for %s; stop by unassign is off", key, key.forge)
         self.armed = initially_assigned
@@ -293,20 +299,46 @@ class StopChecker:
 
     async def bot_unassigned(self, iteration: int) -> bool:
         """True when the bot was assigned and is not any more (read from the forge now)."""
+        return await self.stop_reason(iteration) == "unassigned"
+
+    async def stop_reason(self, iteration: int) -> StopReason | None:
+        """Why the run stops, read from the forge now (one read of the task: its labels
+        and assignees): the stop label added, or the bot unassigned; None to go on."""
         if not self.should_check_now(iteration):
-            return False
+            return None
         self.reads += 1
         try:
-            assignees = await self._source.get_assignees(self._key)
+            task = await self._source.get_task(self._key)
         except Exception as error:  # seed 002 S7: never stop on an error; check again next time
             log.error("%s: could not read the assignees (the run goes on): %s", self._key, error)
-            return False
-        if any(name.casefold() == self._bot for name in assignees):
+            return None
+        found = next((label for label in task.labels if self._stop_label and label.casefold() == self._stop_label), None)
+        if found is not None and await self._added_by_a_writer(found):
+            log.info("%s: the stop label was added; stopping the run", self._key)
+            return "stop_label"
+        if not self._bot:
+            return None
+        if any(name.casefold() == self._bot for name in task.assignees):
             self.armed = True
-            return False
+            return None
         if self.armed:
             log.info("%s: the bot was unassigned; stopping the run", self._key)
-        return self.armed
+            return "unassigned"
+        return None
+
+    async def _added_by_a_writer(self, label: str) -> bool:
+        """Whether the stop label's newest adder has write access (SPEC 17): anyone who may
+        label (GitHub's triage role, GitLab's Reporter) must not stop a maintainer's run."""
+        try:
+            actor = await self._source.find_trigger_user(self._key, label)
+            permission = await self._source.get_permission(self._key, actor) if actor else None
+        except Exception as error:  # like any failed read: the run goes on, looked at again next time
+            log.error("%s: could not read who added the stop label (the run goes on): %s", self._key, error)
+            return False
+        if permission is None or not permission.can_write:
+            log.warning("%s: the stop label was added by %s, without write access: ignored", self._key, actor or "someone unknown")
+            return False
+        return True
 
     def get_state(self) -> dict[str, Any]:
         return {"armed": self.armed}

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from coding_agent.sandbox.faults import FaultInjector
+from coding_agent.sandbox.github.app_endpoints import AppEndpoints
 from coding_agent.sandbox.github.ci_endpoints import BLOB_PREFIX, CiEndpoints
 from coding_agent.sandbox.github.http import ApiError, GitHubMiddleware, api_error_response
 from coding_agent.sandbox.github.issue_endpoints import IssueEndpoints
@@ -30,7 +31,7 @@ __all__ = ["create_github_app"]
 Endpoint = Callable[[Request], Any]
 
 
-class _Api(IssueEndpoints, PullEndpoints, CiEndpoints):
+class _Api(IssueEndpoints, PullEndpoints, CiEndpoints, AppEndpoints):
     """The endpoints (endpoints.py and its parts: issues, pulls, CI); each reads
     `request.state.login`, set by the middleware."""
 
@@ -41,6 +42,11 @@ def _routes(api: _Api) -> list[Route]:
     pull = repo + "/pulls/{number:int}"
     return [
         Route("/user", api.get_user, methods=["GET"]),
+        Route("/app", api.get_app, methods=["GET"]),
+        Route("/app/installations", api.list_installations, methods=["GET"]),
+        Route("/app/installations/{installation_id:int}/access_tokens", api.create_installation_token, methods=["POST"]),
+        Route("/installation/repositories", api.installation_repositories, methods=["GET"]),
+        Route("/app-manifests/{code}/conversions", api.convert_manifest, methods=["POST"]),
         Route("/users/{username}", api.get_user_by_name, methods=["GET"]),
         Route("/search/issues", api.search_issues, methods=["GET"]),
         Route(repo, api.get_repo, methods=["GET"]),

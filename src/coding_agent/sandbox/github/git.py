@@ -24,7 +24,7 @@ def github_git_backend(state: GitHubState) -> GitHttpBackend:
             record = state.repo(name)
         except NotFoundError:
             raise GitAccessDenied(404, "Repository not found.", login) from None
-        if state.permission(record.full_name, login) is None:
+        if state.permission(record.full_name, login) is None or not state.token_allows_repo(token or "", record.full_name):
             raise GitAccessDenied(404, "Repository not found.", login)
         if push and not state.can(record.full_name, login, "write"):
             raise GitAccessDenied(403, f"Permission to {record.full_name}.git denied to {login}.", login)

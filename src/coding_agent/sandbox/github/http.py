@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import math
+from urllib.parse import unquote
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
 from coding_agent.sandbox.faults import FaultInjector
+from coding_agent.sandbox.github.apps import AppAuthError
 from coding_agent.sandbox.github.records import RequestRecord
 from coding_agent.sandbox.github.state import GitHubState
 
@@ -125,6 +127,19 @@ def _token(request: Request) -> str | None:
     return None
 
 
+def _is_app_path(path: str) -> bool:
+    """`/app` and what is under it: authenticated by the app's JWT, not a token."""
+    return path == "/app" or path.startswith("/app/")
+
+
+def _repo_in_reach(state: GitHubState, token: str, path: str) -> bool:
+    """An installation token narrowed to some repositories reaches only those (404 else)."""
+    parts = path.split("/")
+    if len(parts) < 4 or parts[1] != "repos":
+        return True
+    return state.token_allows_repo(token, f"{unquote(parts[2])}/{unquote(parts[3])}")
+
+
 class GitHubMiddleware(BaseHTTPMiddleware):
     """Log, inject faults, authenticate and rate-limit every request, in that order.
 
@@ -151,6 +166,10 @@ class GitHubMiddleware(BaseHTTPMiddleware):
             fault = response is not None
         if response is None and self.unauthenticated and request.url.path.startswith(self.unauthenticated):
             response = await call_next(request)
+        if response is None and request.url.path.startswith("/app-manifests/"):
+            response = await call_next(request)  # the manifest flow's one-time code is the credential
+        if response is None and _is_app_path(request.url.path):
+            response = await self._as_app(request, call_next)
         if response is None:
             token = _token(request)
             login = self.github.login_for_token(token) if token else None
@@ -160,8 +179,11 @@ class GitHubMiddleware(BaseHTTPMiddleware):
                 response = api_error_response(401, "Bad credentials")
             elif not self.github.take_rate_limit():
                 response = api_error_response(403, f"API rate limit exceeded for user ID {self.github.user(login).id}.")
+            elif not _repo_in_reach(self.github, token, request.url.path):
+                response = api_error_response(404, "Not Found")
             else:
                 request.state.login = login
+                request.state.token = token
                 try:
                     response = await call_next(request)
                 except Exception:
@@ -188,3 +210,18 @@ class GitHubMiddleware(BaseHTTPMiddleware):
             )
         )
         return response
+
+    async def _as_app(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        """A request to `/app...`: the app's JWT, checked against its public key."""
+        token = _token(request)
+        if token is None:
+            return api_error_response(401, "A JSON web token could not be decoded")
+        try:
+            request.state.app = self.github.app_for_jwt(token)
+        except AppAuthError as refused:
+            return api_error_response(401, str(refused))
+        try:
+            return await call_next(request)
+        except Exception:
+            log.exception("github sandbox: %s %s failed", request.method, request.url.path)
+            return api_error_response(500, "Server Error")

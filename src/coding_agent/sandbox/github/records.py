@@ -269,3 +269,57 @@ class CiEvent:
     action: str
     repo: str
     id: int
+
+
+@dataclass(frozen=True)
+class AppRecord:
+    """A GitHub App: its id and slug (the bot is `<slug>[bot]`), the public half of its key
+    (JWTs are checked against it) and how long the installation tokens it mints live."""
+
+    id: int
+    slug: str
+    name: str
+    owner: str
+    public_key_pem: str
+    token_lifetime: float = 3600.0
+    permissions: dict[str, str] = field(default_factory=dict)
+    events: tuple[str, ...] = ()
+
+    @property
+    def bot_login(self) -> str:
+        return f"{self.slug}[bot]"
+
+
+@dataclass(frozen=True)
+class InstallationRecord:
+    """One installation of an app on an account, with the repositories it was granted."""
+
+    id: int
+    app_id: int
+    account: str
+    repos: tuple[str, ...]
+    repository_selection: str = "selected"
+    permissions: dict[str, str] = field(default_factory=dict)
+    suspended: bool = False
+
+
+@dataclass(frozen=True)
+class AppTokenRecord:
+    """An installation token: which installation, the repositories and permissions it was
+    narrowed to (all of the installation's when not narrowed) and when it expires (epoch)."""
+
+    token: str
+    installation_id: int
+    repos: tuple[str, ...] | None  # None: whatever the installation holds at the time of use
+    permissions: dict[str, str]
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class MintRecord:
+    """One `POST /app/installations/{id}/access_tokens` as asked: what the tests check."""
+
+    installation_id: int
+    repositories: tuple[str, ...] | None
+    permissions: dict[str, str] | None
+    status: int

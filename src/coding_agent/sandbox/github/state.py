@@ -8,6 +8,7 @@ composed of its parts, one module each on the shared tables of `tables.py`.
 
 from __future__ import annotations
 
+from coding_agent.sandbox.github.apps import Apps
 from coding_agent.sandbox.github.ci import Ci
 from coding_agent.sandbox.github.comments import Comments
 from coding_agent.sandbox.github.issues import Issues
@@ -17,5 +18,5 @@ from coding_agent.sandbox.github.traffic import Traffic
 __all__ = ["GitHubState", "NotFoundError", "ValidationFailed"]
 
 
-class GitHubState(Issues, Comments, Ci, Traffic):
-    """Users, repositories, issues/PRs, labels, comments, events, CI and the request log."""
+class GitHubState(Issues, Comments, Ci, Traffic, Apps):
+    """Users, repositories, issues/PRs, labels, comments, events, CI, the request log and GitHub Apps."""

@@ -18,6 +18,10 @@ from datetime import datetime, timezone
 
 from coding_agent.sandbox.git_store import GitRepoStore
 from coding_agent.sandbox.github.records import (
+    AppRecord,
+    AppTokenRecord,
+    InstallationRecord,
+    MintRecord,
     CheckRunRecord,
     CiEvent,
     CommentRecord,
@@ -84,6 +88,13 @@ class GitHubTables:
         self._check_suites: dict[tuple[str, str, str], int] = {}
         self._statuses: list[StatusRecord] = []
         self._ci_listeners: list[Callable[[CiEvent], None]] = []
+        # GitHub Apps (apps.py): the apps, their installations and the installation tokens.
+        self._apps: dict[int, AppRecord] = {}
+        self._installations: dict[int, InstallationRecord] = {}
+        self._app_tokens: dict[str, AppTokenRecord] = {}
+        self._mints: list[MintRecord] = []
+        self._expired_uses: dict[str, int] = {}
+        self._manifests: dict[str, tuple[dict[str, object], str]] = {}
         self.rate_limit = RateLimitRecord(limit=rate_limit, remaining=rate_limit, reset=int(time.time()) + 3600)
         # Real git repositories behind the clone URLs, created on first use.
         self.git = GitRepoStore()

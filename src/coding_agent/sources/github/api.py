@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import AsyncGenerator, Iterable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -26,6 +26,7 @@ from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread, canonical_project
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
+from coding_agent.sources.github.app_auth import AppTokens
 from coding_agent.sources.github.client import PER_PAGE, GitHubClient, GitHubNotFoundError, Sleep, has_next_page
 from coding_agent.sources.github.mapping import (
     MAX_BODY_LENGTH,
@@ -84,7 +85,8 @@ class GitHubSource:
         self.labels = LabelConfig.model_validate({name: getattr(config, name) for name in LabelConfig.model_fields})
         self.bot_name = config.bot_name
         token = config.token.get_secret_value() if config.token is not None else ""
-        self._http = GitHubClient(token, config.api_url, retry, sleep, timeout)
+        app = AppTokens(config.app, config.api_url, config.owner, timeout) if config.app is not None else None
+        self._http = GitHubClient(token, config.api_url, retry, sleep, timeout, app)
         self._rest = self._http.rest
         self._known_labels: dict[str, set[str]] = {}
         self._clone_urls: LifetimeAnswers[str] = LifetimeAnswers()
@@ -93,15 +95,47 @@ class GitHubSource:
 
     # ------------------------------------------------------------ discovery and snapshots
 
+    async def learn_identity(self) -> None:
+        """A GitHub App's bot is `<slug>[bot]` (`GET /app`, read once), unless `bot_name` is set."""
+        if self._http.app is not None and not self.bot_name:
+            self.bot_name = await self._http.app.bot_login()
+
+    def scope_changed(self) -> None:
+        """A GitHub App's installation changed (a webhook): its tokens and installations
+        are read again at the next request (the repository list is re-read each poll)."""
+        if self._http.app is not None:
+            self._http.app.forget_all()
+
     async def discover(self) -> list[Task]:
-        return [task async for page in self._search(*build_search_query(self._config)) for task in page]
+        await self.learn_identity()
+        found = [task async for page in self._search(*build_search_query(self._config)) for task in page]
+        if self._http.app is None:
+            return found
+        installed = await self._installed_repositories()
+        return [task for task in found if task.key.project.lower() in installed]
+
+    async def _installed_repositories(self) -> set[str]:
+        """A GitHub App's scope: the repositories its installation holds now (a search also
+        finds public repositories the app was never installed on). Revalidated each poll
+        with the cache's ETag: a 304 when nothing changed."""
+        names: set[str] = set()
+        for page in range(1, 101):
+            data = await self._http.get_path_json("/installation/repositories", {"per_page": PER_PAGE, "page": page})
+            chunk = data.get("repositories") if isinstance(data, dict) else None
+            if not isinstance(chunk, list):
+                raise ForgeError("github GET /installation/repositories: unexpected response shape")
+            names.update(str(repo.get("full_name", "")).lower() for repo in chunk if isinstance(repo, dict))
+            if len(chunk) < PER_PAGE:
+                break
+        return names
 
     async def discover_followups(self, since: datetime) -> AsyncGenerator[list[Task], None]:
         """One search: done items that @mention the bot, updated since `since`."""
         if not self.bot_name:
             return
         stamp = since_the_hour(since).strftime("%Y-%m-%dT%H:%M:%SZ")
-        query = f"{self._config.query} mentions:{self.bot_name} updated:>={stamp}".strip()
+        mention = self.bot_name.removesuffix("[bot]")  # an app's bot is mentioned by its slug
+        query = f"{self._config.query} mentions:{mention} updated:>={stamp}".strip()
         scope = self._config.model_copy(update={"bot_label": self._config.done_label, "query": query})
         async for page in self._search(*build_search_query(scope)):
             yield page
@@ -324,6 +358,13 @@ class GitHubSource:
             return None
         credentials = base64.b64encode(f"x-access-token:{self._http.token}".encode()).decode()
         return f"Authorization: Basic {credentials}"
+
+    async def git_http_auth_for(self, project: str) -> str | None:
+        """The header git sends for `project` now: a GitHub App's token narrowed to that
+        repository, renewed before it expires (the host asks before every git command)."""
+        if self._http.app is not None:
+            return await self._http.app.git_header(project)
+        return self.git_http_auth()
 
     async def git_identity(self, username: str | None) -> GitIdentity:
         """Profile name and public email; else GitHub's no-reply address `<id>+<login>@users.noreply.<host>`.
@@ -560,8 +601,9 @@ class GitHubSource:
             return Permission.NONE
         return permission_of(result)
 
-    async def find_trigger_user(self, key: TaskKey) -> str | None:
-        """The actor of the newest `labeled` (bot_label) or `assigned` (bot) event.
+    async def find_trigger_user(self, key: TaskKey, label: str | None = None) -> str | None:
+        """The actor of the newest `labeled` (bot_label) or `assigned` (bot) event; with
+        `label`, of the newest `labeled` event of that label (who added the stop label).
 
         Events are read as plain JSON: GitHub has more event types than githubkit's
         union of models, and one unknown type must not hide the trigger.
@@ -571,10 +613,20 @@ class GitHubSource:
             f"/repos/{key.project}/issues/{key.number}/events",
             lambda page: self._rest.issues.async_list_events(owner, repo, key.number, per_page=PER_PAGE, page=page),
         )
+        if label is not None:
+            return trigger_actor(events, label, None)
         return trigger_actor(events, self.labels.bot_label, self.bot_name)
 
-    def session(self) -> AbstractAsyncContextManager[object]:
-        return self._http.session()
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        """githubkit's client for the block; as an app, also the run's own tokens (app_auth.py)."""
+        await self.learn_identity()
+        async with self._http.session():
+            if self._http.app is None:
+                yield
+            else:
+                with self._http.app.run_scope():
+                    yield
 
     async def aclose(self) -> None:
         await self._http.aclose()

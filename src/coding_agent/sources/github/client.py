@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from coding_agent.errors import AgentError, ForgeError, TransientError
 from coding_agent.redaction import Redactor
 from coding_agent.retry import RetryPolicy, retry_async
+from coding_agent.sources.github.app_auth import AppAuthStrategy, AppTokens
 from coding_agent.sources.http import CachingTransport, rate_limited, retry_after, transient_status
 from coding_agent.sources.writes import write_once
 
@@ -82,13 +83,23 @@ def has_next_page(response: Response[Any], count: int) -> bool:
 class GitHubClient:
     """githubkit for one token and API URL; `rest` is githubkit's REST namespace."""
 
-    def __init__(self, token: str, api_url: str, retry: RetryPolicy, sleep: Sleep, timeout: float) -> None:
+    def __init__(
+        self,
+        token: str,
+        api_url: str,
+        retry: RetryPolicy,
+        sleep: Sleep,
+        timeout: float,
+        app: AppTokens | None = None,
+    ) -> None:
+        """`app`: a GitHub App's installation tokens instead of `token` (app_auth.py)."""
         self.token = token
+        self.app = app
         self._retry = retry
         self._sleep = sleep
         self._transport = CachingTransport(timeout)
         self._github: GitHub[Any] = GitHub(
-            token or None,
+            AppAuthStrategy(app, api_url) if app is not None else token or None,
             base_url=api_url,
             auto_retry=False,
             timeout=timeout,
@@ -108,7 +119,8 @@ class GitHubClient:
         return self._github.rest
 
     def redact(self, text: str) -> str:
-        return Redactor([self.token] if self.token else []).text(text)
+        secrets = [self.token] if self.token else []
+        return Redactor(secrets + (self.app.secrets() if self.app is not None else [])).text(text)
 
     def _failure(self, method: str, path: str, response: httpx.Response) -> AgentError:
         status, headers = response.status_code, response.headers
@@ -137,6 +149,8 @@ class GitHubClient:
             detail = f"{first.type or 'error'}: {first.message}"[:200] if first is not None else "error"
             raise ForgeError(self.redact(f"{what} failed: {detail}")) from None
         except RequestError as error:
+            if isinstance(error.exc, AgentError):  # the app's token could not be had (app_auth.py)
+                raise error.exc from None
             cause = type(error.exc).__name__
             if isinstance(error.exc, httpx.TransportError):
                 raise TransientError(f"{what} failed: connection error ({cause})") from None
@@ -265,6 +279,11 @@ class GitHubClient:
 
         return await self._pages_of(path, fetch, parse, getattr(item, "__qualname__", "json"))
 
+    async def get_path_json(self, path: str, params: dict[str, Any]) -> Any:
+        """A GET of an endpoint by its path, read as plain JSON (for what has no helper here),
+        through the same cache: unchanged, it is a 304 and free of the rate limit."""
+        return await self.get_json(path, lambda: self._github.arequest("GET", path, params=params, response_model=Any))
+
     async def graphql(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
         """One GraphQL request (for what REST cannot do), retried as REST calls are: only
         idempotent mutations go through here. An answer with errors is a `ForgeError`."""
@@ -283,3 +302,5 @@ class GitHubClient:
 
     async def aclose(self) -> None:
         await self._transport.close_pool()
+        if self.app is not None:
+            await self.app.aclose()

@@ -309,11 +309,11 @@ class GitLabSource(GitLabCi):
             self._user_ids[username] = user_id
         return user_id
 
-    async def find_trigger_user(self, key: TaskKey) -> str | None:
-        """The user of the newest `add` event of `bot_label`, from the resource label events."""
+    async def find_trigger_user(self, key: TaskKey, label: str | None = None) -> str | None:
+        """The user of the newest `add` event of `bot_label` (or `label`), from the resource label events."""
         path = item_path(key) + "/resource_label_events"
         events = await self._http.call(f"GET {path}", lambda: self._http.get_all(path))
-        bot_label = self.config.bot_label
+        bot_label = label or self.config.bot_label
         newest_first = sorted(events, key=lambda e: (e.get("created_at") or "", e.get("id") or 0), reverse=True)
         for event in newest_first:
             if event.get("action") == "add" and (event.get("label") or {}).get("name") == bot_label:
