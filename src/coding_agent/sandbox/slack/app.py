@@ -1,0 +1,115 @@
+"""The Slack testing server's Web API: the methods the agent calls, answered as Slack does.
+
+Slack answers HTTP 200 with `{"ok": false, "error": ...}` for a refused call, reads its
+arguments from the query, a form or a JSON body alike, and takes the token from
+`Authorization: Bearer`; slack_sdk's clients rely on each of these."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from coding_agent.sandbox.slack.state import SlackCall, SlackState
+
+__all__ = ["create_slack_app"]
+
+
+async def _arguments(request: Request) -> dict[str, Any]:
+    args: dict[str, Any] = dict(request.query_params)
+    if request.method == "POST":
+        kind = request.headers.get("content-type", "")
+        if kind.startswith("application/json"):
+            body = await request.body()
+            if body:
+                data = json.loads(body)
+                if isinstance(data, dict):
+                    args.update(data)
+        else:
+            form = await request.form()
+            args.update({key: value for key, value in form.items() if isinstance(value, str)})
+    return args
+
+
+def _token(request: Request, args: dict[str, Any]) -> str | None:
+    header = request.headers.get("authorization", "")
+    if header.startswith("Bearer "):
+        return header.removeprefix("Bearer ")
+    token = args.pop("token", None)
+    return token if isinstance(token, str) else None
+
+
+def create_slack_app(state: SlackState) -> Starlette:
+    def error(code: str) -> JSONResponse:
+        return JSONResponse({"ok": False, "error": code})
+
+    async def method(request: Request) -> JSONResponse:
+        name = request.path_params["method"]
+        args = await _arguments(request)
+        token = _token(request, args)
+        state.record(SlackCall(name, token, dict(args)))
+        if token != state.bot_token:
+            return error("invalid_auth" if token else "not_authed")
+        handler = _HANDLERS.get(name)
+        if handler is None:
+            return error("unknown_method")
+        try:
+            return JSONResponse({"ok": True, **handler(state, args)})
+        except KeyError as missing:
+            return error(str(missing.args[0]).split(":")[0] if missing.args else "invalid_arguments")
+        except (PermissionError, ValueError) as refused:
+            return error(str(refused))
+
+    return Starlette(routes=[Route("/api/{method}", method, methods=["GET", "POST"])])
+
+
+def _auth_test(state: SlackState, args: dict[str, Any]) -> dict[str, Any]:
+    return {"url": "https://sandbox.slack.test/", "team": "sandbox", "team_id": state.team, "user": "coding-agent",
+            "user_id": state.bot_user, "bot_id": "B0BOT", "is_enterprise_install": False}
+
+
+def _post(state: SlackState, args: dict[str, Any]) -> dict[str, Any]:
+    message = state.post(str(args["channel"]), state.bot_user, str(args.get("text", "")), args.get("thread_ts") or None)
+    return {"channel": message.channel, "ts": message.ts, "message": message.as_json()}
+
+
+def _update(state: SlackState, args: dict[str, Any]) -> dict[str, Any]:
+    message = state.update(str(args["channel"]), str(args["ts"]), state.bot_user, str(args.get("text", "")))
+    return {"channel": message.channel, "ts": message.ts, "text": message.text}
+
+
+def _react(state: SlackState, args: dict[str, Any]) -> dict[str, Any]:
+    state.react(str(args["channel"]), str(args["timestamp"]), state.bot_user, str(args["name"]))
+    return {}
+
+
+def _replies(state: SlackState, args: dict[str, Any]) -> dict[str, Any]:
+    return {"messages": [m.as_json() for m in state.thread(str(args["channel"]), str(args["ts"]))], "has_more": False}
+
+
+def _history(state: SlackState, args: dict[str, Any]) -> dict[str, Any]:
+    limit = int(args.get("limit") or 100)
+    return {"messages": [m.as_json() for m in state.history(str(args["channel"]), limit)], "has_more": False}
+
+
+def _users_info(state: SlackState, args: dict[str, Any]) -> dict[str, Any]:
+    user = state.users.get(str(args["user"]))
+    if user is None:
+        raise KeyError("user_not_found")
+    profile = {"real_name": user.name, "display_name": user.name, **({"email": user.email} if user.email else {})}
+    return {"user": {"id": user.id, "name": user.name, "is_bot": user.is_bot, "profile": profile}}
+
+
+_HANDLERS = {
+    "auth.test": _auth_test,
+    "chat.postMessage": _post,
+    "chat.update": _update,
+    "reactions.add": _react,
+    "conversations.replies": _replies,
+    "conversations.history": _history,
+    "users.info": _users_info,
+}
