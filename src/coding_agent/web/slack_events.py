@@ -1,0 +1,71 @@
+"""`POST /slack/events`: the Events API way in for a Slack app (SPEC 18), on Slack's Bolt.
+
+Bolt's async app checks each request's signature (`X-Slack-Signature`, HMAC-SHA256 of
+`v0:{timestamp}:{body}` with the signing secret) and refuses a timestamp older than five
+minutes (a replay), answers Slack's `url_verification`, ignores the bot's own events, and
+acknowledges an event before its listener runs, so Slack has its answer within its 3
+seconds whatever the intake then does. As for the forges' webhooks, a request without
+the signature headers is refused before its body is read, and the body is read by the
+shared `BodyReader` (the 1 MiB cap, the deadlines, the bytes-in-flight budget) before
+Bolt sees it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_bolt.adapter.starlette.async_handler import to_async_bolt_request, to_starlette_response
+from slack_bolt.async_app import AsyncApp
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from coding_agent.config.chat import SlackConfig
+from coding_agent.runtime.slack_intake import SlackIntake
+from coding_agent.web.request_body import BodyReader, Refusal
+
+__all__ = ["slack_routes"]
+
+log = logging.getLogger(__name__)
+
+
+def _refuse(status: int, message: str) -> Response:
+    """An answer before the whole body was read: the connection closes after it."""
+    return JSONResponse({"message": message}, status_code=status, headers={"Connection": "close"})
+
+
+def slack_routes(settings: SlackConfig, intake: SlackIntake, reader: BodyReader) -> list[Route]:
+    """The `/slack/events` route; `settings.signing_secret` must be set."""
+    assert settings.signing_secret is not None
+    app = AsyncApp(
+        client=intake.chat.client,
+        signing_secret=settings.signing_secret.get_secret_value(),
+        logger=logging.getLogger("coding_agent.web.slack_bolt"),
+    )
+
+    @app.event("app_mention")
+    async def on_mention(body: dict[str, Any], event: dict[str, Any]) -> None:
+        event_id = body.get("event_id")
+        await intake.mention(event_id if isinstance(event_id, str) else "", event)
+
+    @app.event("message")
+    async def on_message(body: dict[str, Any]) -> None:
+        """Thread replies (steering, SPEC 18) are not read yet; acknowledged so Slack does not retry."""
+
+    async def events(request: Request) -> Response:
+        if not request.headers.get("x-slack-signature", "").startswith("v0=") or not request.headers.get(
+            "x-slack-request-timestamp", ""
+        ).isdigit():
+            return _refuse(401, "missing X-Slack-Signature or X-Slack-Request-Timestamp")
+        try:
+            body = await reader.read(request)
+        except Refusal as refusal:
+            return _refuse(refusal.status, refusal.message)
+        try:
+            bolt_request = to_async_bolt_request(request, body)
+        except UnicodeDecodeError:
+            return JSONResponse({"message": "the body is not UTF-8"}, status_code=400)
+        return to_starlette_response(await app.async_dispatch(bolt_request))
+
+    return [Route("/slack/events", events, methods=["POST"])]
