@@ -165,3 +165,45 @@ def test_a_bad_signature_or_a_stale_timestamp_is_refused(
         _serve(github_forge, slack, tmp_path, model, act)
 
     assert slack.slack.state.calls == [], "nothing reached Slack's API: no reaction, no reply"
+
+
+def test_the_event_is_acknowledged_before_the_work_and_slacks_rate_limit_is_honoured(
+    github_forge: GitHubForge, slack: SlackEvents, tmp_path: Path
+) -> None:
+    """Slack wants its answer within 3 s whatever the agent then does: here the 👀 waits on
+    Slack (held), and the POST is answered all the same; the reply then meets a 429 with
+    `Retry-After` and is posted after it."""
+    envelope = slack.mention(CHANNEL, ALICE, "please add hello.txt")
+    ts = envelope["event"]["ts"]
+    state = slack.slack.state
+    gate = state.hold("reactions.add")
+    state.fail("chat.postMessage", 429, retry_after=1)
+
+    def act(url: str) -> None:
+        assert slack.deliver(url, envelope).status_code == 200
+        assert _bot_replies(slack, ts) == [] and _eyes(slack, ts) == [], "answered before the work was done"
+        gate.set()
+        _wait(lambda: bool(_bot_replies(slack, ts)), "the reply, after the rate limit")
+
+    with ReplaySandbox({"replies": []}) as model:
+        _serve(github_forge, slack, tmp_path, model, act)
+
+    assert _eyes(slack, ts) == [state.bot_user]
+    assert len(_bot_replies(slack, ts)) == 1
+    assert len(state.calls_to("chat.postMessage")) == 2, "the 429, then the retry after Retry-After"
+
+
+def test_a_mention_in_an_unmapped_channel_is_ignored(github_forge: GitHubForge, slack: SlackEvents, tmp_path: Path) -> None:
+    slack.slack.state.add_channel("C0RANDOM", "random")
+    envelope = slack.mention("C0RANDOM", ALICE, "please add hello.txt")
+    marker = slack.mention(CHANNEL, ALICE, "and here")
+
+    def act(url: str) -> None:
+        assert slack.deliver(url, envelope).status_code == 200
+        assert slack.deliver(url, marker).status_code == 200
+        _wait(lambda: bool(_bot_replies(slack, marker["event"]["ts"])), "the mapped channel's reply")
+
+    with ReplaySandbox({"replies": []}) as model:
+        _serve(github_forge, slack, tmp_path, model, act)
+
+    assert [m for m in slack.slack.state.bot_messages("C0RANDOM")] == []

@@ -6,6 +6,7 @@ arguments from the query, a form or a JSON body alike, and takes the token from
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -52,6 +53,14 @@ def create_slack_app(state: SlackState) -> Starlette:
         args = await _arguments(request)
         token = _token(request, args)
         state.record(SlackCall(name, token, dict(args)))
+        fault = state.take_fault(name)
+        if fault is not None:
+            if fault.gate is not None:
+                await asyncio.to_thread(fault.gate.wait, 30)
+            if fault.status == 429:
+                return JSONResponse({"ok": False, "error": "ratelimited"}, status_code=429, headers={"Retry-After": str(fault.retry_after)})
+            if fault.status is not None:
+                return JSONResponse({"ok": False, "error": "fatal_error"}, status_code=fault.status)
         if token != state.bot_token:
             return error("invalid_auth" if token else "not_authed")
         handler = _HANDLERS.get(name)

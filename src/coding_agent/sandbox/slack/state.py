@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SlackCall", "SlackMessage", "SlackState", "SlackUser"]
+__all__ = ["SlackCall", "SlackFault", "SlackMessage", "SlackState", "SlackUser"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,17 @@ class SlackMessage:
         return data
 
 
+@dataclass
+class SlackFault:
+    """What the next `times` calls of a method get instead of an answer: an HTTP `status`
+    (429 with `retry_after` seconds, or a 5xx), and/or a wait on `gate` first."""
+
+    times: int
+    status: int | None = None
+    retry_after: int = 1
+    gate: threading.Event | None = None
+
+
 @dataclass(frozen=True)
 class SlackCall:
     """One Web API call as the server got it: the method, the token, the arguments (query, form and JSON merged)."""
@@ -63,6 +74,7 @@ class SlackState:
         self.channels: dict[str, str] = {}
         self.messages: list[SlackMessage] = []
         self.calls: list[SlackCall] = []
+        self.faults: dict[str, SlackFault] = {}
         self._clock = itertools.count(1)
         self._base = int(time.time())
 
@@ -125,6 +137,29 @@ class SlackState:
         with self._lock:
             top = [m for m in self.messages if m.channel == channel and (m.thread_ts is None or m.thread_ts == m.ts)]
             return list(reversed(top))[:limit]
+
+    def fail(self, method: str, status: int, times: int = 1, retry_after: int = 1) -> None:
+        """The next `times` calls of `method` answer HTTP `status` (429: with `Retry-After`)."""
+        with self._lock:
+            self.faults[method] = SlackFault(times, status, retry_after)
+
+    def hold(self, method: str) -> threading.Event:
+        """The next call of `method` waits until the returned event is set (or 30 s pass)."""
+        gate = threading.Event()
+        with self._lock:
+            self.faults[method] = SlackFault(1, gate=gate)
+        return gate
+
+    def take_fault(self, method: str) -> SlackFault | None:
+        """The fault the call of `method` arriving now gets, counted (None: none)."""
+        with self._lock:
+            fault = self.faults.get(method)
+            if fault is None:
+                return None
+            fault.times -= 1
+            if fault.times <= 0:
+                del self.faults[method]
+            return fault
 
     def record(self, call: SlackCall) -> None:
         with self._lock:
