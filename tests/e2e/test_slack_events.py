@@ -37,7 +37,7 @@ MALLORY = "U0MALLORY"  # maps to nobody
 @pytest.fixture
 def slack() -> Iterator[SlackEvents]:
     bot_token = "xoxb-" + secrets.token_hex(16)
-    with SlackSandbox(bot_token) as sandbox:
+    with SlackSandbox(bot_token, app_token="xapp-" + secrets.token_hex(16)) as sandbox:
         sandbox.state.add_channel(CHANNEL, "develop")
         for user, name in ((ALICE, "alice"), (RITA, "rita"), (MALLORY, "mallory")):
             sandbox.state.add_user(user, name)
@@ -45,17 +45,28 @@ def slack() -> Iterator[SlackEvents]:
 
 
 def _serve(
-    github_forge: GitHubForge, slack: SlackEvents, tmp_path: Path, model: ReplaySandbox, act: Callable[[str], Any]
+    github_forge: GitHubForge,
+    slack: SlackEvents,
+    tmp_path: Path,
+    model: ReplaySandbox,
+    act: Callable[[str], Any],
+    socket_mode: bool = False,
 ) -> None:
-    """`serve`'s web app with `chat.slack` on the Events API; `act(url)` runs in a thread while it serves."""
+    """`serve`'s web app with `chat.slack` on the Events API (or Socket Mode); `act(url)`
+    runs in a thread while it serves."""
+    way_in = {"app_token": slack.slack.state.app_token} if socket_mode else {"signing_secret": slack.secret}
     settings = {
         "bot_token": slack.slack.state.bot_token,
-        "signing_secret": slack.secret,
+        **way_in,
         "api_url": slack.slack.api_url,
         "channels": {CHANNEL: f"github:{REPO}"},
         "users": {ALICE: MAINTAINER, RITA: READER},
     }
-    setup = steering_config(tmp_path, [github_forge], model, chat={"slack": settings}, scheduling={"interval_seconds": 3600})
+    # Over Socket Mode nothing listens: the dashboard gives `act` a URL all the same.
+    setup = steering_config(
+        tmp_path, [github_forge], model, chat={"slack": settings}, scheduling={"interval_seconds": 3600},
+        dashboard={"enabled": True, "bind": "127.0.0.1:0"},
+    )
 
     async def main() -> None:
         service = AgentService(load_for_service(setup))
@@ -207,3 +218,31 @@ def test_a_mention_in_an_unmapped_channel_is_ignored(github_forge: GitHubForge, 
         _serve(github_forge, slack, tmp_path, model, act)
 
     assert [m for m in slack.slack.state.bot_messages("C0RANDOM")] == []
+
+
+def test_over_socket_mode_a_mention_is_acknowledged_seen_and_answered_once(
+    github_forge: GitHubForge, slack: SlackEvents, tmp_path: Path
+) -> None:
+    """Socket Mode: the agent opens the connection (`apps.connections.open` with the app
+    token), acknowledges each envelope, and takes an event Slack sends twice in once."""
+    sandbox = slack.slack
+    envelope = slack.mention(CHANNEL, ALICE, "please add hello.txt")
+    ts = envelope["event"]["ts"]
+    refused = slack.mention(CHANNEL, MALLORY, "me too")
+
+    def act(url: str) -> None:
+        _wait(lambda: sandbox.hub.connected >= 1, "the agent's Socket Mode connection")
+        first = sandbox.push(envelope)
+        again = sandbox.push(envelope)  # Slack's retry of the same event
+        last = sandbox.push(refused)
+        _wait(lambda: bool(_bot_replies(slack, refused["event"]["ts"])) and bool(_bot_replies(slack, ts)), "both replies")
+        _wait(lambda: {first, again, last} <= set(sandbox.state.acks), "the three acknowledgements")
+
+    with ReplaySandbox({"replies": []}) as model:
+        _serve(github_forge, slack, tmp_path, model, act, socket_mode=True)
+        assert model.requests == []
+
+    assert _eyes(slack, ts) == [sandbox.state.bot_user]
+    assert len(_bot_replies(slack, ts)) == 1
+    assert "chat.slack.users" in _bot_replies(slack, refused["event"]["ts"])[0]
+    assert sandbox.state.calls_to("apps.connections.open")[0].token == sandbox.state.app_token

@@ -47,7 +47,6 @@ def test_no_slack_by_default() -> None:
         ({"users": {"alice": "alice"}}, "chat.slack.users: user 'alice' is not a Slack user id"),
         ({"api_url": "slack.com/api"}, "chat.slack.api_url: must be an http(s) URL"),
         ({"signing_secret": None}, "set app_token (Socket Mode) or signing_secret"),
-        ({"signing_secret": None, "app_token": "xapp-1"}, "Socket Mode is not available in this version yet"),
         ({"bot_token": " "}, "chat.slack.bot_token: must not be empty"),
     ],
 )

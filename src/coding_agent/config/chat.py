@@ -30,7 +30,7 @@ class SlackConfig(_Strict):
 
     bot_token: SecretStr = Field(description="The bot's token (`xoxb-...`), for the Web API calls.")
     app_token: SecretStr | None = Field(
-        default=None, description="The app-level token (`xapp-...`) for Socket Mode (not read yet: set signing_secret)."
+        default=None, description="The app-level token (`xapp-...`): events over Socket Mode, no public URL needed."
     )
     signing_secret: SecretStr | None = Field(
         default=None, description="The app's signing secret: events come to `POST /slack/events` (the Events API)."
@@ -93,9 +93,6 @@ class SlackConfig(_Strict):
         app = self.app_token is not None and bool(self.app_token.get_secret_value().strip())
         if not (secret or app):
             raise ValueError("set app_token (Socket Mode) or signing_secret (the Events API at /slack/events)")
-        if not secret:
-            # Said at load rather than found out as a bot that never answers.
-            raise ValueError("app_token: Socket Mode is not available in this version yet; set signing_secret (the Events API)")
         return self
 
     def secrets(self) -> list[str]:

@@ -1,4 +1,7 @@
-"""`POST /slack/events`: the Events API way in for a Slack app (SPEC 18), on Slack's Bolt.
+"""How Slack's events reach the agent (SPEC 18), on Slack's Bolt: Socket Mode (a connection
+the agent opens with the app token, no public URL) or `POST /slack/events` (the Events API).
+
+Both hand the events to one Bolt app, which acknowledges each before its listener runs.
 
 Bolt's async app checks each request's signature (`X-Slack-Signature`, HMAC-SHA256 of
 `v0:{timestamp}:{body}` with the signing secret) and refuses a timestamp older than five
@@ -12,11 +15,15 @@ Bolt sees it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from slack_bolt.adapter.starlette.async_handler import to_async_bolt_request, to_starlette_response
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -25,7 +32,7 @@ from coding_agent.config.chat import SlackConfig
 from coding_agent.runtime.slack_intake import SlackIntake
 from coding_agent.web.request_body import BodyReader, Refusal
 
-__all__ = ["slack_routes"]
+__all__ = ["slack_routes", "slack_socket_mode"]
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +42,14 @@ def _refuse(status: int, message: str) -> Response:
     return JSONResponse({"message": message}, status_code=status, headers={"Connection": "close"})
 
 
-def slack_routes(settings: SlackConfig, intake: SlackIntake, reader: BodyReader) -> list[Route]:
-    """The `/slack/events` route; `settings.signing_secret` must be set."""
-    assert settings.signing_secret is not None
+def _bolt_app(settings: SlackConfig, intake: SlackIntake) -> AsyncApp:
+    """The Bolt app whose listeners hand mentions to `intake` (request signatures checked
+    when a signing secret is set: the Events API)."""
+    secret = settings.signing_secret.get_secret_value() if settings.signing_secret is not None else None
     app = AsyncApp(
         client=intake.chat.client,
-        signing_secret=settings.signing_secret.get_secret_value(),
+        signing_secret=secret or None,
+        request_verification_enabled=bool(secret),
         logger=logging.getLogger("coding_agent.web.slack_bolt"),
     )
 
@@ -52,6 +61,32 @@ def slack_routes(settings: SlackConfig, intake: SlackIntake, reader: BodyReader)
     @app.event("message")
     async def on_message(body: dict[str, Any]) -> None:
         """Thread replies (steering, SPEC 18) are not read yet; acknowledged so Slack does not retry."""
+
+    return app
+
+
+@contextlib.asynccontextmanager
+async def slack_socket_mode(settings: SlackConfig, intake: SlackIntake) -> AsyncIterator[None]:
+    """Slack's events over Socket Mode while the block runs (`settings.app_token` must be set).
+
+    The connection's URL comes from `apps.connections.open` at `chat.slack.api_url`; Bolt's
+    aiohttp handler acknowledges each envelope before its listener runs and reconnects
+    when Slack drops the connection."""
+    assert settings.app_token is not None
+    opener = AsyncWebClient(base_url=settings.api_url)
+    handler = AsyncSocketModeHandler(_bolt_app(settings, intake), settings.app_token.get_secret_value(), web_client=opener)
+    await handler.connect_async()
+    log.info("slack: listening over Socket Mode")
+    try:
+        yield
+    finally:
+        await handler.close_async()
+
+
+def slack_routes(settings: SlackConfig, intake: SlackIntake, reader: BodyReader) -> list[Route]:
+    """The `/slack/events` route; `settings.signing_secret` must be set."""
+    assert settings.signing_secret is not None
+    app = _bolt_app(settings, intake)
 
     async def events(request: Request) -> Response:
         if not request.headers.get("x-slack-signature", "").startswith("v0=") or not request.headers.get(

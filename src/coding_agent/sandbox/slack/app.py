@@ -13,11 +13,36 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from coding_agent.sandbox.slack.state import SlackCall, SlackState
 
-__all__ = ["create_slack_app"]
+__all__ = ["create_slack_app", "SocketHub"]
+
+
+class SocketHub:
+    """The Socket Mode connections open now: an envelope pushed from any thread goes to each."""
+
+    def __init__(self) -> None:
+        self._connections: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[dict[str, Any]]]] = []
+
+    @property
+    def connected(self) -> int:
+        return len(self._connections)
+
+    def push(self, envelope: dict[str, Any]) -> None:
+        for loop, queue in list(self._connections):
+            loop.call_soon_threadsafe(queue.put_nowait, envelope)
+
+    def _add(self, queue: asyncio.Queue[dict[str, Any]]) -> tuple[asyncio.AbstractEventLoop, asyncio.Queue[dict[str, Any]]]:
+        entry = (asyncio.get_running_loop(), queue)
+        self._connections.append(entry)
+        return entry
+
+    def _remove(self, entry: tuple[asyncio.AbstractEventLoop, asyncio.Queue[dict[str, Any]]]) -> None:
+        if entry in self._connections:
+            self._connections.remove(entry)
 
 
 async def _arguments(request: Request) -> dict[str, Any]:
@@ -44,7 +69,10 @@ def _token(request: Request, args: dict[str, Any]) -> str | None:
     return token if isinstance(token, str) else None
 
 
-def create_slack_app(state: SlackState) -> Starlette:
+def create_slack_app(state: SlackState, hub: SocketHub | None = None) -> Starlette:
+    """The Web API at `/api/{method}`; with `hub`, Socket Mode too (`apps.connections.open`
+    with the app token hands out `/socket-mode`'s URL)."""
+    hub = hub or SocketHub()
     def error(code: str) -> JSONResponse:
         return JSONResponse({"ok": False, "error": code})
 
@@ -61,6 +89,10 @@ def create_slack_app(state: SlackState) -> Starlette:
                 return JSONResponse({"ok": False, "error": "ratelimited"}, status_code=429, headers={"Retry-After": str(fault.retry_after)})
             if fault.status is not None:
                 return JSONResponse({"ok": False, "error": "fatal_error"}, status_code=fault.status)
+        if name == "apps.connections.open":
+            if state.app_token is None or token != state.app_token:
+                return error("invalid_auth" if token else "not_authed")
+            return JSONResponse({"ok": True, "url": str(request.url_for("socket_mode")).replace("http", "ws", 1)})
         if token != state.bot_token:
             return error("invalid_auth" if token else "not_authed")
         handler = _HANDLERS.get(name)
@@ -73,7 +105,40 @@ def create_slack_app(state: SlackState) -> Starlette:
         except (PermissionError, ValueError) as refused:
             return error(str(refused))
 
-    return Starlette(routes=[Route("/api/{method}", method, methods=["GET", "POST"])])
+    async def socket_mode(websocket: WebSocket) -> None:
+        """Slack's Socket Mode: `hello`, then each pushed envelope; the app answers with its envelope id."""
+        await websocket.accept()
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        entry = hub._add(queue)
+        await websocket.send_json({"type": "hello", "num_connections": hub.connected, "connection_info": {"app_id": "A0SANDBOX"}})
+
+        async def send() -> None:
+            while True:
+                await websocket.send_json(await queue.get())
+
+        sender = asyncio.create_task(send())
+        try:
+            while True:
+                text = await websocket.receive_text()
+                try:
+                    data = json.loads(text)
+                except ValueError:
+                    continue
+                if isinstance(data, dict) and isinstance(data.get("envelope_id"), str):
+                    with state._lock:
+                        state.acks.append(data["envelope_id"])
+        except WebSocketDisconnect:
+            pass
+        finally:
+            hub._remove(entry)
+            sender.cancel()
+
+    return Starlette(
+        routes=[
+            Route("/api/{method}", method, methods=["GET", "POST"]),
+            WebSocketRoute("/socket-mode", socket_mode, name="socket_mode"),
+        ]
+    )
 
 
 def _auth_test(state: SlackState, args: dict[str, Any]) -> dict[str, Any]:

@@ -65,9 +65,11 @@ class SlackCall:
 class SlackState:
     """A workspace: one bot (whose token the agent holds), its users and channels."""
 
-    def __init__(self, bot_token: str, team: str = "T0SANDBOX", bot_user: str = "U0BOT") -> None:
+    def __init__(self, bot_token: str, app_token: str | None = None, team: str = "T0SANDBOX", bot_user: str = "U0BOT") -> None:
         self._lock = threading.Lock()
         self.bot_token = bot_token
+        self.app_token = app_token
+        self.acks: list[str] = []  # the envelope ids acknowledged over Socket Mode
         self.team = team
         self.bot_user = bot_user
         self.users: dict[str, SlackUser] = {bot_user: SlackUser(bot_user, "coding-agent", is_bot=True)}
