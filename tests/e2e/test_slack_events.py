@@ -246,3 +246,22 @@ def test_over_socket_mode_a_mention_is_acknowledged_seen_and_answered_once(
     assert len(_bot_replies(slack, ts)) == 1
     assert "chat.slack.users" in _bot_replies(slack, refused["event"]["ts"])[0]
     assert sandbox.state.calls_to("apps.connections.open")[0].token == sandbox.state.app_token
+
+
+def test_slack_answering_503_for_a_while_delays_the_reply_but_does_not_lose_it(
+    github_forge: GitHubForge, slack: SlackEvents, tmp_path: Path
+) -> None:
+    envelope = slack.mention(CHANNEL, ALICE, "please add hello.txt")
+    ts = envelope["event"]["ts"]
+    state = slack.slack.state
+    state.fail("chat.postMessage", 503, times=2)
+
+    def act(url: str) -> None:
+        assert slack.deliver(url, envelope).status_code == 200
+        _wait(lambda: bool(_bot_replies(slack, ts)), "the reply once Slack answers again")
+
+    with ReplaySandbox({"replies": []}) as model:
+        _serve(github_forge, slack, tmp_path, model, act)
+
+    assert len(_bot_replies(slack, ts)) == 1
+    assert len(state.calls_to("chat.postMessage")) == 3

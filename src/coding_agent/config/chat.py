@@ -7,8 +7,6 @@ the forge(s) that hold the repositories the channels map to.
 from __future__ import annotations
 
 import re
-from typing import Literal
-
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from coding_agent.config.base import _Strict
@@ -40,9 +38,6 @@ class SlackConfig(_Strict):
         default_factory=dict, description="Channel id -> the repository a mention there works on (`github:owner/repo`)."
     )
     users: dict[str, str] = Field(default_factory=dict, description="Slack user id -> their forge login (write access needed).")
-    user_lookup: Literal["none", "email"] = Field(
-        default="none", description="`email`: map unlisted users by their Slack email (not read yet)."
-    )
 
     @field_validator("bot_token")
     @classmethod

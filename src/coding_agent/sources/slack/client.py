@@ -1,7 +1,8 @@
 """The agent's side of a Slack workspace, on slack_sdk's `AsyncWebClient` (SPEC 18).
 
 `api_url` is the client's `base_url`, so GovSlack and the sandbox are reached the same way.
-Slack's rate limits (`429` + `Retry-After`) are honoured by slack_sdk's own retry handler.
+Slack's rate limits (`429` + `Retry-After`) are honoured, and a dropped connection or a
+`500`/`503` is tried again after a backoff, by slack_sdk's own retry handlers.
 A failed Slack call is logged and never raised into the caller: Slack being down must not
 fail the work that asked it to speak (SPEC 18)."""
 
@@ -11,7 +12,11 @@ import logging
 import re
 
 from slack_sdk.errors import SlackApiError, SlackClientError
-from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
 from slack_sdk.web.async_client import AsyncWebClient
 
 from coding_agent.config.chat import SlackConfig
@@ -43,7 +48,11 @@ class SlackChat:
         self.client = AsyncWebClient(
             token=settings.bot_token.get_secret_value(),
             base_url=settings.api_url,
-            retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=3)],
+            retry_handlers=[
+                AsyncConnectionErrorRetryHandler(max_retry_count=2),
+                AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+                AsyncServerErrorRetryHandler(max_retry_count=3),
+            ],
         )
         self._redactor = redactor
 
