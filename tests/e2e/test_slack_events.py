@@ -265,3 +265,22 @@ def test_slack_answering_503_for_a_while_delays_the_reply_but_does_not_lose_it(
 
     assert len(_bot_replies(slack, ts)) == 1
     assert len(state.calls_to("chat.postMessage")) == 3
+
+
+def test_slack_down_when_serve_starts_delays_socket_mode_without_failing_the_start(
+    github_forge: GitHubForge, slack: SlackEvents, tmp_path: Path
+) -> None:
+    sandbox = slack.slack
+    sandbox.state.fail("apps.connections.open", 503, times=2)
+    envelope = slack.mention(CHANNEL, ALICE, "please add hello.txt")
+    ts = envelope["event"]["ts"]
+
+    def act(url: str) -> None:
+        _wait(lambda: sandbox.hub.connected >= 1, "the connection once Slack answers")
+        sandbox.push(envelope)
+        _wait(lambda: bool(_bot_replies(slack, ts)), "the reply")
+
+    with ReplaySandbox({"replies": []}) as model:
+        _serve(github_forge, slack, tmp_path, model, act, socket_mode=True)
+
+    assert len(sandbox.state.calls_to("apps.connections.open")) == 3

@@ -15,14 +15,17 @@ Bolt sees it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from slack_bolt.adapter.starlette.async_handler import to_async_bolt_request, to_starlette_response
+import aiohttp
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -75,12 +78,31 @@ async def slack_socket_mode(settings: SlackConfig, intake: SlackIntake) -> Async
     assert settings.app_token is not None
     opener = AsyncWebClient(base_url=settings.api_url)
     handler = AsyncSocketModeHandler(_bolt_app(settings, intake), settings.app_token.get_secret_value(), web_client=opener)
-    await handler.connect_async()
-    log.info("slack: listening over Socket Mode")
+    connecting = asyncio.create_task(_connect(handler))
     try:
         yield
     finally:
+        connecting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await connecting
         await handler.close_async()
+
+
+async def _connect(handler: AsyncSocketModeHandler) -> None:
+    """Open the connection, trying again with a growing pause while Slack cannot be
+    reached: Slack being down delays the events, never the service's start (SPEC 18)."""
+    pause = 1.0
+    while True:
+        try:
+            await handler.connect_async()
+        except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError) as error:
+            reason = error.response.get("error") if isinstance(error, SlackApiError) else type(error).__name__
+            log.warning("slack: Socket Mode connection not opened (%s); trying again in %.0f s", reason, pause)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 60.0)
+            continue
+        log.info("slack: listening over Socket Mode")
+        return
 
 
 def slack_routes(settings: SlackConfig, intake: SlackIntake, reader: BodyReader) -> list[Route]:
