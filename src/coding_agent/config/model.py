@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from coding_agent.config.base import _Strict
+from coding_agent.config.chat import ChatConfig
 from coding_agent.config.forges import GitHubConfig, GitLabConfig
 from coding_agent.config.llm import LLMConfig
 from coding_agent.config.run_sections import (
@@ -85,6 +86,7 @@ class AgentConfig(_Strict):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     persona: str | None = None
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
+    chat: ChatConfig = Field(default_factory=ChatConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -108,6 +110,11 @@ class AgentConfig(_Strict):
         for name in self.sources:
             if getattr(self, name) is None:
                 raise ValueError(f"task_source includes {name!r} but there is no {name} section")
+        slack = self.chat.slack
+        for channel, repository in (slack.channels if slack is not None else {}).items():
+            forge = repository.partition(":")[0]
+            if forge not in self.sources:
+                raise ValueError(f"chat.slack.channels.{channel}: {repository!r} is on {forge}, which task_source does not name")
         names = [server.mcp_server_name for server in self.mcp_servers]
         # SPEC 6: configuring a server never removes the built-in one; an entry of the
         # operator's own named `workspace` takes its place (their command, their allow-list).
@@ -144,6 +151,8 @@ class AgentConfig(_Strict):
             key = app.private_key.get_secret_value()
             values.append(key)
             values += [line.strip() for line in key.replace("\\n", "\n").splitlines() if len(line.strip()) >= 32 and "-----" not in line]
+        if self.chat.slack is not None:
+            values += self.chat.slack.secrets()
         for hook_secret in (self.webhooks.github_secret, self.webhooks.gitlab_token, self.webhooks.gitlab_signing_token):
             if hook_secret is not None and hook_secret.get_secret_value():
                 values.append(hook_secret.get_secret_value())

@@ -18,7 +18,7 @@ from coding_agent.web.request_body import MAX_FORM_BYTES, BodyReader, Refusal
 __all__ = ["COOKIE", "TokenGuard", "login_routes"]
 
 COOKIE = "coding_agent_dashboard"
-_OPEN_PREFIXES = ("/webhooks/", "/login", "/healthz")
+_OPEN_PREFIXES = ("/webhooks/", "/slack/events", "/login", "/healthz")  # Slack signs its own requests
 
 _LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>coding-agent: sign in</title></head>
 <body><h1>coding-agent dashboard</h1><form method="post" action="/login">

@@ -39,7 +39,7 @@ __all__ = ["SameOriginGuard", "served_hosts"]
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[..., Awaitable[Any]], Callable[..., Awaitable[None]]], Awaitable[None]]
 
-_ANY_HOST_PREFIXES = ("/webhooks/",)
+_ANY_HOST_PREFIXES = ("/webhooks/", "/slack/events")
 _FORM_PATHS = ("/login",)  # the login page is an HTML form (it gives away nothing: the token must be known)
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _OWN_SITE = frozenset({"same-origin", "none"})  # `none`: the user typed or bookmarked the URL

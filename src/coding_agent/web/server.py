@@ -38,7 +38,9 @@ from coding_agent.config import AgentConfig
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.service import AgentService
+from coding_agent.runtime.slack_intake import SlackIntake
 from coding_agent.runtime.webhook_sink import RuntimeWebhookSink
+from coding_agent.sources.slack import SlackChat
 from coding_agent.store.deliveries import DeliveryLog
 from coding_agent.store.state import StateStore
 from coding_agent.web.activity import RunActivity
@@ -52,6 +54,7 @@ from coding_agent.web.request_body import BodyReader
 from coding_agent.web.same_origin import SameOriginGuard
 from coding_agent.web.uvicorn_config import uvicorn_config
 from coding_agent.web.views import task_list
+from coding_agent.web.slack_events import slack_routes, slack_socket_mode
 from coding_agent.web.webhooks import warm_up, webhook_routes
 
 __all__ = [
@@ -77,7 +80,8 @@ class BindError(Exception):
 
 def webhooks_configured(config: AgentConfig) -> bool:
     hooks = config.webhooks
-    return any(secret is not None and secret.get_secret_value() for secret in (hooks.github_secret, hooks.gitlab_token))
+    slack = config.chat.slack.signing_secret if config.chat.slack is not None else None
+    return any(secret is not None and secret.get_secret_value() for secret in (hooks.github_secret, hooks.gitlab_token, slack))
 
 
 def _dashboard_routes(
@@ -265,8 +269,30 @@ async def _serving(app: Starlette, sock: socket.socket) -> AsyncIterator[str]:
         sock.close()
 
 
+def _slack_intake(config: AgentConfig, service: AgentService) -> SlackIntake:
+    slack = config.chat.slack
+    assert slack is not None
+    return SlackIntake(slack, SlackChat(slack, service.redactor), service.sources, DeliveryLog(service.store.engine), config.language)
+
+
 @contextlib.asynccontextmanager
 async def serving_http(
+    config: AgentConfig, service: AgentService, sock: socket.socket | None = None
+) -> AsyncIterator[str | None]:
+    """Serve the dashboard, the webhooks and Slack's events of `service` while the block
+    runs (Socket Mode, with `chat.slack.app_token`, needs no listening socket); yields the
+    URL, or None when neither the dashboard nor a webhook is on."""
+    slack = config.chat.slack
+    async with contextlib.AsyncExitStack() as stack:
+        if slack is not None and slack.app_token is not None and slack.app_token.get_secret_value():
+            intake = _slack_intake(config, service)
+            stack.push_async_callback(intake.chat.aclose)
+            await stack.enter_async_context(slack_socket_mode(slack, intake))
+        yield await stack.enter_async_context(_serving_http(config, service, sock))
+
+
+@contextlib.asynccontextmanager
+async def _serving_http(
     config: AgentConfig, service: AgentService, sock: socket.socket | None = None
 ) -> AsyncIterator[str | None]:
     """Serve the dashboard and the webhooks of `service` while the block runs; yields the
@@ -316,6 +342,9 @@ async def serving_http(
                 service.ci,
             )
             route_lists.append(webhook_routes(config, sink, reader))
+            slack = config.chat.slack
+            if slack is not None and slack.signing_secret is not None and slack.signing_secret.get_secret_value():
+                route_lists.append(slack_routes(slack, _slack_intake(config, service), reader))
     except BaseException:
         sock.close()
         raise
