@@ -262,7 +262,8 @@ def run_playground(
                 config = parse_config({**data, **_PLAYGROUND_SETTINGS}, source="demo --serve", env={})
                 configure_logging(config.logging, Redactor(config.secrets()), console=True)
                 logging.getLogger("coding_agent.runtime.producer").addFilter(_quiet_idle_polls)
-                typer.echo(f"Files of this playground: {directory}" + ("" if keep else " (removed when it ends; --dir DIR keeps them)"))
+                kept = "" if keep else " (removed when it ends; --dir DIR keeps them)"
+                typer.echo(f"Files of this playground: {directory}{kept}")
                 asyncio.run(_serve_playground(config, forge, playground, replay, serve_http))
             except KeyboardInterrupt:  # a second Ctrl-C: end now, still removing what it made
                 typer.echo("Interrupted.")
@@ -310,7 +311,9 @@ async def _serve_playground(
             typer.echo(f"Sandbox forge page: {forge.playground_url} (open and label issues there, as @{DEMO_USER})")
             typer.echo("  (its key is this run's secret: the page and its API answer only with it; keep it to yourself)")
             typer.echo(f"Dashboard: {dashboard_url or 'not served (see the log)'}")
-            model = f"the replay model (scripted) at {replay.url}" if replay else f"{config.llm.provider} {config.llm.active.model}"
+            model = (
+                f"the replay model (scripted) at {replay.url}" if replay else f"{config.llm.provider} {config.llm.active.model}"
+            )
             typer.echo(f"Model: {model}")
             typer.echo("Ctrl-C ends it.")
             await service.serve(stop)

@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from coding_agent.agent.loop import ToolRunner
@@ -116,7 +116,7 @@ class ProgressComment:
 
     def render(self) -> str:
         lang = self._language
-        stamp = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+        stamp = datetime.now(UTC).replace(microsecond=0).isoformat()
         lines = [
             notice("progress_header", lang),
             "",

@@ -35,8 +35,8 @@ from coding_agent.llm.context_window import DEFAULT_CONTEXT_LENGTH, ollama_windo
 from coding_agent.llm.factory import create_llm_client, load_client_library
 from coding_agent.llm.text_tool_calls import find_text_tool_calls
 from coding_agent.llm.types import LLMReply, ToolSpec
-from coding_agent.retry import RetryPolicy
 from coding_agent.redaction import Redactor
+from coding_agent.retry import RetryPolicy
 from coding_agent.store.state import StateStore
 from coding_agent.tools.sandbox import bwrap_usable
 
@@ -69,7 +69,7 @@ async def _guarded(
     """Run one check with a deadline; any error is that check's failure, redacted."""
     try:
         result = await asyncio.wait_for(check(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         result = Check(name, False, f"no answer within {timeout:g} s")
     except Exception as error:  # noqa: BLE001 - a check reports, it never raises
         result = Check(name, False, _describe(error))
@@ -186,7 +186,7 @@ def forge_checks(config: AgentConfig) -> list[tuple[str, Callable[[], Awaitable[
 def llm_name(config: AgentConfig) -> str:
     """`llm <provider> <where>`: the check's name, naming the server it talks to."""
     section = config.llm.active
-    return f"llm {config.llm.provider} {getattr(section, 'endpoint', None) or getattr(section, 'base_url')}"
+    return f"llm {config.llm.provider} {getattr(section, 'endpoint', None) or section.base_url}"
 
 
 async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
@@ -202,7 +202,7 @@ async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
     if llm.provider == "ollama":
         import ollama
 
-        endpoint = getattr(section, "endpoint")
+        endpoint = section.endpoint
         client = ollama.AsyncClient(host=endpoint, timeout=8)
         listed = await client.list()
         names = {entry.model for entry in listed.models}
@@ -214,7 +214,7 @@ async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
         return _window_check(name, config, f"model {model} present", ollama_window(shown.model_dump(by_alias=True)))
     import openai
 
-    base_url = getattr(section, "base_url")
+    base_url = section.base_url
     api_key = getattr(section, "api_key", None)
     client = openai.AsyncOpenAI(
         base_url=base_url, api_key=api_key.get_secret_value() if api_key else "not-needed", timeout=8, max_retries=0
@@ -400,7 +400,7 @@ async def _queue(config: AgentConfig) -> Check:
     import aio_pika
     from yarl import URL
 
-    url = str(getattr(queue, "url"))
+    url = str(queue.url)
     connection = await aio_pika.connect_robust(url, timeout=8)
     await connection.close()
     return Check("queue", True, f"rabbitmq {URL(url).with_password(None).with_user(None)} reachable")
@@ -433,7 +433,9 @@ async def run_doctor(config: AgentConfig, config_source: str) -> list[Check]:
     await _load_clients(config)
     for name, check in named:
         # The probe waits for the model's answer: a local model may first have to load.
-        timeout = max(_CHECK_TIMEOUT_SECONDS, min(config.llm.active.timeout_seconds, 120.0)) if name == PROBE_CHECK else _CHECK_TIMEOUT_SECONDS
+        timeout = _CHECK_TIMEOUT_SECONDS
+        if name == PROBE_CHECK:
+            timeout = max(_CHECK_TIMEOUT_SECONDS, min(config.llm.active.timeout_seconds, 120.0))
         tasks.setdefault(name, asyncio.create_task(_guarded(name, check, redactor, timeout)))
     return [first, *[await tasks[name] for name, _ in named]]
 

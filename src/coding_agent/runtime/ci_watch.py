@@ -46,9 +46,9 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.ci_decision import CiDecision, decide
 from coding_agent.runtime.intake import Claim, ReviewClaim
-from coding_agent.store.state import StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
+from coding_agent.store.state import StateStore
 
 __all__ = ["CiWatcher", "CiFixClaim", "Offer"]
 

@@ -249,7 +249,7 @@ class AgentService:
                 log.exception("poll: failed; the next cycle tries again")
             try:
                 await asyncio.wait_for(stop.wait(), timeout=interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     @property

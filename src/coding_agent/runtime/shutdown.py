@@ -129,7 +129,7 @@ class GracefulShutdown:
             return
         try:
             await asyncio.wait_for(self._service.aclose(), CLOSE_SECONDS)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("shutdown: the service did not close in %g s; exiting anyway", CLOSE_SECONDS)
         except asyncio.CancelledError:  # cancelled while closing, its time being up
             if not self.overdue:

@@ -5,9 +5,8 @@ made in the same transaction as the check (`claim_run_start`, SPEC 15)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from sqlalchemy import Float, String, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Mapped, Session, mapped_column

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ def shorten(text: str, limit: int, redactor: Redactor) -> str:
 def _stamp(value: Any) -> str | None:
     if not isinstance(value, (int, float)):
         return None
-    return datetime.fromtimestamp(value, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(value, UTC).isoformat(timespec="seconds")
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -108,7 +108,12 @@ def _new_comments(text: str) -> list[dict[str, Any]]:
         return []
     items = list(_NEW_ITEM.finditer(text))
     return [
-        {"author": item["author"], "at": item["at"], "body": text[item.end() : items[i + 1].start() if i + 1 < len(items) else len(text)], "posted": False}
+        {
+            "author": item["author"],
+            "at": item["at"],
+            "body": text[item.end() : items[i + 1].start() if i + 1 < len(items) else len(text)],
+            "posted": False,
+        }
         for i, item in enumerate(items)
     ]
 

@@ -5,8 +5,8 @@ the login form sets. Webhook routes are left to their own signature checks."""
 from __future__ import annotations
 
 import hmac
-from html import escape
 from collections.abc import Awaitable, Callable
+from html import escape
 from urllib.parse import parse_qs
 
 from starlette.requests import Request

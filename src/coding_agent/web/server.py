@@ -320,7 +320,8 @@ async def serving_http(
         sock.close()
         raise
     async with _serving(_app(config, route_lists, token), sock) as url:
-        log.info("serving %s at %s", "dashboard and webhooks" if hooks and config.dashboard.enabled else "webhooks" if hooks else "dashboard", url)
+        serves = "dashboard and webhooks" if hooks and config.dashboard.enabled else "webhooks" if hooks else "dashboard"
+        log.info("serving %s at %s", serves, url)
         try:
             yield url
         finally:

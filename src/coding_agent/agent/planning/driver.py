@@ -22,15 +22,15 @@ from coding_agent.agent.markdown import inert_markdown
 from coding_agent.agent.planning.checklist import Shown, checklist_lines, headline, position
 from coding_agent.agent.planning.models import Action, Phase, PlanningState
 from coding_agent.agent.planning.prompts import final_comment, phase_request
+from coding_agent.agent.planning.reading import TOOL_NAMES, json_reminder, shape, validate
 from coding_agent.agent.planning.replies import PHASE_TOOLS, PhaseReply, find_phase_reply
 from coding_agent.agent.planning.scan import scan_workspace
 from coding_agent.agent.planning.state import dump_state
-from coding_agent.agent.planning.reading import TOOL_NAMES, json_reminder, shape, validate
 from coding_agent.agent.planning.validation import ActionDone
 from coding_agent.agent.progress import ProgressComment
 from coding_agent.config import PlanningConfig
 from coding_agent.llm.base import LLMClient
-from coding_agent.llm.protocols import ParsedReply, JsonTextProtocol, ReplyProtocol
+from coding_agent.llm.protocols import JsonTextProtocol, ParsedReply, ReplyProtocol
 from coding_agent.llm.types import LLMReply, ToolSpec
 
 __all__ = ["PlanningPolicy"]
@@ -128,7 +128,8 @@ class PlanningPolicy:
         if step.done and phase == "verification":
             return _error(f"finish verification first: {shape(phase, self.native)}")
         if step.actions and self.state.action_step >= self.settings.max_steps_per_action:
-            return _error(f"the {phase} phase has used its {self.settings.max_steps_per_action} tool steps: {shape(phase, self.native)}")
+            steps = self.settings.max_steps_per_action
+            return _error(f"the {phase} phase has used its {steps} tool steps: {shape(phase, self.native)}")
         return step
 
     async def accept(self, llm: LLMClient, decision: ParsedReply) -> ParsedReply:
@@ -138,7 +139,9 @@ class PlanningPolicy:
         if effect.call_id is not None:  # a native phase call is answered, so the history pairs
             llm.send_tool_result(effect.call_id, effect.call_name, "Accepted.")
             for call_id, name in effect.others:
-                llm.send_tool_result(call_id, name, f"Not run: a {effect.call_name} reply ends the step; call tools in a reply of their own.")
+                llm.send_tool_result(
+                    call_id, name, f"Not run: a {effect.call_name} reply ends the step; call tools in a reply of their own."
+                )
         self._notice_comments(llm)
         decision = await self._apply(effect, decision)
         if not decision.done:
@@ -190,7 +193,11 @@ class PlanningPolicy:
         expected = "action_done" if state.phase == "execution" else state.phase
         if found.kind != expected:
             what = "action_done" if found.kind == "action_done" else f"a {found.kind} reply"
-            wanted = "action_done or a tool step" if expected == "action_done" else shape(expected, self.native) if expected in TOOL_NAMES else "finish with `done`"
+            wanted = (
+                "action_done or a tool step"
+                if expected == "action_done"
+                else shape(expected, self.native) if expected in TOOL_NAMES else "finish with `done`"
+            )
             return _error(f"{what} is not expected in the {state.phase} phase: {wanted}")
         data = found.data
         result, problems = validate(found, state, self.settings.max_actions)
@@ -265,7 +272,9 @@ class PlanningPolicy:
                 return
             log.info("planning: a revision was wanted beyond max_revisions; noted only")
             limit = self.settings.revision.max_revisions
-            await self._post_comment(f"Reflection asked for a plan revision, but the limit of {limit} revision(s) is reached; the plan stays.")
+            await self._post_comment(
+                f"Reflection asked for a plan revision, but the limit of {limit} revision(s) is reached; the plan stays."
+            )
         self._boundary()
 
     async def _revise(self, actions: list[Action]) -> None:

@@ -63,7 +63,9 @@ PHASE_TOOLS: tuple[ToolSpec, ...] = (
                     },
                 },
             },
-            "action_plan": {"type": "object", "properties": {"actions": {"type": "array", "items": _ACTION}}, "required": ["actions"]},
+            "action_plan": {
+                "type": "object", "properties": {"actions": {"type": "array", "items": _ACTION}}, "required": ["actions"]
+            },
         },
         ["goal_understanding", "action_plan"],
     ),

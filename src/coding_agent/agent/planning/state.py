@@ -100,7 +100,9 @@ def load_planning_state(raw: Any) -> PlanningState:
         state = PlanningState(**data)
     except TypeError as error:
         raise PlanningStateError(f"saved planning state: {error}") from None
-    for name in ("action_index", "action_step", "actions_since_reflection", "revision_count", "verification_round", "seen_messages"):
+    for name in (
+        "action_index", "action_step", "actions_since_reflection", "revision_count", "verification_round", "seen_messages"
+    ):
         if not isinstance(getattr(state, name), int):
             raise PlanningStateError(f"saved planning state: {name} must be a number")
     if state.phase != "planning" and state.plan is None:

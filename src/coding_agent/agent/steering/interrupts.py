@@ -167,7 +167,7 @@ class ShutdownSignal:
             return await write
         try:
             return await asyncio.wait_for(write, max(0.0, remaining - reserve))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("shutdown: %s did not finish in time; the next worker finishes it", what)
             return None
 

@@ -41,7 +41,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +125,7 @@ class StateWriter:
         # Shallow on purpose: `asdict` would deep-copy the whole history at every step.
         data = {item.name: getattr(state, item.name) for item in fields(state)}
         data["version"] = _VERSION
-        data["saved_at"] = datetime.now(timezone.utc).isoformat()
+        data["saved_at"] = datetime.now(UTC).isoformat()
         data["message_count"] = len(state.messages)
         if not inline:
             data["messages"] = None

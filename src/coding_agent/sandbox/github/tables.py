@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from coding_agent.sandbox.git_store import GitRepoStore
 from coding_agent.sandbox.github.records import (
@@ -51,7 +51,7 @@ class ValidationFailed(ValueError):
 
 
 def _utc_now() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 def fake_sha(*parts: object) -> str:

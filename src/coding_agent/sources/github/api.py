@@ -13,7 +13,7 @@ import base64
 import logging
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -26,6 +26,7 @@ from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread, canonical_project
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
+from coding_agent.sources.ci_logs import last_lines, tail_budget
 from coding_agent.sources.github.client import PER_PAGE, GitHubClient, GitHubNotFoundError, Sleep, has_next_page
 from coding_agent.sources.github.mapping import (
     MAX_BODY_LENGTH,
@@ -46,7 +47,6 @@ from coding_agent.sources.github.mapping import (
     to_task,
     trigger_actor,
 )
-from coding_agent.sources.ci_logs import last_lines, tail_budget
 from coding_agent.sources.http import LifetimeAnswers, since_the_hour
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
@@ -193,7 +193,7 @@ class GitHubSource:
         owner, repo = split_project(key.project)
         path = f"/repos/{key.project}/issues/{key.number}/comments"
         # GitHub's timestamps are whole seconds, and `since` keeps those at or after it.
-        after = since.astimezone(timezone.utc).replace(microsecond=0) if since is not None else UNSET
+        after = since.astimezone(UTC).replace(microsecond=0) if since is not None else UNSET
         result = await self._http.get_json_pages(
             path if since is None else f"{path}?since={after}",
             lambda page: self._rest.issues.async_list_comments(
@@ -340,7 +340,9 @@ class GitHubSource:
         if username is None:
             data = await self._json_object("/user", self._rest.users.async_get_authenticated)
         else:
-            data = await self._json_object(f"/users/{username}", lambda: self._rest.users.async_get_by_username(segment(username)))
+            data = await self._json_object(
+                f"/users/{username}", lambda: self._rest.users.async_get_by_username(segment(username))
+            )
         login = str(data.get("login") or username or "coding-agent")
         host = urlsplit(self._config.api_url).hostname or "github.com"
         host = "github.com" if host == "api.github.com" else host

@@ -29,8 +29,6 @@ from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.gitlab.ci import GitLabCi
 from coding_agent.sources.gitlab.client import PER_PAGE, GitLabClient
-from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
-from coding_agent.sources.http import LifetimeAnswers, since_the_hour
 from coding_agent.sources.gitlab.mapping import (
     JSON,
     MAX_BODY_LENGTH,
@@ -47,6 +45,8 @@ from coding_agent.sources.gitlab.mapping import (
     to_task,
     touched_since,
 )
+from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
+from coding_agent.sources.http import LifetimeAnswers, since_the_hour
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
 __all__ = ["GitLabSource"]
