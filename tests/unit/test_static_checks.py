@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,3 +24,13 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_ruff_finds_nothing_in_src() -> None:
     result = run("ruff", "check", "--no-cache", "src")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.long
+def test_mypy_finds_nothing_in_src() -> None:
+    """The whole package type-checks; `domain`, `agent`, `runtime` and `store` strictly.
+
+    The cache (.mypy_cache, ignored by git) makes a second run take seconds."""
+    result = run("mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Success: no issues found" in result.stdout

@@ -232,7 +232,7 @@ class ProgressTools:
         self._inner = inner
         self._progress = progress
 
-    async def call(self, name: str, args: dict) -> ToolResult:  # type: ignore[type-arg]
+    async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
         result = await self._inner.call(name, args)
         self._progress.note_action(name, args, result.is_error)
         await self._progress.refresh()

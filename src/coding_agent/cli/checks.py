@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from coding_agent.agent.environment import describe_egress
-from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServerConfig
+from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServerConfig, OllamaConfig
 from coding_agent.errors import ToolsRefused
 from coding_agent.llm.context_window import DEFAULT_CONTEXT_LENGTH, ollama_window, reported_context_window
 from coding_agent.llm.factory import create_llm_client, load_client_library
@@ -162,7 +162,7 @@ def _gitlab_sync(config: GitLabConfig) -> Check:
         role = _GITLAB_ROLES.get(level, f"level {level}" if level else "not a member")
         ok = ok and level >= 30
         parts.append(f"project {config.project_id}: {role}{'' if level >= 30 else ' (needs developer)'}")
-    else:
+    elif config.group is not None:  # the config requires one of the two
         group = client.groups.get(config.group)
         parts.append(f"group {group.full_path}: visible")
     return Check(name, ok, "; ".join(parts))
@@ -186,7 +186,7 @@ def forge_checks(config: AgentConfig) -> list[tuple[str, Callable[[], Awaitable[
 def llm_name(config: AgentConfig) -> str:
     """`llm <provider> <where>`: the check's name, naming the server it talks to."""
     section = config.llm.active
-    return f"llm {config.llm.provider} {getattr(section, 'endpoint', None) or section.base_url}"
+    return f"llm {config.llm.provider} {section.endpoint if isinstance(section, OllamaConfig) else section.base_url}"
 
 
 async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
@@ -199,7 +199,7 @@ async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
     section = llm.active
     model = section.model or ""
     name = llm_name(config)
-    if llm.provider == "ollama":
+    if isinstance(section, OllamaConfig):  # llm.provider: ollama
         import ollama
 
         endpoint = section.endpoint
@@ -216,20 +216,20 @@ async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
 
     base_url = section.base_url
     api_key = getattr(section, "api_key", None)
-    client = openai.AsyncOpenAI(
+    api = openai.AsyncOpenAI(
         base_url=base_url, api_key=api_key.get_secret_value() if api_key else "not-needed", timeout=8, max_retries=0
     )
     try:
         try:
-            page = await client.models.list()
+            page = await api.models.list()
         except openai.AuthenticationError:
             return Check(name, False, "the API key is refused (HTTP 401)")
         ids = [entry.id async for entry in page]
     finally:
-        await client.close()
+        await api.close()
     if model not in ids:
-        shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
-        return Check(name, not require_model, f"model {model!r} is not listed (the server has: {shown or 'none'})")
+        some = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+        return Check(name, not require_model, f"model {model!r} is not listed (the server has: {some or 'none'})")
     if not require_model:
         return Check(name, True, f"model {model} listed")
     return _window_check(name, config, f"model {model} listed", await reported_context_window(config.llm))
@@ -393,7 +393,7 @@ async def _database(config: AgentConfig) -> Check:
 
 
 async def _queue(config: AgentConfig) -> Check:
-    queue = getattr(config, "queue", None)
+    queue: Any = getattr(config, "queue", None)
     backend = getattr(queue, "backend", "memory")
     if backend != "rabbitmq":
         return Check("queue", True, "memory (in-process; nothing to reach)")

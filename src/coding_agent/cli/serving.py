@@ -57,7 +57,8 @@ async def _start_service(config: AgentConfig) -> AgentService:
     try:
         service = AgentService(config)
     except SQLAlchemyError as error:
-        raise Unreachable(f"the database (database.url) is not usable: {type(error.orig or error).__name__}") from None
+        cause = getattr(error, "orig", None) or error  # a DBAPIError's driver error
+        raise Unreachable(f"the database (database.url) is not usable: {type(cause).__name__}") from None
     try:
         await service.queue()
     except (TimeoutError, OSError, ConnectionError) as error:

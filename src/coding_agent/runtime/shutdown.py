@@ -117,8 +117,9 @@ class GracefulShutdown:
 
     def _uncancel(self) -> None:
         """The time-up cancel is handled: the task goes on to close the service."""
-        if self._main is not None and self._main is asyncio.current_task():
-            self._main.uncancel()
+        current = asyncio.current_task()
+        if current is not None and current is self._main:
+            current.uncancel()
 
     async def close(self) -> None:
         """Close the service: at once as a rule, within `CLOSE_SECONDS` in a shutdown (a

@@ -40,7 +40,7 @@ class TokenGuard:
         given = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE, "")
         return hmac.compare_digest(given.encode(), self.token.encode())
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:  # type: ignore[type-arg]
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or self.allowed(Request(scope)):
             await self.app(scope, receive, send)
             return

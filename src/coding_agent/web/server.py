@@ -125,7 +125,7 @@ def _app(config: AgentConfig, route_lists: list[Sequence[BaseRoute]], token: str
     # The guards let /webhooks/ through: a forge cannot send the dashboard's token,
     # nor comes from its origin or Host, and every delivery is verified by its own signature.
     guards = [Middleware(SameOriginGuard, settings=config.dashboard), Middleware(TokenGuard, token=token)]
-    return build_app(*route_lists, middleware=guards)  # type: ignore[arg-type]
+    return build_app(*route_lists, middleware=guards)
 
 
 def dashboard_app(config: AgentConfig, store: StateStore, sock: socket.socket) -> Starlette:
@@ -141,7 +141,7 @@ class _Server(uvicorn.Server):
     the running tasks first (SPEC 8.3)."""
 
     @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[no-untyped-def,override]
+    def capture_signals(self):
         yield
 
     def install_signal_handlers(self) -> None:  # older uvicorn

@@ -254,9 +254,9 @@ def gitlab_hints(config: GitLabConfig, event: str, payload: Any) -> list[Hint]:
     key = _key("gitlab", path, event != "Issue Hook", attributes.get("iid"))
     if key is None:
         return []
-    changes = payload.get("changes") if isinstance(payload.get("changes"), dict) else {}
+    changes = found if isinstance(found := payload.get("changes"), dict) else {}
     hints: list[Hint] = []
-    labels = payload.get("labels") if isinstance(payload.get("labels"), list) else []
+    labels = listed if isinstance(listed := payload.get("labels"), list) else []
     if any(isinstance(label, dict) and label.get("title") == config.bot_label for label in labels):
         hints.append(Hint(key, "new"))
     if "assignees" in changes or "assignee_id" in changes:

@@ -20,7 +20,7 @@ from typing import Any
 
 from coding_agent.agent.markdown import inert_markdown
 from coding_agent.agent.planning.checklist import Shown, checklist_lines, headline, position
-from coding_agent.agent.planning.models import Action, Phase, PlanningState
+from coding_agent.agent.planning.models import Action, ActionStatus, Phase, PlanningState
 from coding_agent.agent.planning.prompts import final_comment, phase_request
 from coding_agent.agent.planning.reading import TOOL_NAMES, json_reminder, shape, validate
 from coding_agent.agent.planning.replies import PHASE_TOOLS, PhaseReply, find_phase_reply
@@ -93,7 +93,8 @@ class PlanningPolicy:
         self._notice_comments(llm)
         cap = self.settings.max_steps_per_action
         if state.phase == "execution" and state.prompt_sent and state.action_step >= cap:
-            log.info("planning: action %s reached its step cap (%d)", state.current().id if state.current() else "?", cap)
+            current = state.current()
+            log.info("planning: action %s reached its step cap (%d)", current.id if current else "?", cap)
             self._end_action("failed", f"step cap of {cap} reached")
         await self._send_prompt(llm)
         state.action_step += 1
@@ -246,11 +247,11 @@ class PlanningPolicy:
             return ParsedReply(comment=self._final_comment(effect.payload), actions=(), done=True)
         return decision
 
-    def _end_action(self, status: str, summary: str, boundary: bool = True) -> None:
+    def _end_action(self, status: ActionStatus, summary: str, boundary: bool = True) -> None:
         state = self.state
         current = state.current()
         if current is not None and current.status == "running":
-            current.status = status  # type: ignore[assignment]
+            current.status = status
             current.summary = summary
             state.actions_since_reflection += 1
         reflection = self.settings.reflection
@@ -303,13 +304,14 @@ class PlanningPolicy:
     def _boundary(self) -> None:
         """After an action or a phase reply: reflect, run the next action, verify or complete."""
         state = self.state
-        pending = state.plan.pending() if state.plan is not None else []
-        if pending:
+        plan = state.plan
+        pending = plan.pending() if plan is not None else []
+        if plan is not None and pending:
             if self.settings.reflection.enabled and state.pending_reflection:
                 self._enter("reflection")
                 return
             state.pending_reflection = None
-            state.action_index = state.plan.actions.index(pending[0])  # type: ignore[union-attr]
+            state.action_index = plan.actions.index(pending[0])
             pending[0].status = "running"
             self._enter("execution")
             return

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from coding_agent.agent.loop import LoopOutcome
 from coding_agent.agent.steering.interrupts import RunStopped
@@ -385,7 +385,7 @@ class Continuation:
             return None
         if self.marks.final_status == "stopped":
             raise RunStopped("operator")
-        status = "done" if self.marks.final_status == "done" else "failed"
+        status: Literal["done", "failed"] = "done" if self.marks.final_status == "done" else "failed"
         return LoopOutcome(status, self.marks.final_body or "", steps)
 
 

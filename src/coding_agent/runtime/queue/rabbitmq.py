@@ -134,6 +134,7 @@ class RabbitQueue:
         return Held(frozenset(), time.time() - PICKUP_GRACE_SECONDS) if not any(waiting) else None
 
     async def get(self, wait: bool = True) -> Delivery | None:
+        message: AbstractIncomingMessage | None
         while True:
             if wait:
                 message = await self._next_consumed()

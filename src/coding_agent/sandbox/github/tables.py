@@ -139,6 +139,6 @@ class GitHubTables:
                 event=event,
                 actor=actor,
                 created_at=self.now(),
-                **fields,  # type: ignore[arg-type]
+                **fields,
             )
         )

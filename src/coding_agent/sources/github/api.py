@@ -14,7 +14,8 @@ import logging
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, cast
 from urllib.parse import quote, urlsplit
 
 from githubkit import Response
@@ -120,7 +121,7 @@ class GitHubSource:
         search = self._rest.search.async_issues_and_pull_requests
         for page in range(1, _MAX_SEARCH_PAGES + 1):
             response = await self._http.call(
-                "GET", "/search/issues", lambda number=page: search(q=query, per_page=PER_PAGE, page=number)  # type: ignore[misc]
+                "GET", "/search/issues", partial(search, q=query, per_page=PER_PAGE, page=page)
             )
             result = self._http.data(response, "GET", "/search/issues")
             tasks: list[Task] = []
@@ -355,7 +356,7 @@ class GitHubSource:
             f"/repos/{project}/pulls",
             lambda: self._rest.pulls.async_list(owner, repo, state="open", head=f"{owner}:{head_branch}", per_page=PER_PAGE),
         )
-        matching = [pull for pull in pulls if pull.head.ref == head_branch]
+        matching = [pull for pull in cast("list[Any]", pulls) if pull.head.ref == head_branch]
         return to_change(matching[0]) if matching else None
 
     async def open_change(self, project: str, head_branch: str, base_branch: str, title: str, body: str) -> ChangeRequest:
@@ -569,7 +570,7 @@ class GitHubSource:
         union of models, and one unknown type must not hide the trigger.
         """
         owner, repo = split_project(key.project)
-        events = await self._http.get_json_pages(
+        events: list[dict[str, Any]] = await self._http.get_json_pages(
             f"/repos/{key.project}/issues/{key.number}/events",
             lambda page: self._rest.issues.async_list_events(owner, repo, key.number, per_page=PER_PAGE, page=page),
         )

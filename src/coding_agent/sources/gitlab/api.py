@@ -17,6 +17,7 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -137,7 +138,7 @@ class GitLabSource(GitLabCi):
         number: int | None = 1
         while number is not None:
             items, number = await self._http.call(
-                what, lambda page=number: self._http.page(manager.path, filters, page, conditional=False)  # type: ignore[misc]
+                what, partial(self._http.page, manager.path, filters, number, conditional=False)
             )
             yield [to_task(data, kind) for data in items if _canonical(data)]
 
