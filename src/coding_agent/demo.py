@@ -218,7 +218,7 @@ def _run_in(directory: Path, llm: LLMConfig | None, keep: bool, sandbox_none: bo
             config = parse_config(data, source="demo", env={})
             configure_logging(config.logging, Redactor(config.secrets()), console=True)
             typer.echo(f"Sandbox GitHub at {forge.url}; issue {DEMO_REPO}#{number} labelled 'coding agent' by @{DEMO_USER}.")
-            typer.echo("Model: " + ("the replay model (scripted)" if replay else f"{llm.provider} {llm.active.model}"))  # type: ignore[union-attr]
+            typer.echo("Model: " + ("the replay model (scripted)" if llm is None else f"{llm.provider} {llm.active.model}"))
             typer.echo(f"Files of this demo: {directory}" + ("" if keep else " (removed at the end; --dir DIR keeps them)"))
             report = asyncio.run(_run_once(config))
         finally:

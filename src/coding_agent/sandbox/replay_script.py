@@ -70,8 +70,8 @@ __all__ = [
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 StepKind = Literal["tool", "text", "done", "status", "raw", "plan", "action_done", "reflection", "revision", "verification"]
-_PHASE_KINDS = ("plan", "action_done", "reflection", "revision", "verification")
-_KINDS: tuple[StepKind, ...] = ("tool", "text", "done", "status", "raw", *_PHASE_KINDS)  # type: ignore[assignment]
+_PHASE_KINDS: tuple[StepKind, ...] = ("plan", "action_done", "reflection", "revision", "verification")
+_KINDS: tuple[StepKind, ...] = ("tool", "text", "done", "status", "raw", *_PHASE_KINDS)
 _STEP_KEYS = frozenset(
     {"tool", "args", "comment", "text", "tool_calls", "done", "status", "retry_after", "message", "raw", *_PHASE_KINDS}
 )

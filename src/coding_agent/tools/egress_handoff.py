@@ -44,6 +44,7 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 __all__ = ["HANDSHAKE", "LEASE_FD", "MAX_LEASES", "MAX_PENDING", "ListenerHandoff", "ProtocolFactory"]
 
@@ -232,7 +233,7 @@ class ListenerHandoff:
             except BaseException:
                 listener.close()
                 raise
-            self._leases[asyncio.current_task()] = server  # type: ignore[index]
+            self._leases[cast("asyncio.Task[None]", asyncio.current_task())] = server  # this coroutine runs as a task
             await _readable(connection)  # EOF when the sandbox ends; any data ends it too
         except OSError:
             pass

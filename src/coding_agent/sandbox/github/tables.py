@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from coding_agent.sandbox.git_store import GitRepoStore
 from coding_agent.sandbox.github.records import (
@@ -113,8 +114,8 @@ class GitHubTables:
         self._issues[issue.repo.lower()][issue.number] = issue
         return issue
 
-    def _touch(self, issue: IssueRecord, **changes: object) -> IssueRecord:
-        return self._store_issue(replace(issue, updated_at=self.now(), **changes))  # type: ignore[arg-type]
+    def _touch(self, issue: IssueRecord, **changes: Any) -> IssueRecord:
+        return self._store_issue(replace(issue, updated_at=self.now(), **changes))
 
     def _require_user(self, login: str) -> UserRecord:
         user = self._users.get(login.lower())

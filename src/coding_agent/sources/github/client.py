@@ -245,7 +245,7 @@ class GitHubClient:
         self,
         path: str,
         fetch: Callable[[int], Awaitable[Response[Any]]],
-        item: Callable[[dict[str, Any]], T] = lambda data: data,  # type: ignore[assignment,return-value]
+        item: Callable[[dict[str, Any]], T] = lambda data: data,  # type: ignore[assignment,return-value]  # T = dict by default
     ) -> list[T]:
         """Every page of a list endpoint read as plain JSON objects, each made an `item`.
 
