@@ -73,7 +73,10 @@ def _doc(model: type[BaseModel]) -> str:
     return (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
 
 
-_EXAMPLE_LINE = re.compile(r"^(?P<indent>[ ]*)(?:#[ ]?)?(?P<indent2>[ ]*)(?:- )?(?P<key>[A-Za-z_][A-Za-z0-9_]*):(?P<value>[^#]*)(?:#\s*(?P<comment>.*))?$")
+_EXAMPLE_LINE = re.compile(
+    r"^(?P<indent>[ ]*)(?:#[ ]?)?(?P<indent2>[ ]*)(?:- )?"
+    r"(?P<key>[A-Za-z_][A-Za-z0-9_]*):(?P<value>[^#]*)(?:#\s*(?P<comment>.*))?$"
+)
 
 
 def example_comments(text: str) -> dict[str, str]:

@@ -216,7 +216,9 @@ def _install_app(sandbox: GitHubSandbox) -> dict[str, Any]:
     """A GitHub App installed on the demo's repository, with a key drawn for this run; its
     `github.app` config section. The bot is then `coding-agent-demo[bot]`."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
     public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     app = sandbox.state.add_app(DEMO_APP, public.decode(), owner="demo")
     sandbox.state.install_app(app.id, "demo", [DEMO_REPO])
@@ -239,7 +241,7 @@ def _run_in(
             config = parse_config(data, source="demo", env={})
             configure_logging(config.logging, Redactor(config.secrets()), console=True)
             typer.echo(f"Sandbox GitHub at {forge.url}; issue {DEMO_REPO}#{number} labelled 'coding agent' by @{DEMO_USER}.")
-            typer.echo("Model: " + ("the replay model (scripted)" if replay else f"{llm.provider} {llm.active.model}"))  # type: ignore[union-attr]
+            typer.echo("Model: " + ("the replay model (scripted)" if llm is None else f"{llm.provider} {llm.active.model}"))
             typer.echo(f"Files of this demo: {directory}" + ("" if keep else " (removed at the end; --dir DIR keeps them)"))
             report = asyncio.run(_run_once(config))
         finally:
@@ -283,7 +285,8 @@ def run_playground(
                 config = parse_config({**data, **_PLAYGROUND_SETTINGS}, source="demo --serve", env={})
                 configure_logging(config.logging, Redactor(config.secrets()), console=True)
                 logging.getLogger("coding_agent.runtime.producer").addFilter(_quiet_idle_polls)
-                typer.echo(f"Files of this playground: {directory}" + ("" if keep else " (removed when it ends; --dir DIR keeps them)"))
+                kept = "" if keep else " (removed when it ends; --dir DIR keeps them)"
+                typer.echo(f"Files of this playground: {directory}{kept}")
                 asyncio.run(_serve_playground(config, forge, playground, replay, serve_http))
             except KeyboardInterrupt:  # a second Ctrl-C: end now, still removing what it made
                 typer.echo("Interrupted.")
@@ -331,7 +334,9 @@ async def _serve_playground(
             typer.echo(f"Sandbox forge page: {forge.playground_url} (open and label issues there, as @{DEMO_USER})")
             typer.echo("  (its key is this run's secret: the page and its API answer only with it; keep it to yourself)")
             typer.echo(f"Dashboard: {dashboard_url or 'not served (see the log)'}")
-            model = f"the replay model (scripted) at {replay.url}" if replay else f"{config.llm.provider} {config.llm.active.model}"
+            model = (
+                f"the replay model (scripted) at {replay.url}" if replay else f"{config.llm.provider} {config.llm.active.model}"
+            )
             typer.echo(f"Model: {model}")
             typer.echo("Ctrl-C ends it.")
             await service.serve(stop)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from coding_agent.agent.loop import ToolRunner
 from coding_agent.agent.trust import head_is_trusted
@@ -67,7 +68,7 @@ class _AttributedTools:
         self._inner = inner
         self._proxy = proxy
 
-    async def call(self, name: str, args: dict) -> ToolResult:  # type: ignore[type-arg]
+    async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
         command = args.get("command") if isinstance(args, dict) else None
         self._proxy.command = command if name.endswith("/run") and isinstance(command, str) else name
         try:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from coding_agent.agent.loop_guard import LoopGuard
 from coding_agent.agent.loop_policy import LoopPolicy
@@ -124,7 +124,7 @@ class Reporter(Protocol):
 
 
 class ToolRunner(Protocol):
-    async def call(self, name: str, args: dict) -> ToolResult:  # type: ignore[type-arg]
+    async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
         ...
 
 

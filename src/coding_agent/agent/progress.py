@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from coding_agent.agent.loop import ToolRunner
@@ -116,7 +116,7 @@ class ProgressComment:
 
     def render(self) -> str:
         lang = self._language
-        stamp = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+        stamp = datetime.now(UTC).replace(microsecond=0).isoformat()
         lines = [
             notice("progress_header", lang),
             "",
@@ -232,7 +232,7 @@ class ProgressTools:
         self._inner = inner
         self._progress = progress
 
-    async def call(self, name: str, args: dict) -> ToolResult:  # type: ignore[type-arg]
+    async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
         result = await self._inner.call(name, args)
         self._progress.note_action(name, args, result.is_error)
         await self._progress.refresh()

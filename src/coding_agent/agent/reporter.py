@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from datetime import datetime
 
 from coding_agent.agent.trust import Conversation, read_conversation
 from coding_agent.domain.tasks import Comment, Task, TaskKey, Thread, ThreadRef
@@ -40,7 +41,7 @@ def request_thread(
     def asks(comment: Comment) -> bool:
         return comment.author.lower() != bot and is_trusted(comment.author)
 
-    candidates = [(c.created_at, 0, None) for c in comments if asks(c)]
+    candidates: list[tuple[datetime, int, str | None]] = [(c.created_at, 0, None) for c in comments if asks(c)]
     candidates += [(c.created_at, 1, thread.id) for thread in threads for c in thread.comments if asks(c)]
     if not candidates:
         return None

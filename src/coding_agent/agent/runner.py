@@ -56,7 +56,6 @@ from coding_agent.retry import through_store_outage
 from coding_agent.sources.base import Source
 from coding_agent.sources.factory import retry_policy
 
-
 __all__ = ["TaskRunner", "RunResult", "IssueReporter"]
 
 log = logging.getLogger(__name__)

@@ -30,8 +30,8 @@ app = typer.Typer(
 
 for command in (serving.run, serving.serve, serving.producer, serving.worker):
     app.command()(command)
-for command in (tasks.status, tasks.pause, tasks.resume, tasks.stop):
-    app.command()(command)
+for task_command in (tasks.status, tasks.pause, tasks.resume, tasks.stop):
+    app.command()(task_command)
 
 memory_app = typer.Typer(help="What the agent remembers of each repository (SPEC 9.2).", no_args_is_help=True)
 app.add_typer(memory_app, name="memory")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from coding_agent.cli.common import ConfigOption, config_path, fail, load
 
 RepoArgument = Annotated[
-    Optional[str], typer.Argument(help="A repository: 'owner/repo', or 'github:owner/repo' / 'gitlab:group/project'.")
+    str | None, typer.Argument(help="A repository: 'owner/repo', or 'github:owner/repo' / 'gitlab:group/project'.")
 ]
 
 
@@ -98,7 +98,7 @@ def doctor(config: ConfigOption = None) -> None:
 
 def config_reference(
     write: Annotated[
-        Optional[Path], typer.Option("--write", help="Replace the generated section of this file (README.md).")
+        Path | None, typer.Option("--write", help="Replace the generated section of this file (README.md).")
     ] = None,
     example: Annotated[Path, typer.Option("--example", help="config.example.yaml, for the key comments.")] = Path(
         "config.example.yaml"
@@ -131,12 +131,20 @@ def mcp_workspace(
 def demo(
     llm: Annotated[bool, typer.Option("--llm", help="Use the model configured in --config instead of the replay model.")] = False,
     config: ConfigOption = None,
-    keep: Annotated[Optional[Path], typer.Option("--dir", help="Keep the demo's files in this directory.")] = None,
-    planning: Annotated[bool, typer.Option("--planning", help="Work the task in planning mode (plan, act, reflect, verify).")] = False,
-    serve: Annotated[
-        bool, typer.Option("--serve", help="Keep running as a playground: a forge page to open and label issues, and the dashboard.")
+    keep: Annotated[Path | None, typer.Option("--dir", help="Keep the demo's files in this directory.")] = None,
+    planning: Annotated[
+        bool, typer.Option("--planning", help="Work the task in planning mode (plan, act, reflect, verify).")
     ] = False,
-    app: Annotated[bool, typer.Option("--app", help="Run as a GitHub App installed on the demo repository (installation tokens, <slug>[bot]).")] = False,
+    serve: Annotated[
+        bool,
+        typer.Option("--serve", help="Keep running as a playground: a forge page to open and label issues, and the dashboard."),
+    ] = False,
+    app: Annotated[
+        bool,
+        typer.Option(
+            "--app", help="Run as a GitHub App installed on the demo repository (installation tokens, <slug>[bot])."
+        ),
+    ] = False,
 ) -> None:
     """Run one whole task on a built-in sandbox forge with the real MCP workspace server
     (with --serve: every task labelled on the sandbox forge's page, until Ctrl-C)."""

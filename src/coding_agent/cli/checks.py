@@ -29,14 +29,14 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from coding_agent.agent.environment import describe_egress
-from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServerConfig
+from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig, MCPServerConfig, OllamaConfig
 from coding_agent.errors import ToolsRefused
 from coding_agent.llm.context_window import DEFAULT_CONTEXT_LENGTH, ollama_window, reported_context_window
 from coding_agent.llm.factory import create_llm_client, load_client_library
 from coding_agent.llm.text_tool_calls import find_text_tool_calls
 from coding_agent.llm.types import LLMReply, ToolSpec
-from coding_agent.retry import RetryPolicy
 from coding_agent.redaction import Redactor
+from coding_agent.retry import RetryPolicy
 from coding_agent.store.state import StateStore
 from coding_agent.tools.sandbox import bwrap_usable
 
@@ -69,7 +69,7 @@ async def _guarded(
     """Run one check with a deadline; any error is that check's failure, redacted."""
     try:
         result = await asyncio.wait_for(check(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         result = Check(name, False, f"no answer within {timeout:g} s")
     except Exception as error:  # noqa: BLE001 - a check reports, it never raises
         result = Check(name, False, _describe(error))
@@ -209,7 +209,7 @@ def _gitlab_sync(config: GitLabConfig) -> Check:
         role = _GITLAB_ROLES.get(level, f"level {level}" if level else "not a member")
         ok = ok and level >= 30
         parts.append(f"project {config.project_id}: {role}{'' if level >= 30 else ' (needs developer)'}")
-    else:
+    elif config.group is not None:  # the config requires one of the two
         group = client.groups.get(config.group)
         parts.append(f"group {group.full_path}: visible")
     return Check(name, ok, "; ".join(parts))
@@ -248,7 +248,7 @@ def _gitlab_token_expiry(client: Any) -> tuple[str, bool]:
         day = dt.date.fromisoformat(str(expires)[:10])
     except ValueError:
         return "", False
-    left = (day - dt.datetime.now(dt.timezone.utc).date()).days
+    left = (day - dt.datetime.now(dt.UTC).date()).days
     if left < 0:
         return f"the token expired on {day.isoformat()}: make a new one", True
     if left <= _GITLAB_EXPIRY_WARNING_DAYS:
@@ -274,7 +274,7 @@ def forge_checks(config: AgentConfig) -> list[tuple[str, Callable[[], Awaitable[
 def llm_name(config: AgentConfig) -> str:
     """`llm <provider> <where>`: the check's name, naming the server it talks to."""
     section = config.llm.active
-    return f"llm {config.llm.provider} {getattr(section, 'endpoint', None) or getattr(section, 'base_url')}"
+    return f"llm {config.llm.provider} {section.endpoint if isinstance(section, OllamaConfig) else section.base_url}"
 
 
 async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
@@ -287,10 +287,10 @@ async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
     section = llm.active
     model = section.model or ""
     name = llm_name(config)
-    if llm.provider == "ollama":
+    if isinstance(section, OllamaConfig):  # llm.provider: ollama
         import ollama
 
-        endpoint = getattr(section, "endpoint")
+        endpoint = section.endpoint
         client = ollama.AsyncClient(host=endpoint, timeout=8)
         listed = await client.list()
         names = {entry.model for entry in listed.models}
@@ -302,22 +302,22 @@ async def llm_check(config: AgentConfig, require_model: bool = True) -> Check:
         return _window_check(name, config, f"model {model} present", ollama_window(shown.model_dump(by_alias=True)))
     import openai
 
-    base_url = getattr(section, "base_url")
+    base_url = section.base_url
     api_key = getattr(section, "api_key", None)
-    client = openai.AsyncOpenAI(
+    api = openai.AsyncOpenAI(
         base_url=base_url, api_key=api_key.get_secret_value() if api_key else "not-needed", timeout=8, max_retries=0
     )
     try:
         try:
-            page = await client.models.list()
+            page = await api.models.list()
         except openai.AuthenticationError:
             return Check(name, False, "the API key is refused (HTTP 401)")
         ids = [entry.id async for entry in page]
     finally:
-        await client.close()
+        await api.close()
     if model not in ids:
-        shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
-        return Check(name, not require_model, f"model {model!r} is not listed (the server has: {shown or 'none'})")
+        some = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+        return Check(name, not require_model, f"model {model!r} is not listed (the server has: {some or 'none'})")
     if not require_model:
         return Check(name, True, f"model {model} listed")
     return _window_check(name, config, f"model {model} listed", await reported_context_window(config.llm))
@@ -481,14 +481,14 @@ async def _database(config: AgentConfig) -> Check:
 
 
 async def _queue(config: AgentConfig) -> Check:
-    queue = getattr(config, "queue", None)
+    queue: Any = getattr(config, "queue", None)
     backend = getattr(queue, "backend", "memory")
     if backend != "rabbitmq":
         return Check("queue", True, "memory (in-process; nothing to reach)")
     import aio_pika
     from yarl import URL
 
-    url = str(getattr(queue, "url"))
+    url = str(queue.url)
     connection = await aio_pika.connect_robust(url, timeout=8)
     await connection.close()
     return Check("queue", True, f"rabbitmq {URL(url).with_password(None).with_user(None)} reachable")
@@ -521,7 +521,9 @@ async def run_doctor(config: AgentConfig, config_source: str) -> list[Check]:
     await _load_clients(config)
     for name, check in named:
         # The probe waits for the model's answer: a local model may first have to load.
-        timeout = max(_CHECK_TIMEOUT_SECONDS, min(config.llm.active.timeout_seconds, 120.0)) if name == PROBE_CHECK else _CHECK_TIMEOUT_SECONDS
+        timeout = _CHECK_TIMEOUT_SECONDS
+        if name == PROBE_CHECK:
+            timeout = max(_CHECK_TIMEOUT_SECONDS, min(config.llm.active.timeout_seconds, 120.0))
         tasks.setdefault(name, asyncio.create_task(_guarded(name, check, redactor, timeout)))
     return [first, *[await tasks[name] for name, _ in named]]
 

@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -23,12 +23,12 @@ from coding_agent.logging_setup import configure_logging
 from coding_agent.redaction import Redactor
 
 ConfigOption = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option("--config", "-c", help="Config file (default: $CODING_AGENT_CONFIG or ./config.yaml)."),
 ]
 
 TaskArgument = Annotated[
-    Optional[str], typer.Argument(help="A task key, e.g. 'github:owner/repo#12' or 'gitlab:group/project!34'.")
+    str | None, typer.Argument(help="A task key, e.g. 'github:owner/repo#12' or 'gitlab:group/project!34'.")
 ]
 
 log = logging.getLogger("coding_agent.cli")

@@ -17,7 +17,7 @@ import secrets
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -58,8 +58,15 @@ def _page(manifest: dict[str, Any], action: str) -> bytes:
 
 
 def manifest(
-    owner: Annotated[Optional[str], typer.Option("--owner", help="Create the app in this organisation (default: your account).")] = None,
-    public_url: Annotated[Optional[str], typer.Option("--public-url", help="Where the agent's web app is reached: the webhook goes to URL/webhooks/github.")] = None,
+    owner: Annotated[
+        str | None, typer.Option("--owner", help="Create the app in this organisation (default: your account).")
+    ] = None,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            "--public-url", help="Where the agent's web app is reached: the webhook goes to URL/webhooks/github."
+        ),
+    ] = None,
     name: Annotated[str, typer.Option("--name", help="The app's name on GitHub.")] = "coding-agent",
     web_url: Annotated[str, typer.Option("--web-url", help="GitHub's web address (GitHub Enterprise: https://HOST).")] = "https://github.com",
     port: Annotated[int, typer.Option("--port", help="The local page's port (0: any free one).")] = 0,

@@ -42,7 +42,7 @@ async def _preflight(config: AgentConfig, once: bool, stop: asyncio.Event) -> bo
         log.warning("preflight: nothing is claimed until this passes; retrying in %.0f s", delay)
         try:
             await asyncio.wait_for(stop.wait(), delay)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         delay = min(delay * 2, 300.0)
     return False
@@ -57,12 +57,14 @@ async def _start_service(config: AgentConfig) -> AgentService:
     try:
         service = AgentService(config)
     except SQLAlchemyError as error:
-        raise Unreachable(f"the database (database.url) is not usable: {type(error.orig or error).__name__}") from None
+        cause = getattr(error, "orig", None) or error  # a DBAPIError's driver error
+        raise Unreachable(f"the database (database.url) is not usable: {type(cause).__name__}") from None
     try:
         await service.queue()
-    except (OSError, ConnectionError, asyncio.TimeoutError) as error:
+    except (TimeoutError, OSError, ConnectionError) as error:
         await service.aclose()
-        raise Unreachable(f"the queue (queue.url, backend {config.queue.backend}) is not reachable: {type(error).__name__}") from None
+        backend = config.queue.backend
+        raise Unreachable(f"the queue (queue.url, backend {backend}) is not reachable: {type(error).__name__}") from None
     except Exception as error:  # aio-pika's own connection errors
         await service.aclose()
         if type(error).__module__.startswith(("aio_pika", "aiormq", "pamqp")):

@@ -3,7 +3,7 @@ as the dashboard's buttons: `runtime/operator_actions.py`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -108,14 +108,14 @@ def pause(task: TaskArgument = None, config: ConfigOption = None) -> None:
     _act(settings, task_key(task), "pause")
 
 
-def _act(settings: AgentConfig, key: str, action: str) -> None:
+def _act(settings: AgentConfig, key: str, action: Literal["pause", "stop"]) -> None:
     """pause/stop TASK through the same code as the dashboard; continue a stopped paused run."""
     from coding_agent.runtime.operator_actions import UnknownTask, apply_action
     from coding_agent.store.state import StateStore
 
     store = StateStore(settings.database.url)
     try:
-        result = apply_action(store, key, action)  # type: ignore[arg-type]
+        result = apply_action(store, key, action)
     except UnknownTask as error:
         raise fail(str(error), 1) from None
     finally:

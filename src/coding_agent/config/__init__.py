@@ -19,60 +19,60 @@ from coding_agent.config.forges import (
 )
 from coding_agent.config.llm import (
     LLMConfig,
-    OpenAICompatibleConfig,
-    OllamaConfig,
     LMStudioConfig,
+    OllamaConfig,
+    OpenAICompatibleConfig,
     ProviderName,
 )
-from coding_agent.config.tools import (
-    BuiltinWorkspaceServerConfig,
-    MCPServerConfig,
-    WORKSPACE_SYSTEM_PROMPT,
-    WorkspaceServerConfig,
-    builtin_workspace_server,
-    ToolsConfig,
-)
-from coding_agent.config.service_sections import (
-    SchedulingConfig,
-    LoggingConfig,
-    DatabaseConfig,
-    QueueConfig,
-    WebhooksConfig,
-    RetryConfig,
-    DashboardConfig,
-)
-from coding_agent.config.run_sections import (
-    TaskStopConfig,
-    CommentDetectionConfig,
-    PauseResumeConfig,
-    ProgressCommentConfig,
-    EgressConfig,
-    SetupConfig,
-    SetupOverride,
-    DEFAULT_COMPLETION_KEYWORDS,
-    WorkspaceConfig,
-    ContextStorageConfig,
-    CommentHandlingConfig,
-    MemoryConfig,
-    BudgetConfig,
-    SecurityConfig,
-    LoopGuardConfig,
-    PlanningReflectionConfig,
-    PlanningRevisionConfig,
-    PlanningVerificationConfig,
-    PlanningConfig,
-    CiConfig,
+from coding_agent.config.loading import (
+    DEFAULT_CONFIG_PATH,
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_VALUES,
+    load_config,
+    parse_config,
 )
 from coding_agent.config.model import (
     AgentConfig,
     SourceName,
 )
-from coding_agent.config.loading import (
-    load_config,
-    parse_config,
-    DEFAULT_CONFIG_PATH,
-    MAX_CONFIG_BYTES,
-    MAX_CONFIG_VALUES,
+from coding_agent.config.run_sections import (
+    DEFAULT_COMPLETION_KEYWORDS,
+    BudgetConfig,
+    CiConfig,
+    CommentDetectionConfig,
+    CommentHandlingConfig,
+    ContextStorageConfig,
+    EgressConfig,
+    LoopGuardConfig,
+    MemoryConfig,
+    PauseResumeConfig,
+    PlanningConfig,
+    PlanningReflectionConfig,
+    PlanningRevisionConfig,
+    PlanningVerificationConfig,
+    ProgressCommentConfig,
+    SecurityConfig,
+    SetupConfig,
+    SetupOverride,
+    TaskStopConfig,
+    WorkspaceConfig,
+)
+from coding_agent.config.service_sections import (
+    DashboardConfig,
+    DatabaseConfig,
+    LoggingConfig,
+    QueueConfig,
+    RetryConfig,
+    SchedulingConfig,
+    WebhooksConfig,
+)
+from coding_agent.config.tools import (
+    WORKSPACE_SYSTEM_PROMPT,
+    BuiltinWorkspaceServerConfig,
+    MCPServerConfig,
+    ToolsConfig,
+    WorkspaceServerConfig,
+    builtin_workspace_server,
 )
 
 __all__ = [

@@ -7,6 +7,7 @@ the forge(s) that hold the repositories the channels map to.
 from __future__ import annotations
 
 import re
+
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from coding_agent.config.base import _Strict
@@ -67,7 +68,8 @@ class SlackConfig(_Strict):
                 canonical_project(forge, project)  # the rule every task key is held to
             except ValueError:
                 raise ValueError(
-                    f"channel {channel}: {repository!r} is not a repository (expected 'github:owner/repo' or 'gitlab:group/project')"
+                    f"channel {channel}: {repository!r} is not a repository "
+                    "(expected 'github:owner/repo' or 'gitlab:group/project')"
                 ) from None
         return value
 

@@ -150,7 +150,8 @@ class AgentConfig(_Strict):
             # in case an error or a model ever shows part of it.
             key = app.private_key.get_secret_value()
             values.append(key)
-            values += [line.strip() for line in key.replace("\\n", "\n").splitlines() if len(line.strip()) >= 32 and "-----" not in line]
+            lines = key.replace("\\n", "\n").splitlines()
+            values += [line.strip() for line in lines if len(line.strip()) >= 32 and "-----" not in line]
         if self.chat.slack is not None:
             values += self.chat.slack.secrets()
         for hook_secret in (self.webhooks.github_secret, self.webhooks.gitlab_token, self.webhooks.gitlab_signing_token):

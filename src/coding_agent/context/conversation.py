@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from coding_agent.context.windows import newest
 from coding_agent.domain.conversation import ContextSummary, ConversationContext, IssueInfo, Turn, TurnMetadata
 from coding_agent.domain.tasks import Comment, Task
-from coding_agent.context.windows import newest
 from coding_agent.prompts.untrusted import UntrustedWrapper
 
 __all__ = [

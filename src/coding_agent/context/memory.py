@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from coding_agent.config import MemoryConfig
@@ -103,7 +103,7 @@ def parse_memory_reply(reply: LLMReply) -> MemoryUpdate | None:
 
 
 def _day(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d")
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d")
 
 
 def derive_workspace_memories(
@@ -167,9 +167,9 @@ class MemoryKeeper:
         workspace_long, workspace_short = derive_workspace_memories(others, active_since)
         threads: dict[str, str] = {}
         since = now - self._config.thread_memory_days * DAY
-        for record in self._store.thread_memories(channel_id, since=since):
-            if record.thread_id not in threads and len(threads) < MAX_THREAD_MEMORIES:
-                threads[record.thread_id] = record.summary
+        for thread in self._store.thread_memories(channel_id, since=since):
+            if thread.thread_id not in threads and len(threads) < MAX_THREAD_MEMORIES:
+                threads[thread.thread_id] = thread.summary
         return Recollection(
             target_thread=str(key),
             workspace_long_term_memory=workspace_long,

@@ -7,7 +7,7 @@ its organisation's derived memories, and its thread memories (newest first).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from coding_agent.context.memory import derive_workspace_memories
 from coding_agent.domain.memories import ChannelRecord
@@ -19,7 +19,7 @@ DAY = 86400.0
 
 
 def _when(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def matching_channels(store: MemoryRepository, repo: str | None) -> list[ChannelRecord]:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Literal
+from typing import Literal, cast
 
 __all__ = [
     "Forge",
@@ -107,7 +107,7 @@ class TaskKey:
             )
         kind = TaskKind.ISSUE if match["sep"] == "#" else TaskKind.CHANGE
         try:
-            return cls(match["forge"], match["project"], kind, int(match["number"]))  # type: ignore[arg-type]
+            return cls(cast(Forge, match["forge"]), match["project"], kind, int(match["number"]))  # the pattern's forges
         except ValueError as error:
             raise ValueError(f"not a canonical task key: {text.strip()[:300]!r} ({error})") from None
 

@@ -62,7 +62,8 @@ class LLMClient(abc.ABC):
         if join is not None and len(self.messages) >= 2:
             last, before = self.messages[-1], self.messages[-2]
             content = last.get("content")
-            if last.get("role") == "user" and before.get("role") == "assistant" and isinstance(content, str) and content.startswith(join):
+            after_assistant = last.get("role") == "user" and before.get("role") == "assistant"
+            if after_assistant and isinstance(content, str) and content.startswith(join):
                 self.messages[-1] = {"role": "user", "content": f"{content}\n\n{text}"}
                 return
         self.messages.append({"role": "user", "content": text})
@@ -112,5 +113,5 @@ class LLMClient(abc.ABC):
     async def _complete(self, messages: list[Message], tools: list[ToolSpec]) -> LLMReply:
         """Send one request. Tool names in `messages` and `tools` are real `server/tool` names."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - a default: clients without connections keep it
         """Release the HTTP client."""

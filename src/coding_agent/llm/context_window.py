@@ -112,13 +112,19 @@ async def resolve_context_length(config: LLMConfig) -> int:
         try:
             window = await reported_context_window(config)
         except (httpx.HTTPError, ValueError) as error:
-            log.warning("llm %s: the model's context window could not be read (%s); using %d", key[1], type(error).__name__, DEFAULT_CONTEXT_LENGTH)
+            log.warning(
+                "llm %s: the model's context window could not be read (%s); using %d",
+                key[1], type(error).__name__, DEFAULT_CONTEXT_LENGTH,
+            )
             return DEFAULT_CONTEXT_LENGTH
         if window is None:
             log.info("llm %s: the server reports no context window for %s; using %d", key[1], key[2], DEFAULT_CONTEXT_LENGTH)
             _reported[key] = DEFAULT_CONTEXT_LENGTH  # not asked again: the answer would be the same
             return DEFAULT_CONTEXT_LENGTH
-        log.info("llm %s: context window of %s is %d (reported by the server; llm.%s.context_length is not set)", key[1], key[2], window, config.provider)
+        log.info(
+            "llm %s: context window of %s is %d (reported by the server; llm.%s.context_length is not set)",
+            key[1], key[2], window, config.provider,
+        )
         _reported[key] = window
     return _reported[key]
 

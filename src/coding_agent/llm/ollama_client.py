@@ -17,8 +17,8 @@ import pydantic
 from coding_agent.errors import LLMError, ToolsRefused, TransientError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.tls import shared_tls_context
-from coding_agent.llm.tool_support import is_tools_refusal
 from coding_agent.llm.tool_names import ToolNameCodec, parse_tool_arguments
+from coding_agent.llm.tool_support import is_tools_refusal
 from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolCallRequest, ToolSpec
 from coding_agent.llm.wire_history import WireHistory
 from coding_agent.retry import RetryPolicy, parse_retry_after, retry_async
@@ -96,7 +96,8 @@ class OllamaClient(LLMClient):
             words = str(error.error)[:500]
             message = f"ollama server answered HTTP {error.status_code}: {words}"
             if tools and is_tools_refusal(words):  # "registry.ollama.ai/library/M does not support tools"
-                raise ToolsRefused(f"{message} (the model refuses native tool calls: llm.function_calling: auto or false)", words) from None
+                advice = "the model refuses native tool calls: llm.function_calling: auto or false"
+                raise ToolsRefused(f"{message} ({advice})", words) from None
             if error.status_code >= 500 or error.status_code == 429:
                 raise TransientError(message, retry_after=parse_retry_after(self._last_retry_after)) from None
             raise LLMError(message) from None

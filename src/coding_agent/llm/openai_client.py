@@ -16,8 +16,8 @@ import openai
 from coding_agent.errors import LLMError, ToolsRefused, TransientError
 from coding_agent.llm.base import LLMClient
 from coding_agent.llm.tls import shared_tls_context
-from coding_agent.llm.tool_support import is_tools_refusal
 from coding_agent.llm.tool_names import RAW_ARGUMENTS_KEY, ToolNameCodec, parse_tool_arguments
+from coding_agent.llm.tool_support import is_tools_refusal
 from coding_agent.llm.types import LLMReply, Message, TokenUsage, ToolCallRequest, ToolSpec
 from coding_agent.llm.wire_history import WireHistory
 from coding_agent.redaction import Redactor

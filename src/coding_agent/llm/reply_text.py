@@ -62,7 +62,7 @@ def strip_think(text: str) -> str:
     """
     text = _without_think_blocks(text)
     closing = None
-    for closing in _THINK_CLOSE.finditer(text):
+    for closing in _THINK_CLOSE.finditer(text):  # noqa: B007 - the loop keeps the last match
         pass
     if closing is not None:
         text = text[closing.end() :]

@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from coding_agent.config import AgentConfig
@@ -156,7 +156,9 @@ class Budgets:
         overruns = (
             _over("per_requester.tokens_per_day", starter, "tokens", day.requester_tokens, person.tokens_per_day, day),
             _over("per_repository.tokens_per_day", repository, "tokens", day.repository_tokens, place.tokens_per_day, day),
-            _over("per_requester.runs_per_day", starter if starting else None, "runs", day.requester_runs, person.runs_per_day, day),
+            _over(
+                "per_requester.runs_per_day", starter if starting else None, "runs", day.requester_runs, person.runs_per_day, day
+            ),
         )  # fmt: skip
         return next((overrun for overrun in overruns if overrun is not None), None)
 
@@ -207,7 +209,7 @@ class Budgets:
 
     def _today_starts(self) -> datetime:
         """UTC midnight of today, by the budgets' clock."""
-        now = datetime.fromtimestamp(self._clock(), timezone.utc)
+        now = datetime.fromtimestamp(self._clock(), UTC)
         return now.replace(hour=0, minute=0, second=0, microsecond=0)
 
     def usage(self, requesters: Iterable[str] = ()) -> dict[str, Any]:

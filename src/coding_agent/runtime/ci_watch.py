@@ -46,9 +46,9 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
 from coding_agent.runtime.ci_decision import CiDecision, decide
 from coding_agent.runtime.intake import Claim, ReviewClaim
-from coding_agent.store.state import StateStore
 from coding_agent.sources.base import Source
 from coding_agent.sources.lifecycle import lifecycle_labels, transition
+from coding_agent.store.state import StateStore
 
 __all__ = ["CiWatcher", "CiFixClaim", "Offer"]
 
@@ -165,8 +165,9 @@ class CiWatcher:
         """Watch `sha`, the head a fix run of `fixed` pushed (read from the PR/MR): its
         attempts, requester and thread carry on."""
         now = self._clock()
-        changes = {"sha": sha, "state": WatchState.WATCHING, "started_at": now, "acted_at": now}
-        watch = replace(fixed, appeared_at=None, reran=False, failing=(), **changes)
+        watch = replace(
+            fixed, appeared_at=None, reran=False, failing=(), sha=sha, state=WatchState.WATCHING, started_at=now, acted_at=now
+        )
         await asyncio.to_thread(self._watches.save_watch, watch)
         log.info("%s: watching CI of %s, the fix run's push read from its PR/MR", watch.task_key, sha[:12])
 

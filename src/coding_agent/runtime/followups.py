@@ -32,7 +32,6 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from coding_agent.context.completion import CompletionDetector

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.exc import OperationalError
 
@@ -114,7 +114,7 @@ class Producer:
             fixing: set[str] = set()
             if self._ci is not None:
                 fixing = await self._ci.poll(lambda key: self._offer(queue, key, "followup", enqueued))
-            since = datetime.now(timezone.utc) - timedelta(days=self._config.comment_handling.followup_days)
+            since = datetime.now(UTC) - timedelta(days=self._config.comment_handling.followup_days)
             pending = {str(task.key) for task in found} | fixing
             await self._offer_followups(
                 "follow-up discovery", lambda source: source.discover_followups(since), pending, queue, enqueued, errors

@@ -117,8 +117,9 @@ class GracefulShutdown:
 
     def _uncancel(self) -> None:
         """The time-up cancel is handled: the task goes on to close the service."""
-        if self._main is not None and self._main is asyncio.current_task():
-            self._main.uncancel()
+        current = asyncio.current_task()
+        if current is not None and current is self._main:
+            current.uncancel()
 
     async def close(self) -> None:
         """Close the service: at once as a rule, within `CLOSE_SECONDS` in a shutdown (a
@@ -129,7 +130,7 @@ class GracefulShutdown:
             return
         try:
             await asyncio.wait_for(self._service.aclose(), CLOSE_SECONDS)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("shutdown: the service did not close in %g s; exiting anyway", CLOSE_SECONDS)
         except asyncio.CancelledError:  # cancelled while closing, its time being up
             if not self.overdue:

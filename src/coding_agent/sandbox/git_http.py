@@ -2,9 +2,10 @@
 
 The agent clones and pushes with the real `git` client, so the sandbox forges must speak
 the real protocol: this module serves the bare repositories of `git_store.py`
-(`GitRepoStore`) with `git http-backend` run as a CGI program (`GitHttpBackend`). `GitHttpRouter` puts the git paths (`/<repo>.git/info/refs`,
-`/git-upload-pack`, `/git-receive-pack`) in front of a forge's API app on the same port,
-as GitHub and GitLab serve clone URLs next to their web UI.
+(`GitRepoStore`) with `git http-backend` run as a CGI program (`GitHttpBackend`).
+`GitHttpRouter` puts the git paths (`/<repo>.git/info/refs`, `/git-upload-pack`,
+`/git-receive-pack`) in front of a forge's API app on the same port, as GitHub and GitLab
+serve clone URLs next to their web UI.
 
 Authentication is the forge's token, given either as HTTP Basic (any user name, the
 token as the password: what `git` sends from a credential helper or an `extraHeader`)

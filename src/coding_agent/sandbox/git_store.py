@@ -159,7 +159,7 @@ class GitRepoStore:
             if not self.exists(name):
                 return {}
             listing = self._git(name, "for-each-ref", "--format=%(refname:strip=2) %(objectname)", "refs/heads")
-        return dict(line.split(" ", 1) for line in listing.splitlines() if line)  # type: ignore[misc]
+        return dict(line.split(" ", 1) for line in listing.splitlines() if line)
 
     def create_branch(self, name: str, branch: str, start: str) -> str:
         """Point a new `branch` at `start` (a branch name or sha); returns the sha."""

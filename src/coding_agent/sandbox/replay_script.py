@@ -48,11 +48,11 @@ marker, or whose phase list is used up, takes the next of `replies`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 
@@ -70,8 +70,8 @@ __all__ = [
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 StepKind = Literal["tool", "text", "done", "status", "raw", "plan", "action_done", "reflection", "revision", "verification"]
-_PHASE_KINDS = ("plan", "action_done", "reflection", "revision", "verification")
-_KINDS: tuple[StepKind, ...] = ("tool", "text", "done", "status", "raw", *_PHASE_KINDS)  # type: ignore[assignment]
+_PHASE_KINDS: tuple[StepKind, ...] = ("plan", "action_done", "reflection", "revision", "verification")
+_KINDS: tuple[StepKind, ...] = ("tool", "text", "done", "status", "raw", *_PHASE_KINDS)
 _STEP_KEYS = frozenset(
     {"tool", "args", "comment", "text", "tool_calls", "done", "status", "retry_after", "message", "raw", *_PHASE_KINDS}
 )
@@ -297,7 +297,7 @@ def _fill_values(value: Any, text: Callable[[str], str]) -> Any:
     return value
 
 
-ScriptSource = Union[ReplayScript, Mapping[str, Any], str, Path]
+ScriptSource = ReplayScript | Mapping[str, Any] | str | Path
 # A `before` action: called with the step's arguments when that step's request arrives.
 ScriptAction = Callable[[dict[str, Any]], None]
 

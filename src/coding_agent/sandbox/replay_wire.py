@@ -13,12 +13,11 @@ import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse as _StarletteJSONResponse
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import JSONResponse as _StarletteJSONResponse, Response, StreamingResponse
 
 from coding_agent.llm.tool_names import match_offered_name, wire_candidates
 from coding_agent.sandbox.replay_script import PHASE_FORMS, ReplayStep
@@ -203,7 +202,7 @@ def ollama_reply(body: dict[str, Any], rendered: Rendered, default_model: str) -
     prompt, completion = _usage(body, rendered)
     base = {
         "model": str(body.get("model") or default_model),
-        "created_at": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
+        "created_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
     }
     final = {
         **base,

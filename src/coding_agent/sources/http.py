@@ -40,9 +40,9 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
-from urllib.request import getproxies_environment, proxy_bypass_environment
+from urllib.request import getproxies_environment, proxy_bypass_environment  # type: ignore[attr-defined]  # not in typeshed
 
 import aiohttp
 import httpx
@@ -101,7 +101,7 @@ def since_the_hour(since: datetime) -> datetime:
     (a busy `serve` grew by one large page a poll). Rounded, the URL stays the same for an
     hour; the window is wider by less than that, and what it adds is checked like the rest.
     """
-    return since.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    return since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
 def json_weight(value: Any) -> int:

@@ -46,7 +46,7 @@ def marked(body: str, marker: str) -> str:
 
 
 def has_marker(body: str | None, marker: str) -> bool:
-    return bool(body) and _tag(marker) in body  # type: ignore[operator]
+    return body is not None and _tag(marker) in body  # "" holds no tag
 
 
 def strip_marker(body: str) -> str:

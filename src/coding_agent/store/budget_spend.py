@@ -5,14 +5,14 @@ made in the same transaction as the check (`claim_run_start`, SPEC 15)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import cast
 
-from sqlalchemy import Float, String, and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy import Float, String, Table, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile, in_chunks
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile, in_chunks, rowcount
 from coding_agent.store.leases import LEASES
 from coding_agent.store.runs import RunRow, _TokenUsage
 
@@ -59,8 +59,9 @@ class _BudgetLock(Base):
     touched_at: Mapped[float] = mapped_column(Float)
 
 
-_CLAIMS = _RunClaim.__table__
-_LOCKS = _BudgetLock.__table__
+# `__table__` is typed as any `FromClause`; these are tables (what insert/update/delete take).
+_CLAIMS = cast(Table, _RunClaim.__table__)
+_LOCKS = cast(Table, _BudgetLock.__table__)
 
 
 class BudgetSpend(TableStore):
@@ -104,7 +105,7 @@ class BudgetSpend(TableStore):
             now = self._clock()
             with self._session() as session:
                 locked = session.execute(update(_LOCKS).where(_LOCKS.c.name == starter).values(touched_at=now))
-                if locked.rowcount == 0:  # a first claim for them: another may insert it too (then again)
+                if rowcount(locked) == 0:  # a first claim for them: another may insert it too (then again)
                     session.execute(insert(_LOCKS).values(name=starter, touched_at=now))
                 used = _runs_started_by(session, starter, since) + _claims_pending(session, starter, since, now, task_key)
                 if used >= limit:
@@ -157,8 +158,8 @@ def _starters(session: Session, keys: Iterable[str]) -> dict[str, str]:
             .where(RunRow.task_key.in_(chunk), RunRow.requester.is_not(None))
             .order_by(RunRow.started_at)
         )
-        for key, requester in rows:
-            starters.setdefault(key, requester)
+        for key, requester in rows:  # requester is not None: the query keeps those rows only
+            starters.setdefault(key, cast(str, requester))
     return starters
 
 

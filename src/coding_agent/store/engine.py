@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import CursorResult, Engine, Result
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.orm.exc import StaleDataError
@@ -29,7 +30,7 @@ T = TypeVar("T")
 IN_CHUNK = 512
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+def _sqlite_pragmas(dbapi_connection: DBAPIConnection, _record: object) -> None:
     # WAL lets readers and one writer work at once; busy_timeout makes concurrent
     # processes wait for the write lock instead of failing with "database is locked".
     cursor = dbapi_connection.cursor()
@@ -50,6 +51,12 @@ def open_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def rowcount(result: Result[*tuple[Any, ...]]) -> int:
+    """The rows an UPDATE or DELETE matched. `Session.execute` is typed as returning a
+    `Result`; for those statements it is a `CursorResult`, the type that has `rowcount`."""
+    return cast("CursorResult[*tuple[Any, ...]]", result).rowcount
 
 
 def in_chunks(values: Iterable[T]) -> Iterator[list[T]]:

@@ -13,14 +13,14 @@ import threading
 import time
 import uuid as uuid_module
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
-from sqlalchemy import Float, String, insert, update
+from sqlalchemy import Float, String, Table, insert, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coding_agent.store.engine import Base, TableStore
+from coding_agent.store.engine import Base, TableStore, rowcount
 
 __all__ = ["Leases", "LEASES", "LiveLease", "new_owner_id"]
 
@@ -33,7 +33,7 @@ class _Lease(Base):
 
 
 # The leases table, for the stores beside this one that must know whether a lease is live.
-LEASES = _Lease.__table__
+LEASES = cast(Table, _Lease.__table__)  # `__table__` is typed as any `FromClause`
 
 
 class LiveLease(NamedTuple):
@@ -88,7 +88,7 @@ class Leases(TableStore):
                     .where(_Lease.task_key == task_key, _Lease.expires_at < now)
                     .values(owner=owner, expires_at=now + ttl_seconds)
                 )
-                taken = result.rowcount == 1
+                taken = rowcount(result) == 1
         if taken:
             with self._taken_lock:
                 self._taken_here.add((task_key, owner))
@@ -102,7 +102,7 @@ class Leases(TableStore):
                 .where(_Lease.task_key == task_key, _Lease.owner == owner)
                 .values(expires_at=self._clock() + ttl_seconds)
             )
-            renewed = result.rowcount == 1
+            renewed = rowcount(result) == 1
         if not renewed:
             self.let_go(task_key, owner)
         return renewed

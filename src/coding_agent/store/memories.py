@@ -13,7 +13,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.memories import ChannelRecord, ThreadRecord, channel_of, workspace_of
 from coding_agent.domain.tasks import TaskKey
-from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile, rowcount
 
 __all__ = ["MemoryStore", "ChannelRecord", "ThreadRecord", "channel_of", "workspace_of"]
 
@@ -136,10 +136,10 @@ class MemoryStore(TableStore):
             if channel_id is not None:
                 channels = channels.where(_ChannelMemory.channel_id == channel_id)
                 threads = threads.where(_ThreadMemory.channel_id == channel_id)
-            removed = session.execute(channels).rowcount or 0
-            return removed + (session.execute(threads).rowcount or 0)
+            removed = rowcount(session.execute(channels)) or 0
+            return removed + (rowcount(session.execute(threads)) or 0)
 
     def forget_threads_before(self, cutoff: float) -> int:
         """Drop thread memories older than `cutoff` (retention, SPEC 9.3)."""
         with self._session() as session:
-            return session.execute(delete(_ThreadMemory).where(_ThreadMemory.created_at < cutoff)).rowcount or 0
+            return rowcount(session.execute(delete(_ThreadMemory).where(_ThreadMemory.created_at < cutoff))) or 0

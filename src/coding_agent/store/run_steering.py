@@ -7,11 +7,13 @@ whether its final comment is out). Pausing, holding and resuming join the runs."
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Float, Integer, String, Text, delete, literal_column, select, union_all, update
+from typing import Any
+
+from sqlalchemy import Boolean, CompoundSelect, Float, Integer, String, Text, delete, literal_column, select, union_all, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunMarks, RunRecord
-from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile, in_chunks
+from coding_agent.store.engine import Base, TableStore, again_if_changed_meanwhile, in_chunks, rowcount
 from coding_agent.store.runs import RunRow, record_of
 
 __all__ = ["RunSteering", "KEEP_NUDGES_SECONDS"]
@@ -92,7 +94,7 @@ class RunSteering(TableStore):
         """(the pending operator request, the latest webhook nudge) of `task_key`, in one
         read: what a run's checkpoint asks the store. The nudge is an opaque token that
         changes with every `nudge_run` (None: never nudged)."""
-        query = union_all(
+        query: CompoundSelect[*tuple[Any, ...]] = union_all(
             select(_RunRequest.kind, literal_column("0"), _RunRequest.requested_at).where(_RunRequest.task_key == task_key),
             select(literal_column("'nudge'"), _RunNudge.serial, _RunNudge.nudged_at).where(_RunNudge.task_key == task_key),
         )
@@ -112,9 +114,11 @@ class RunSteering(TableStore):
 
         def bump() -> None:
             with self._session() as session:
-                bumped = session.execute(
-                    update(_RunNudge).where(_RunNudge.task_key == task_key).values(serial=_RunNudge.serial + 1, nudged_at=now)
-                ).rowcount
+                bumped = rowcount(
+                    session.execute(
+                        update(_RunNudge).where(_RunNudge.task_key == task_key).values(serial=_RunNudge.serial + 1, nudged_at=now)
+                    )
+                )
                 if not bumped:
                     session.add(_RunNudge(task_key=task_key, serial=1, nudged_at=now))
                 session.execute(delete(_RunNudge).where(_RunNudge.nudged_at < now - KEEP_NUDGES_SECONDS))
@@ -182,7 +186,7 @@ class RunSteering(TableStore):
                 result = session.execute(
                     update(_RunMark).where(_RunMark.run_uuid.in_(uuids), _RunMark.resume_hold.is_(True)).values(resume_hold=False)
                 )
-                held += result.rowcount or 0
+                held += rowcount(result) or 0
             return held
 
     def resumable_runs(self) -> list[RunRecord]:

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from coding_agent.domain.runs import RunRecord
-from coding_agent.store.engine import Base, TableStore
+from coding_agent.store.engine import Base, TableStore, rowcount
 from coding_agent.store.leases import LEASES
 
 __all__ = ["Runs", "RunRow", "record_of"]
@@ -106,9 +106,9 @@ class Runs(TableStore):
             .where(LEASES.c.task_key == task_key, LEASES.c.owner == owner)
             .values(expires_at=self._clock() + ttl_seconds)
         )
-        if renewed.rowcount != 1:
+        if rowcount(renewed) != 1:
             self._lost(task_key, owner)
-        return renewed.rowcount == 1
+        return rowcount(renewed) == 1
 
     def heartbeat(
         self,
@@ -152,7 +152,7 @@ class Runs(TableStore):
                 .where(RunRow.uuid == run_uuid, RunRow.owner == owner, RunRow.status == "running")
                 .values(status="abandoned", steps=steps, error=reason, finished_at=self._clock())
             )
-            return result.rowcount == 1
+            return rowcount(result) == 1
 
     def record_usage(self, run_uuid: str, task_key: str, prompt_tokens: int, completion_tokens: int) -> None:
         self.record_usages(run_uuid, task_key, [(prompt_tokens, completion_tokens)])
@@ -252,7 +252,7 @@ class Runs(TableStore):
                 .where(RunRow.uuid == run_uuid, RunRow.status == from_status)
                 .values(status="running", owner=owner, finished_at=None)
             )
-            return result.rowcount == 1
+            return rowcount(result) == 1
 
     def orphaned_tasks(self) -> list[str]:
         """Task keys a dead worker held: a lease that ran out without being released, or a

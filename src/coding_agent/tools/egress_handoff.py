@@ -44,6 +44,7 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 __all__ = ["HANDSHAKE", "LEASE_FD", "MAX_LEASES", "MAX_PENDING", "ListenerHandoff", "ProtocolFactory"]
 
@@ -98,7 +99,12 @@ def _listening_tcp_socket(fd: int) -> socket.socket | None:
 async def _readable(sock: socket.socket) -> None:
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
-    loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
     try:
         await ready
     finally:
@@ -227,7 +233,7 @@ class ListenerHandoff:
             except BaseException:
                 listener.close()
                 raise
-            self._leases[asyncio.current_task()] = server  # type: ignore[index]
+            self._leases[cast("asyncio.Task[None]", asyncio.current_task())] = server  # this coroutine runs as a task
             await _readable(connection)  # EOF when the sandbox ends; any data ends it too
         except OSError:
             pass

@@ -41,8 +41,8 @@ from urllib.parse import urlsplit
 
 from coding_agent.domain.egress_policy import (
     AllowList,
-    EgressVerdict,
     EgressPolicyError,
+    EgressVerdict,
     normalize_host,
     split_host_port,
 )

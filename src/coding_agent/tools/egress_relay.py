@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from coding_agent.tools.egress_request import head_end
 from coding_agent.tools.egress_splice import DownloadSplice, splice_available
@@ -104,7 +105,7 @@ class UpstreamSide(_Side):
         self.eof_received()
 
 
-HeadHandler = Callable[["ClientSide", bytes, bytes], Awaitable[None]]
+HeadHandler = Callable[["ClientSide", bytes, bytes], Coroutine[Any, Any, None]]
 
 
 class ClientSide(_Side):

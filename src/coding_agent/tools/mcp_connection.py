@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import TextIO
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
-from mcp import types as mcp_types
+from mcp import ClientSession, StdioServerParameters, types as mcp_types
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import McpError
 

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
-from mcp import ClientSession
-from mcp import types as mcp_types
+from mcp import ClientSession, types as mcp_types
 from mcp.shared.exceptions import McpError
 
 from coding_agent.errors import ToolError

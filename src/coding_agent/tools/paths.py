@@ -192,7 +192,7 @@ class ConfinedRoot:
                     if target is None:
                         raise NotADirectoryError(errno.ENOTDIR, f"{'/'.join((*done, name))} is not a directory") from None
                     if refuse_links:
-                        raise PathOutsideWorkspace(f"{given!r} goes through the symlink {'/'.join((*done, name))!r}")
+                        raise PathOutsideWorkspace(f"{given!r} goes through the symlink {'/'.join((*done, name))!r}") from None
                     os.close(fd)
                     fd = -1
                     return self._link_target(done, target, given) + parts[index + 1 :]

@@ -23,6 +23,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 from coding_agent.tools.paths import ConfinedRoot, Located, PathOutsideWorkspace, escape_text, is_git_name
 
@@ -126,7 +127,7 @@ class Workspace:
             if error.errno == errno.ELOOP:
                 raise WorkspaceError(f"{escape_text(located.relative)} is a symlink that cannot be followed") from None
             raise
-        return io.open(fd, "rb", buffering=_SKIP_CHUNK)  # noqa: SIM115 - closed by the callers
+        return cast(io.BufferedReader, open(fd, "rb", buffering=_SKIP_CHUNK))  # noqa: SIM115 - closed by the callers
 
     def _read_for_edit(self, located: Located) -> str:
         with self._open_file(located) as handle:
@@ -356,7 +357,7 @@ def _read_small_file(dir_fd: int, name: str) -> bytes | None:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode) or status.st_nlink > 1 or status.st_size > SEARCH_MAX_FILE_BYTES:
             return None
-        with io.open(fd, "rb", closefd=False) as handle:
+        with open(fd, "rb", closefd=False) as handle:
             return handle.read(SEARCH_MAX_FILE_BYTES + 1)[:SEARCH_MAX_FILE_BYTES]
     except OSError:
         return None

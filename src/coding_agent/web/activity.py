@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ def shorten(text: str, limit: int, redactor: Redactor) -> str:
 def _stamp(value: Any) -> str | None:
     if not isinstance(value, (int, float)):
         return None
-    return datetime.fromtimestamp(value, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(value, UTC).isoformat(timespec="seconds")
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

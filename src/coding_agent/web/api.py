@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import cast
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -18,7 +19,7 @@ from starlette.routing import Route
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.redaction import Redactor
 from coding_agent.runtime.budgets import Budgets
-from coding_agent.runtime.operator_actions import UnknownTask, apply_action
+from coding_agent.runtime.operator_actions import Action, UnknownTask, apply_action
 from coding_agent.store.state import StateStore
 from coding_agent.web.activity import RunActivity
 from coding_agent.web.feed import ListFeed
@@ -95,7 +96,7 @@ def api_routes(
             return JSONResponse({"error": "the request body is not JSON"}, status_code=400)
         action = request.url.path.rsplit("/", 1)[1]
         try:
-            result = await run_in_threadpool(apply_action, store, key, action)
+            result = await run_in_threadpool(apply_action, store, key, cast(Action, action))  # the route names one
         except UnknownTask as error:
             return JSONResponse({"error": str(error)}, status_code=404)
         return JSONResponse({"task": key, "action": action, "message": result.message})

@@ -5,8 +5,8 @@ the login form sets. Webhook routes are left to their own signature checks."""
 from __future__ import annotations
 
 import hmac
-from html import escape
 from collections.abc import Awaitable, Callable
+from html import escape
 from urllib.parse import parse_qs
 
 from starlette.requests import Request
@@ -40,7 +40,7 @@ class TokenGuard:
         given = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE, "")
         return hmac.compare_digest(given.encode(), self.token.encode())
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:  # type: ignore[type-arg]
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or self.allowed(Request(scope)):
             await self.app(scope, receive, send)
             return

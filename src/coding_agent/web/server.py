@@ -52,9 +52,9 @@ from coding_agent.web.feed import ListFeed
 from coding_agent.web.metrics import health_routes
 from coding_agent.web.request_body import BodyReader
 from coding_agent.web.same_origin import SameOriginGuard
+from coding_agent.web.slack_events import slack_routes, slack_socket_mode
 from coding_agent.web.uvicorn_config import uvicorn_config
 from coding_agent.web.views import task_list
-from coding_agent.web.slack_events import slack_routes, slack_socket_mode
 from coding_agent.web.webhooks import warm_up, webhook_routes
 
 __all__ = [
@@ -129,7 +129,7 @@ def _app(config: AgentConfig, route_lists: list[Sequence[BaseRoute]], token: str
     # The guards let /webhooks/ through: a forge cannot send the dashboard's token,
     # nor comes from its origin or Host, and every delivery is verified by its own signature.
     guards = [Middleware(SameOriginGuard, settings=config.dashboard), Middleware(TokenGuard, token=token)]
-    return build_app(*route_lists, middleware=guards)  # type: ignore[arg-type]
+    return build_app(*route_lists, middleware=guards)
 
 
 def dashboard_app(config: AgentConfig, store: StateStore, sock: socket.socket) -> Starlette:
@@ -145,7 +145,7 @@ class _Server(uvicorn.Server):
     the running tasks first (SPEC 8.3)."""
 
     @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[no-untyped-def,override]
+    def capture_signals(self):
         yield
 
     def install_signal_handlers(self) -> None:  # older uvicorn
@@ -272,7 +272,9 @@ async def _serving(app: Starlette, sock: socket.socket) -> AsyncIterator[str]:
 def _slack_intake(config: AgentConfig, service: AgentService) -> SlackIntake:
     slack = config.chat.slack
     assert slack is not None
-    return SlackIntake(slack, SlackChat(slack, service.redactor), service.sources, DeliveryLog(service.store.engine), config.language)
+    return SlackIntake(
+        slack, SlackChat(slack, service.redactor), service.sources, DeliveryLog(service.store.engine), config.language
+    )
 
 
 @contextlib.asynccontextmanager
@@ -349,7 +351,8 @@ async def _serving_http(
         sock.close()
         raise
     async with _serving(_app(config, route_lists, token), sock) as url:
-        log.info("serving %s at %s", "dashboard and webhooks" if hooks and config.dashboard.enabled else "webhooks" if hooks else "dashboard", url)
+        serves = "dashboard and webhooks" if hooks and config.dashboard.enabled else "webhooks" if hooks else "dashboard"
+        log.info("serving %s at %s", serves, url)
         try:
             yield url
         finally:

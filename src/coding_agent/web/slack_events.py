@@ -21,9 +21,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from slack_bolt.adapter.starlette.async_handler import to_async_bolt_request, to_starlette_response
 import aiohttp
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.starlette.async_handler import to_async_bolt_request, to_starlette_response
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient

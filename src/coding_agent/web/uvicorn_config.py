@@ -42,7 +42,7 @@ class _H11WithHeadersDeadline(H11Protocol):
     """uvicorn's h11 protocol, closing a connection whose next request's headers have not
     all arrived REQUEST_HEADERS_SECONDS after it opened or after its last response."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # narrows BaseTransport, as uvicorn's does
         self._last_received = self.loop.time()
         super().connection_made(transport)
         self._arm_headers_deadline()

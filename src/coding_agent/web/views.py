@@ -12,7 +12,7 @@ import functools
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from coding_agent.domain.runs import RunRecord
@@ -60,7 +60,7 @@ class TaskFilter:
 
 
 def _stamp(value: float | None) -> str | None:
-    return None if value is None else datetime.fromtimestamp(value, timezone.utc).isoformat(timespec="seconds")
+    return None if value is None else datetime.fromtimestamp(value, UTC).isoformat(timespec="seconds")
 
 
 def one_line(text: str, limit: int = REASON_CHARS) -> str:
@@ -130,7 +130,9 @@ def _task(
         row.update(_run(record, redactor))
     if queued is not None:
         place, at = queued
-        row.update(state="waiting", queue_position=place, queued_at=_stamp(at), queued=at, doing=f"waiting in the queue (#{place})")
+        row.update(
+            state="waiting", queue_position=place, queued_at=_stamp(at), queued=at, doing=f"waiting in the queue (#{place})"
+        )
     end = row["finished"] if row["state"] in ENDED else None
     row["elapsed_seconds"] = None if row["started"] is None else round((end or now) - row["started"], 1)
     return row

@@ -44,7 +44,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from coding_agent.config import AgentConfig, GitHubConfig, GitLabConfig
-from coding_agent.domain.tasks import TaskKey, TaskKind, canonical_project
+from coding_agent.domain.tasks import Forge, TaskKey, TaskKind, canonical_project
 from coding_agent.errors import QueueUnavailable
 from coding_agent.web.request_body import MAX_BODY_BYTES, BodyReader, Refusal, parse_json
 
@@ -107,12 +107,12 @@ def _canonical(forge: str, project: Any) -> str | None:
         return None
 
 
-def _key(forge: str, project: str, change: bool, number: Any) -> str | None:
+def _key(forge: Forge, project: str, change: bool, number: Any) -> str | None:
     """The task key of `number` in `project` (already canonical), built by the one
     `TaskKey` every route uses; None for a number that is no positive int."""
     if not isinstance(number, int) or isinstance(number, bool) or number < 1:
         return None
-    return str(TaskKey(forge, project, TaskKind.CHANGE if change else TaskKind.ISSUE, number))  # type: ignore[arg-type]
+    return str(TaskKey(forge, project, TaskKind.CHANGE if change else TaskKind.ISSUE, number))
 
 
 def _refuse(status: int, message: str) -> Response:
@@ -271,9 +271,9 @@ def gitlab_hints(config: GitLabConfig, event: str, payload: Any) -> list[Hint]:
     key = _key("gitlab", path, event != "Issue Hook", attributes.get("iid"))
     if key is None:
         return []
-    changes = payload.get("changes") if isinstance(payload.get("changes"), dict) else {}
+    changes = found if isinstance(found := payload.get("changes"), dict) else {}
     hints: list[Hint] = []
-    labels = payload.get("labels") if isinstance(payload.get("labels"), list) else []
+    labels = listed if isinstance(listed := payload.get("labels"), list) else []
     if any(isinstance(label, dict) and label.get("title") == config.bot_label for label in labels):
         hints.append(Hint(key, "new"))
     stop = any(isinstance(label, dict) and label.get("title") == config.stop_label for label in labels)

@@ -21,9 +21,9 @@ after a pause or a crash continues in its clone instead of cloning again.
 from __future__ import annotations
 
 import json
-import shutil
 import logging
 import re
+import shutil
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path

@@ -168,7 +168,7 @@ class Git:
         try:
             data = input.encode() if input is not None else None
             out, err = await asyncio.wait_for(process.communicate(data), self._timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             _kill(process)
             await process.wait()
             raise TransientError(f"{what} timed out after {self._timeout:g} seconds") from None

@@ -20,17 +20,17 @@ from typing import Any
 
 from coding_agent.agent.markdown import inert_markdown
 from coding_agent.agent.planning.checklist import Shown, checklist_lines, headline, position
-from coding_agent.agent.planning.models import Action, Phase, PlanningState
+from coding_agent.agent.planning.models import Action, ActionStatus, Phase, PlanningState
 from coding_agent.agent.planning.prompts import final_comment, phase_request
+from coding_agent.agent.planning.reading import TOOL_NAMES, json_reminder, shape, validate
 from coding_agent.agent.planning.replies import PHASE_TOOLS, PhaseReply, find_phase_reply
 from coding_agent.agent.planning.scan import scan_workspace
 from coding_agent.agent.planning.state import dump_state
-from coding_agent.agent.planning.reading import TOOL_NAMES, json_reminder, shape, validate
 from coding_agent.agent.planning.validation import ActionDone
 from coding_agent.agent.progress import ProgressComment
 from coding_agent.config import PlanningConfig
 from coding_agent.llm.base import LLMClient
-from coding_agent.llm.protocols import ParsedReply, JsonTextProtocol, ReplyProtocol
+from coding_agent.llm.protocols import JsonTextProtocol, ParsedReply, ReplyProtocol
 from coding_agent.llm.types import LLMReply, ToolSpec
 
 __all__ = ["PlanningPolicy"]
@@ -93,7 +93,8 @@ class PlanningPolicy:
         self._notice_comments(llm)
         cap = self.settings.max_steps_per_action
         if state.phase == "execution" and state.prompt_sent and state.action_step >= cap:
-            log.info("planning: action %s reached its step cap (%d)", state.current().id if state.current() else "?", cap)
+            current = state.current()
+            log.info("planning: action %s reached its step cap (%d)", current.id if current else "?", cap)
             self._end_action("failed", f"step cap of {cap} reached")
         await self._send_prompt(llm)
         state.action_step += 1
@@ -128,7 +129,8 @@ class PlanningPolicy:
         if step.done and phase == "verification":
             return _error(f"finish verification first: {shape(phase, self.native)}")
         if step.actions and self.state.action_step >= self.settings.max_steps_per_action:
-            return _error(f"the {phase} phase has used its {self.settings.max_steps_per_action} tool steps: {shape(phase, self.native)}")
+            steps = self.settings.max_steps_per_action
+            return _error(f"the {phase} phase has used its {steps} tool steps: {shape(phase, self.native)}")
         return step
 
     async def accept(self, llm: LLMClient, decision: ParsedReply) -> ParsedReply:
@@ -138,7 +140,9 @@ class PlanningPolicy:
         if effect.call_id is not None:  # a native phase call is answered, so the history pairs
             llm.send_tool_result(effect.call_id, effect.call_name, "Accepted.")
             for call_id, name in effect.others:
-                llm.send_tool_result(call_id, name, f"Not run: a {effect.call_name} reply ends the step; call tools in a reply of their own.")
+                llm.send_tool_result(
+                    call_id, name, f"Not run: a {effect.call_name} reply ends the step; call tools in a reply of their own."
+                )
         self._notice_comments(llm)
         decision = await self._apply(effect, decision)
         if not decision.done:
@@ -190,7 +194,11 @@ class PlanningPolicy:
         expected = "action_done" if state.phase == "execution" else state.phase
         if found.kind != expected:
             what = "action_done" if found.kind == "action_done" else f"a {found.kind} reply"
-            wanted = "action_done or a tool step" if expected == "action_done" else shape(expected, self.native) if expected in TOOL_NAMES else "finish with `done`"
+            wanted = (
+                "action_done or a tool step"
+                if expected == "action_done"
+                else shape(expected, self.native) if expected in TOOL_NAMES else "finish with `done`"
+            )
             return _error(f"{what} is not expected in the {state.phase} phase: {wanted}")
         data = found.data
         result, problems = validate(found, state, self.settings.max_actions)
@@ -239,11 +247,11 @@ class PlanningPolicy:
             return ParsedReply(comment=self._final_comment(effect.payload), actions=(), done=True)
         return decision
 
-    def _end_action(self, status: str, summary: str, boundary: bool = True) -> None:
+    def _end_action(self, status: ActionStatus, summary: str, boundary: bool = True) -> None:
         state = self.state
         current = state.current()
         if current is not None and current.status == "running":
-            current.status = status  # type: ignore[assignment]
+            current.status = status
             current.summary = summary
             state.actions_since_reflection += 1
         reflection = self.settings.reflection
@@ -265,7 +273,9 @@ class PlanningPolicy:
                 return
             log.info("planning: a revision was wanted beyond max_revisions; noted only")
             limit = self.settings.revision.max_revisions
-            await self._post_comment(f"Reflection asked for a plan revision, but the limit of {limit} revision(s) is reached; the plan stays.")
+            await self._post_comment(
+                f"Reflection asked for a plan revision, but the limit of {limit} revision(s) is reached; the plan stays."
+            )
         self._boundary()
 
     async def _revise(self, actions: list[Action]) -> None:
@@ -294,13 +304,14 @@ class PlanningPolicy:
     def _boundary(self) -> None:
         """After an action or a phase reply: reflect, run the next action, verify or complete."""
         state = self.state
-        pending = state.plan.pending() if state.plan is not None else []
-        if pending:
+        plan = state.plan
+        pending = plan.pending() if plan is not None else []
+        if plan is not None and pending:
             if self.settings.reflection.enabled and state.pending_reflection:
                 self._enter("reflection")
                 return
             state.pending_reflection = None
-            state.action_index = state.plan.actions.index(pending[0])  # type: ignore[union-attr]
+            state.action_index = plan.actions.index(pending[0])
             pending[0].status = "running"
             self._enter("execution")
             return

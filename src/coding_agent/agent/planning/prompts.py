@@ -104,5 +104,7 @@ def final_comment(state: PlanningState, comment: str) -> str:
         issues = result["issues_found"] or ["(no details)"]
         parts.append("**Verification failed:**\n" + "\n".join(f"- {issue}" for issue in issues))
     parts.append(comment.strip() or "Done.")
-    parts.append(f"---\nActions: {done}/{total} done · Revisions: {state.revision_count} · Verification: {verification_outcome(state)}")
+    parts.append(
+        f"---\nActions: {done}/{total} done · Revisions: {state.revision_count} · Verification: {verification_outcome(state)}"
+    )
     return "\n\n".join(parts)

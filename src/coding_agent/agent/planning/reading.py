@@ -11,10 +11,19 @@ from coding_agent.agent.planning.replies import PhaseReply
 
 __all__ = ["TOOL_NAMES", "shape", "json_reminder", "validate"]
 
-TOOL_NAMES = {"planning": "submit_plan", "reflection": "submit_reflection", "revision": "submit_revision", "verification": "submit_verification"}
+TOOL_NAMES = {
+    "planning": "submit_plan",
+    "reflection": "submit_reflection",
+    "revision": "submit_revision",
+    "verification": "submit_verification",
+}
 _JSON_SHAPES = {
-    "planning": '{"phase": "planning", "goal_understanding": {...}, "task_decomposition": {...}, "action_plan": {"actions": [...]}}',
-    "reflection": '{"phase": "reflection", "status": "...", "evaluation": "...", "issues_identified": [], "plan_revision_needed": false}',
+    "planning": (
+        '{"phase": "planning", "goal_understanding": {...}, "task_decomposition": {...}, "action_plan": {"actions": [...]}}'
+    ),
+    "reflection": (
+        '{"phase": "reflection", "status": "...", "evaluation": "...", "issues_identified": [], "plan_revision_needed": false}'
+    ),
     "revision": '{"phase": "revision", "reason": "...", "actions": [...]}',
     "verification": '{"phase": "verification", "verification_passed": true, "issues_found": [], "additional_actions": []}',
 }

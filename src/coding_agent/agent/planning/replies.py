@@ -63,7 +63,9 @@ PHASE_TOOLS: tuple[ToolSpec, ...] = (
                     },
                 },
             },
-            "action_plan": {"type": "object", "properties": {"actions": {"type": "array", "items": _ACTION}}, "required": ["actions"]},
+            "action_plan": {
+                "type": "object", "properties": {"actions": {"type": "array", "items": _ACTION}}, "required": ["actions"]
+            },
         },
         ["goal_understanding", "action_plan"],
     ),
@@ -163,10 +165,10 @@ def find_phase_reply(reply: LLMReply, native: bool) -> PhaseReply | None:
             return PhaseReply(kind, {"action_done": data} if kind == "action_done" else data, call.id)
         return None
     if native:  # a phase call a server left in the text (SPEC 5.1): read as the call
-        for call in find_text_tool_calls(reply.content, PHASE_TOOLS).calls:
-            kind = phase_of_tool(call.name)
+        for text_call in find_text_tool_calls(reply.content, PHASE_TOOLS).calls:
+            kind = phase_of_tool(text_call.name)
             if kind is not None:
-                data = dict(call.arguments)
+                data = dict(text_call.arguments)
                 return PhaseReply(kind, {"action_done": data} if kind == "action_done" else data, None)
     if not strip_think(reply.content):
         return None

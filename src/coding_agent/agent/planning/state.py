@@ -7,8 +7,9 @@ rather than re-planning over work already done or pushed.
 from __future__ import annotations
 
 import copy
+from collections import defaultdict
 from dataclasses import fields, is_dataclass
-from typing import Any
+from typing import Any, cast
 
 from coding_agent.agent.planning.models import ENDED, PHASES, Action, Goal, Plan, PlanningState
 from coding_agent.errors import AgentError
@@ -55,7 +56,7 @@ def _copied(value: Any) -> Any:
         return kind(_copied(item) for item in value)
     if isinstance(value, dict):
         if hasattr(kind, "default_factory"):
-            result = kind(value.default_factory)
+            result = kind(cast("defaultdict[Any, Any]", value).default_factory)
             for key, item in value.items():
                 result[_copied(key)] = _copied(item)
             return result
@@ -100,7 +101,9 @@ def load_planning_state(raw: Any) -> PlanningState:
         state = PlanningState(**data)
     except TypeError as error:
         raise PlanningStateError(f"saved planning state: {error}") from None
-    for name in ("action_index", "action_step", "actions_since_reflection", "revision_count", "verification_round", "seen_messages"):
+    for name in (
+        "action_index", "action_step", "actions_since_reflection", "revision_count", "verification_round", "seen_messages"
+    ):
         if not isinstance(getattr(state, name), int):
             raise PlanningStateError(f"saved planning state: {name} must be a number")
     if state.phase != "planning" and state.plan is None:

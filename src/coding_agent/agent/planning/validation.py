@@ -157,7 +157,9 @@ def read_revision(data: dict[str, Any], taken: set[str], kept: int, max_actions:
     return actions, problems
 
 
-def read_verification(data: dict[str, Any], taken: set[str], kept: int, max_actions: int) -> tuple[dict[str, Any] | None, Problems]:
+def read_verification(
+    data: dict[str, Any], taken: set[str], kept: int, max_actions: int
+) -> tuple[dict[str, Any] | None, Problems]:
     passed = data.get("verification_passed")
     problems: Problems = []
     if not isinstance(passed, bool):

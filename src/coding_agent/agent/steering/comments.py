@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from coding_agent.domain.tasks import Comment, TaskKey, Thread
@@ -66,7 +66,7 @@ def format_comment_message(comments: Sequence[Comment], bodies: Sequence[str] | 
 
 
 def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class CommentDetector:

@@ -169,7 +169,7 @@ class ShutdownSignal:
             return await write
         try:
             return await asyncio.wait_for(write, max(0.0, remaining - reserve))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("shutdown: %s did not finish in time; the next worker finishes it", what)
             return None
 
@@ -336,7 +336,9 @@ class StopChecker:
             log.error("%s: could not read who added the stop label (the run goes on): %s", self._key, error)
             return False
         if permission is None or not permission.can_write:
-            log.warning("%s: the stop label was added by %s, without write access: ignored", self._key, actor or "someone unknown")
+            log.warning(
+                "%s: the stop label was added by %s, without write access: ignored", self._key, actor or "someone unknown"
+            )
             return False
         return True
 

@@ -41,9 +41,9 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from coding_agent.agent.loop import LoopOutcome
 from coding_agent.agent.steering.interrupts import RunStopped
@@ -125,7 +125,7 @@ class StateWriter:
         # Shallow on purpose: `asdict` would deep-copy the whole history at every step.
         data = {item.name: getattr(state, item.name) for item in fields(state)}
         data["version"] = _VERSION
-        data["saved_at"] = datetime.now(timezone.utc).isoformat()
+        data["saved_at"] = datetime.now(UTC).isoformat()
         data["message_count"] = len(state.messages)
         if not inline:
             data["messages"] = None
@@ -385,7 +385,7 @@ class Continuation:
             return None
         if self.marks.final_status == "stopped":
             raise RunStopped("operator")
-        status = "done" if self.marks.final_status == "done" else "failed"
+        status: Literal["done", "failed"] = "done" if self.marks.final_status == "done" else "failed"
         return LoopOutcome(status, self.marks.final_body or "", steps)
 
 

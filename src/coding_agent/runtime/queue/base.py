@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Literal, Protocol, get_args
+from typing import Literal, Protocol, cast, get_args
 
 from coding_agent.domain.tasks import TaskKey
 
@@ -56,7 +56,7 @@ def decode(body: bytes) -> QueuedTask:
         parsed = TaskKey.parse(key)
     except ValueError as error:  # names the key (at most 300 characters of it, quoted): one log line
         raise MalformedMessage(f"message field 'key': {error}") from None
-    return QueuedTask(str(parsed), reason)
+    return QueuedTask(str(parsed), cast(Reason, reason))
 
 
 class Delivery(Protocol):

@@ -129,11 +129,12 @@ class RabbitQueue:
                 (await asyncio.wait_for(queue.declare(), HELD_TIMEOUT_SECONDS)).message_count
                 for queue in (self._queue, self._later)
             ]
-        except (*_CONNECTION_LOST, asyncio.TimeoutError) as error:
+        except (TimeoutError, *_CONNECTION_LOST) as error:
             raise QueueUnavailable(f"{unreachable} ({type(error).__name__})") from None
         return Held(frozenset(), time.time() - PICKUP_GRACE_SECONDS) if not any(waiting) else None
 
     async def get(self, wait: bool = True) -> Delivery | None:
+        message: AbstractIncomingMessage | None
         while True:
             if wait:
                 message = await self._next_consumed()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -27,7 +27,7 @@ APP_PATHS = ("/app", "/app/")
 
 
 def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class AppEndpoints(Endpoints):
@@ -92,7 +92,9 @@ class AppEndpoints(Endpoints):
             "token": token.token,
             "expires_at": _iso(token.expires_at),
             "permissions": token.permissions,
-            "repository_selection": "selected" if repositories is not None else self.state.installation(token.installation_id).repository_selection,
+            "repository_selection": (
+                "selected" if repositories is not None else self.state.installation(token.installation_id).repository_selection
+            ),
             "repositories": [render.repo(self.state.repo(name)) for name in self.state.token_repos(token)],
         }
         return json_reply(request, payload, status=201)
@@ -100,7 +102,9 @@ class AppEndpoints(Endpoints):
     async def installation_repositories(self, request: Request) -> Response:
         token = self.state.app_token(request.state.token)
         if token is None:
-            raise ApiError(403, "You must authenticate with an installation access token in order to list repositories for an installation.")
+            raise ApiError(
+                403, "You must authenticate with an installation access token in order to list repositories for an installation."
+            )
         render = self._render(request)
         repos = [render.repo(self.state.repo(name)) for name in self.state.token_repos(token)]
         page, link = paginate(request, repos)

@@ -12,8 +12,8 @@ counted, so tests can show that a client never sends an expired token twice.
 from __future__ import annotations
 
 import secrets
-from dataclasses import replace
 import time
+from dataclasses import replace
 from typing import Any
 
 import jwt
@@ -93,7 +93,8 @@ class Apps(Accounts):
         with self._lock:
             app = self._apps[app_id]
             selection = "selected" if repos is not None else "all"
-            chosen = repos if repos is not None else [r.full_name for r in self._repos.values() if r.owner.lower() == account.lower()]
+            owned = [r.full_name for r in self._repos.values() if r.owner.lower() == account.lower()]
+            chosen = repos if repos is not None else owned
             names = tuple(self.repo(name).full_name for name in chosen)
             installation = InstallationRecord(
                 id=self._new_id(),
@@ -171,7 +172,9 @@ class Apps(Accounts):
             raise NotFoundError(f"manifest code {code} not found")
         manifest, owner = found
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
+        private = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        )
         public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
         slug = "-".join(str(manifest.get("name") or "app").lower().split())
         app = self.add_app(
@@ -202,9 +205,14 @@ class Apps(Accounts):
                 token, app.public_key_pem, algorithms=["RS256"], options={"require": ["exp", "iat", "iss"]}, leeway=0
             )
         except jwt.ExpiredSignatureError:
-            raise AppAuthError("'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires") from None
+            raise AppAuthError(
+                "'Expiration time' claim ('exp') must be a numeric value representing the future time "
+                "at which the assertion expires"
+            ) from None
         except jwt.ImmatureSignatureError:
-            raise AppAuthError("'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued") from None
+            raise AppAuthError(
+                "'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued"
+            ) from None
         except jwt.PyJWTError:
             raise AppAuthError("A JSON web token could not be decoded") from None
         if float(claims["exp"]) - now > JWT_MAX_LIFETIME + 5:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import Any
 
 from coding_agent.sandbox.github.accounts import Accounts
 from coding_agent.sandbox.github.records import (
@@ -146,24 +147,24 @@ class Ci(Accounts):
             self._check_suites[suite] = self._new_id()
         return self._check_suites[suite]
 
-    def _new_check(self, repo: str, sha: str, name: str, app: str, **fields: object) -> CheckRunRecord:
+    def _new_check(self, repo: str, sha: str, name: str, app: str, **fields: Any) -> CheckRunRecord:
         self._suite(repo, sha, app)
         check = CheckRunRecord(
             id=self._new_id(), repo=repo, head_sha=sha, name=name, app=app, status="in_progress",
-            conclusion=None, started_at=self.now(), **fields,  # type: ignore[arg-type]
+            conclusion=None, started_at=self.now(), **fields,
         )  # fmt: skip
         self._check_runs[check.id] = check
         self._announce("check_run", "created", repo, check.id)
         return check
 
-    def _settle(self, check: CheckRunRecord, conclusion: str | None, **changes: object) -> CheckRunRecord:
+    def _settle(self, check: CheckRunRecord, conclusion: str | None, **changes: Any) -> CheckRunRecord:
         """Store `check` running or finished; a finish is told for it, for its suite and its
         workflow run once nothing of theirs runs any more."""
         done = conclusion is not None
         status = "completed" if done else "in_progress"
         finished = done and (check.status != "completed" or check.conclusion != conclusion)
         completed_at = self.now() if done else None
-        check = replace(check, status=status, conclusion=conclusion, completed_at=completed_at, **changes)  # type: ignore[arg-type]
+        check = replace(check, status=status, conclusion=conclusion, completed_at=completed_at, **changes)
         self._check_runs[check.id] = check
         if finished:
             self._announce("check_run", "completed", check.repo, check.id)

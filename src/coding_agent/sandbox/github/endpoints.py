@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -46,7 +46,7 @@ def string_list(value: Any, field: str) -> list[str]:
     names = [item.get("name") if isinstance(item, dict) else item for item in value]
     if not all(isinstance(name, str) for name in names):
         raise ApiError(422, f"Invalid request.\n\nFor '{field}', every item must be a string.")
-    return names
+    return cast("list[str]", names)
 
 
 # GitHub refuses longer issue, comment and pull request bodies with 422.

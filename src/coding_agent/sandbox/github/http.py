@@ -12,9 +12,9 @@ import hashlib
 import json
 import logging
 import math
-from urllib.parse import unquote
 from collections.abc import Sequence
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request

@@ -7,6 +7,7 @@ event by its actor, as GitHub does.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from coding_agent.sandbox.github.accounts import Accounts
 from coding_agent.sandbox.github.records import IssueRecord, LabelRecord
@@ -78,7 +79,7 @@ class Issues(Accounts):
         author: str | None,
         labels: Iterable[str],
         assignees: Iterable[str],
-        **pull: object,
+        **pull: Any,
     ) -> int:
         with self._lock:
             record = self.repo(repo)
@@ -94,7 +95,7 @@ class Issues(Accounts):
                 author=self._require_user(author_login).login,
                 created_at=now,
                 updated_at=now,
-                **pull,  # type: ignore[arg-type]
+                **pull,
             )
             self._store_issue(issue)
             for name in labels:

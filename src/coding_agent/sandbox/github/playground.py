@@ -124,7 +124,8 @@ class _Endpoints:
     async def page(self, request: Request) -> Response:
         """The page, setting the secret it was opened with as the cookie its own calls send."""
         _loopback_host(request)
-        page = HTMLResponse(page_html(self.settings.repo, self.settings.maintainer, self.settings.bot, self.settings.dashboard_url))
+        settings = self.settings
+        page = HTMLResponse(page_html(settings.repo, settings.maintainer, settings.bot, settings.dashboard_url))
         page.set_cookie(_KEY_COOKIE, self.settings.secret, path=PREFIX, httponly=True, samesite="strict")
         return page
 
@@ -160,7 +161,9 @@ class _Endpoints:
         for pull in self.state.pulls(self.settings.repo):
             if mention.search(pull.body or "") or mention.search(pull.title):
                 files = self.state.git.changed_files(self.settings.repo, pull.base or "main", pull.head or "")
-                pulls.append({"number": pull.number, "title": pull.title, "draft": pull.draft, "branch": pull.head, "files": files})
+                pulls.append(
+                    {"number": pull.number, "title": pull.title, "draft": pull.draft, "branch": pull.head, "files": files}
+                )
         return pulls
 
     async def create_issue(self, request: Request) -> Response:

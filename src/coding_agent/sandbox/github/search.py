@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from coding_agent.sandbox.github.records import IssueRecord
 
@@ -119,5 +119,5 @@ def parse_query(q: str) -> SearchQuery:
             query.updated_inclusive = value.startswith(">=")
             stamp = value.lstrip(">=")
             moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-            query.updated_after = moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+            query.updated_after = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
     return query

@@ -14,20 +14,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
 from coding_agent.sandbox.git_store import GitRepoStore
 from coding_agent.sandbox.github.records import (
     AppRecord,
     AppTokenRecord,
-    InstallationRecord,
-    MintRecord,
     CheckRunRecord,
     CiEvent,
     CommentRecord,
     EventRecord,
+    InstallationRecord,
     IssueRecord,
     LabelRecord,
+    MintRecord,
     RateLimitRecord,
     RepoRecord,
     RequestRecord,
@@ -55,7 +56,7 @@ class ValidationFailed(ValueError):
 
 
 def _utc_now() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 def fake_sha(*parts: object) -> str:
@@ -94,7 +95,7 @@ class GitHubTables:
         self._app_tokens: dict[str, AppTokenRecord] = {}
         self._mints: list[MintRecord] = []
         self._expired_uses: dict[str, int] = {}
-        self._manifests: dict[str, tuple[dict[str, object], str]] = {}
+        self._manifests: dict[str, tuple[dict[str, Any], str]] = {}
         self.rate_limit = RateLimitRecord(limit=rate_limit, remaining=rate_limit, reset=int(time.time()) + 3600)
         # Real git repositories behind the clone URLs, created on first use.
         self.git = GitRepoStore()
@@ -124,8 +125,8 @@ class GitHubTables:
         self._issues[issue.repo.lower()][issue.number] = issue
         return issue
 
-    def _touch(self, issue: IssueRecord, **changes: object) -> IssueRecord:
-        return self._store_issue(replace(issue, updated_at=self.now(), **changes))  # type: ignore[arg-type]
+    def _touch(self, issue: IssueRecord, **changes: Any) -> IssueRecord:
+        return self._store_issue(replace(issue, updated_at=self.now(), **changes))
 
     def _require_user(self, login: str) -> UserRecord:
         user = self._users.get(login.lower())
@@ -150,6 +151,6 @@ class GitHubTables:
                 event=event,
                 actor=actor,
                 created_at=self.now(),
-                **fields,  # type: ignore[arg-type]
+                **fields,
             )
         )

@@ -86,7 +86,9 @@ def create_slack_app(state: SlackState, hub: SocketHub | None = None) -> Starlet
             if fault.gate is not None:
                 await asyncio.to_thread(fault.gate.wait, 30)
             if fault.status == 429:
-                return JSONResponse({"ok": False, "error": "ratelimited"}, status_code=429, headers={"Retry-After": str(fault.retry_after)})
+                return JSONResponse(
+                    {"ok": False, "error": "ratelimited"}, status_code=429, headers={"Retry-After": str(fault.retry_after)}
+                )
             if fault.status is not None:
                 return JSONResponse({"ok": False, "error": "fatal_error"}, status_code=fault.status)
         if name == "apps.connections.open":

@@ -29,7 +29,8 @@ def mention_event(state: SlackState, message: SlackMessage, event_id: str | None
     return {
         "token": "deprecated-verification-token", "team_id": state.team, "api_app_id": "A0SANDBOX",
         "event": event, "type": "event_callback", "event_id": event_id or f"Ev{uuid.uuid4().hex[:12].upper()}",
-        "event_time": int(float(message.ts)), "authorizations": [{"team_id": state.team, "user_id": state.bot_user, "is_bot": True}],
+        "event_time": int(float(message.ts)),
+        "authorizations": [{"team_id": state.team, "user_id": state.bot_user, "is_bot": True}],
     }
 
 

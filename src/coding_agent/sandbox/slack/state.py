@@ -38,7 +38,9 @@ class SlackMessage:
         if self.thread_ts is not None:
             data["thread_ts"] = self.thread_ts
         if self.reactions:
-            data["reactions"] = [{"name": name, "users": list(users), "count": len(users)} for name, users in self.reactions.items()]
+            data["reactions"] = [
+                {"name": name, "users": list(users), "count": len(users)} for name, users in self.reactions.items()
+            ]
         return data
 
 

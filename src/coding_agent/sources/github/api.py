@@ -13,8 +13,9 @@ import base64
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, cast
 from urllib.parse import quote, urlsplit
 
 from githubkit import Response
@@ -26,6 +27,7 @@ from coding_agent.domain.delivery import ChangeRequest, GitIdentity
 from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey, TaskKind, Thread, canonical_project
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
+from coding_agent.sources.ci_logs import last_lines, tail_budget
 from coding_agent.sources.github.app_auth import AppTokens
 from coding_agent.sources.github.client import PER_PAGE, GitHubClient, GitHubNotFoundError, Sleep, has_next_page
 from coding_agent.sources.github.mapping import (
@@ -47,7 +49,6 @@ from coding_agent.sources.github.mapping import (
     to_task,
     trigger_actor,
 )
-from coding_agent.sources.ci_logs import last_lines, tail_budget
 from coding_agent.sources.http import LifetimeAnswers, since_the_hour
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
@@ -154,7 +155,7 @@ class GitHubSource:
         search = self._rest.search.async_issues_and_pull_requests
         for page in range(1, _MAX_SEARCH_PAGES + 1):
             response = await self._http.call(
-                "GET", "/search/issues", lambda number=page: search(q=query, per_page=PER_PAGE, page=number)  # type: ignore[misc]
+                "GET", "/search/issues", partial(search, q=query, per_page=PER_PAGE, page=page)
             )
             result = self._http.data(response, "GET", "/search/issues")
             tasks: list[Task] = []
@@ -227,7 +228,7 @@ class GitHubSource:
         owner, repo = split_project(key.project)
         path = f"/repos/{key.project}/issues/{key.number}/comments"
         # GitHub's timestamps are whole seconds, and `since` keeps those at or after it.
-        after = since.astimezone(timezone.utc).replace(microsecond=0) if since is not None else UNSET
+        after = since.astimezone(UTC).replace(microsecond=0) if since is not None else UNSET
         result = await self._http.get_json_pages(
             path if since is None else f"{path}?since={after}",
             lambda page: self._rest.issues.async_list_comments(
@@ -381,7 +382,9 @@ class GitHubSource:
         if username is None:
             data = await self._json_object("/user", self._rest.users.async_get_authenticated)
         else:
-            data = await self._json_object(f"/users/{username}", lambda: self._rest.users.async_get_by_username(segment(username)))
+            data = await self._json_object(
+                f"/users/{username}", lambda: self._rest.users.async_get_by_username(segment(username))
+            )
         login = str(data.get("login") or username or "coding-agent")
         host = urlsplit(self._config.api_url).hostname or "github.com"
         host = "github.com" if host == "api.github.com" else host
@@ -394,7 +397,7 @@ class GitHubSource:
             f"/repos/{project}/pulls",
             lambda: self._rest.pulls.async_list(owner, repo, state="open", head=f"{owner}:{head_branch}", per_page=PER_PAGE),
         )
-        matching = [pull for pull in pulls if pull.head.ref == head_branch]
+        matching = [pull for pull in cast("list[Any]", pulls) if pull.head.ref == head_branch]
         return to_change(matching[0]) if matching else None
 
     async def open_change(self, project: str, head_branch: str, base_branch: str, title: str, body: str) -> ChangeRequest:
@@ -609,7 +612,7 @@ class GitHubSource:
         union of models, and one unknown type must not hide the trigger.
         """
         owner, repo = split_project(key.project)
-        events = await self._http.get_json_pages(
+        events: list[dict[str, Any]] = await self._http.get_json_pages(
             f"/repos/{key.project}/issues/{key.number}/events",
             lambda page: self._rest.issues.async_list_events(owner, repo, key.number, per_page=PER_PAGE, page=page),
         )

@@ -42,7 +42,16 @@ from coding_agent.config import GitHubAppConfig
 from coding_agent.errors import ConfigError, ForgeError, TransientError
 from coding_agent.sources.http import transient_status
 
-__all__ = ["APP_EVENTS", "APP_PERMISSIONS", "AppTokens", "AppAuthStrategy", "InstallationAuth", "Installation", "RENEW_AHEAD_SECONDS", "load_private_key"]
+__all__ = [
+    "APP_EVENTS",
+    "APP_PERMISSIONS",
+    "AppTokens",
+    "AppAuthStrategy",
+    "InstallationAuth",
+    "Installation",
+    "RENEW_AHEAD_SECONDS",
+    "load_private_key",
+]
 
 # What the agent needs of an installation (SPEC 17): the manifest asks for these, and
 # `doctor` warns about any an installation lacks.
@@ -94,7 +103,9 @@ class Installation:
         """What the agent needs that this installation was not granted (for `doctor`)."""
         held = dict(self.permissions)
         levels = {"read": 1, "write": 2, "admin": 3}
-        gaps = [f"{name}: {level}" for name, level in APP_PERMISSIONS.items() if levels.get(held.get(name, ""), 0) < levels[level]]
+        gaps = [
+            f"{name}: {level}" for name, level in APP_PERMISSIONS.items() if levels.get(held.get(name, ""), 0) < levels[level]
+        ]
         return gaps
 
 
@@ -237,7 +248,9 @@ class AppTokens:
                 if installation.suspended:
                     raise ForgeError(f"github app {self._config.app_id}: its installation on {owner} is suspended")
                 return installation.id
-        raise ForgeError(f"github app {self._config.app_id} is not installed on {owner} (install it, or set github.app.installation_id)")
+        raise ForgeError(
+            f"github app {self._config.app_id} is not installed on {owner} (install it, or set github.app.installation_id)"
+        )
 
     # ------------------------------------------------------------ installation tokens
 

@@ -24,6 +24,7 @@ import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 import httpx
@@ -145,7 +146,7 @@ class GitHubClient:
         except RequestTimeout:
             raise TransientError(f"{what} timed out") from None
         except GraphQLFailed as failed:
-            first = (failed.response.errors or [None])[0]
+            first = failed.response.errors[0] if failed.response.errors else None
             detail = f"{first.type or 'error'}: {first.message}"[:200] if first is not None else "error"
             raise ForgeError(self.redact(f"{what} failed: {detail}")) from None
         except RequestError as error:
@@ -220,7 +221,7 @@ class GitHubClient:
         items: list[T] = []
         page = 1
         while True:
-            response = await self.call("GET", path, lambda number=page: fetch(number))  # type: ignore[misc]
+            response = await self.call("GET", path, partial(fetch, page))
             chunk = self._page_data(f"{form} {path}?page={page}", response, parse)
             items.extend(chunk)
             if not has_next_page(response, len(chunk)):
@@ -258,7 +259,7 @@ class GitHubClient:
         self,
         path: str,
         fetch: Callable[[int], Awaitable[Response[Any]]],
-        item: Callable[[dict[str, Any]], T] = lambda data: data,  # type: ignore[assignment,return-value]
+        item: Callable[[dict[str, Any]], T] = lambda data: data,  # type: ignore[assignment,return-value]  # T = dict by default
     ) -> list[T]:
         """Every page of a list endpoint read as plain JSON objects, each made an `item`.
 

@@ -17,6 +17,7 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,8 +30,6 @@ from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.gitlab.ci import GitLabCi
 from coding_agent.sources.gitlab.client import PER_PAGE, GitLabClient
-from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
-from coding_agent.sources.http import LifetimeAnswers, since_the_hour
 from coding_agent.sources.gitlab.mapping import (
     JSON,
     MAX_BODY_LENGTH,
@@ -47,6 +46,8 @@ from coding_agent.sources.gitlab.mapping import (
     to_task,
     touched_since,
 )
+from coding_agent.sources.gitlab.quick_actions import neutralise_quick_actions
+from coding_agent.sources.http import LifetimeAnswers, since_the_hour
 from coding_agent.sources.writes import cap_body, has_marker, marked, new_marker
 
 __all__ = ["GitLabSource"]
@@ -137,7 +138,7 @@ class GitLabSource(GitLabCi):
         number: int | None = 1
         while number is not None:
             items, number = await self._http.call(
-                what, lambda page=number: self._http.page(manager.path, filters, page, conditional=False)  # type: ignore[misc]
+                what, partial(self._http.page, manager.path, filters, number, conditional=False)
             )
             yield [to_task(data, kind) for data in items if _canonical(data)]
 

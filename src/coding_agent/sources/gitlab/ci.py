@@ -9,6 +9,7 @@ its end only (`GitLabClient.tail`).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -41,7 +42,7 @@ class GitLabCi:
         checks: list[Check] = []
         for pipeline in newest_pipelines(listing.data):
             path = f"{base}/pipelines/{int(pipeline['id'])}/jobs"
-            page = await self._http.call(f"GET {path}", lambda path=path: self._http.get(path, {"per_page": PER_PAGE}))
+            page = await self._http.call(f"GET {path}", partial(self._http.get, path, {"per_page": PER_PAGE}))
             checks += job_checks(page.data)
         return CiReport(project, sha, tuple(checks))
 

@@ -20,7 +20,7 @@ import re
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlencode
 
 import gitlab
@@ -190,7 +190,9 @@ class GitLabClient:
         bytes are kept, so a 50 MB trace never sits in memory. A 416 is an empty trace.
         """
         try:
-            response = self.gl.http_get(path, streamed=True, raw=True, extra_headers={"Range": f"bytes=-{limit}"})
+            response = cast(  # raw=True: the response itself, not its JSON
+                requests.Response, self.gl.http_get(path, streamed=True, raw=True, extra_headers={"Range": f"bytes=-{limit}"})
+            )
         except GitlabError as error:
             if error.response_code in (404, 416):
                 return None if error.response_code == 404 else (b"", False)
