@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from coding_agent.config.chat import SlackConfig
-from coding_agent.domain.tasks import TaskKey, TaskKind
+from coding_agent.domain.tasks import TaskKey
 from coding_agent.prompts.notices import Language, notice
 from coding_agent.runtime.producer import source_for
 from coding_agent.sources.base import Source
@@ -76,7 +76,7 @@ class SlackIntake:
             log.error("%s: no %s source for %s", key, forge, repository)
             return None
         # The repository's access, asked as for any task of it (the forge reads only the project).
-        probe = TaskKey(forge, project, TaskKind.ISSUE, 1)  # type: ignore[arg-type]
+        probe = TaskKey.parse(f"{repository}#1")
         permission = await source.get_permission(probe, login)
         if not permission.can_write:
             log.warning("%s: %s (%s, %s access) refused", key, user, login, permission.value)
