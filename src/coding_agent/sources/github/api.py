@@ -431,6 +431,10 @@ class GitHubSource:
         return await self._read_identity(username)
 
     async def _read_identity(self, username: str | None) -> GitIdentity:
+        if username is None and self._http.app is not None:
+            # An installation token has no user behind it (GitHub answers `GET /user` with
+            # 403): the app's bot is read by its login, as anyone's profile is.
+            username = await self._http.app.bot_login()
         if username is None:
             data = await self._json_object("/user", self._rest.users.async_get_authenticated)
         else:

@@ -86,6 +86,10 @@ INSTALLATION_HEADER = "X-Coding-Agent-Installation"
 # The installations are read again after this long even without a webhook (a new one on
 # an agent that gets no webhooks): one request with the app's JWT.
 INSTALLATIONS_TTL_SECONDS = 600.0
+# (api url, app id, installation id) of the suspended installations already logged: one
+# line per process while one stays suspended, whichever of its sources (the service's,
+# a preflight's) sees it first.
+_TOLD_SUSPENDED: set[tuple[str, int, int]] = set()
 
 # How many recently minted tokens the redactor masks (every live one is among them).
 ISSUED_KEPT = 256
@@ -172,6 +176,7 @@ class AppTokens:
         self._key = load_private_key(config)
         self._owner = owner
         self._clock = clock
+        self._api_url = api_url.rstrip("/")
         self._http = httpx.AsyncClient(
             base_url=api_url.rstrip("/"),
             timeout=timeout,
@@ -181,7 +186,6 @@ class AppTokens:
         self._locks: dict[str, asyncio.Lock] = {}
         self._installations: list[Installation] | None = None
         self._installations_read = 0.0
-        self._told_suspended: set[int] = set()
         # run -> the installation of its repository (its requests naming no repository use it)
         self._run_installation: dict[str, int] = {}
         self._slug: str | None = None
@@ -261,15 +265,16 @@ class AppTokens:
                 continue
             if accounts is not None and installation.account.casefold() not in accounts:
                 continue
+            told = (self._api_url, self._config.app_id, installation.id)
             if installation.suspended:
-                if installation.id not in self._told_suspended:
-                    self._told_suspended.add(installation.id)
+                if told not in _TOLD_SUSPENDED:
+                    _TOLD_SUSPENDED.add(told)
                     log.warning(
                         "github app %s: installation %d on %s is suspended: its tasks are not started",
                         self._config.app_id, installation.id, installation.account,
                     )
                 continue
-            self._told_suspended.discard(installation.id)
+            _TOLD_SUSPENDED.discard(told)
             chosen.append(installation)
         return chosen
 
@@ -294,18 +299,17 @@ class AppTokens:
 
     async def _default_installation(self) -> int:
         """The installation of a request that names neither a repository nor an
-        installation, outside any run: `installation_id`, `github.owner`'s, or the only one."""
+        installation, outside any run's repository: `installation_id`, `github.owner`'s,
+        else the first in scope. Such requests read public data (a user's profile, the
+        app's bot's own), which any installation's token reads alike."""
         if self._config.installation_id is not None:
             return self._config.installation_id
         if self._owner is not None:
             return await self.installation_for(self._owner)
         installations = await self.in_scope()
-        if len(installations) == 1:
-            return installations[0].id
-        raise ForgeError(
-            f"github app {self._config.app_id}: a request naming no repository, with {len(installations)} installations "
-            "in scope: set github.app.installation_id or github.owner"
-        )
+        if not installations:
+            raise ForgeError(f"github app {self._config.app_id}: no installation in scope (install the app, or unsuspend it)")
+        return installations[0].id
 
     # ------------------------------------------------------------ installation tokens
 
