@@ -377,3 +377,17 @@ def test_a_suspended_installations_labelled_issue_is_not_started_with_one_log_li
     line = f"installation {suspended.id} on {OTHER_ACCOUNT} is suspended: its tasks are not started"
     logged = "".join(p.read_text() for p in (setup.directory / "logs").rglob("*") if p.is_file())
     assert logged.count(line) == 1, logged[-3000:]
+
+
+def test_doctor_without_an_owner_names_each_installation_and_its_repositories(
+    forge: AppForge, key: AppKey, tmp_path: Path
+) -> None:
+    other = forge.install_on_other_account()
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = _setup(tmp_path, forge, model, owner=False)
+        result = _run_once(setup, key.private_pem, command=("doctor",))
+    [line] = [line for line in result.stdout.splitlines() if "forge github" in line]
+    assert line.startswith("ok"), result.stdout
+    assert f"installation {forge.installation.id}: {REPO}, {INSTALLED_ELSEWHERE} in scope" in line
+    assert f"installation {other.id}: {OTHER_REPO} in scope" in line
+    assert NOT_INSTALLED not in line and OTHER_NOT_INSTALLED not in line
