@@ -256,12 +256,19 @@ def _run_in(
 
 
 def run_playground(
-    llm: LLMConfig | None, keep: Path | None, serve_http: ServeHttp, planning: bool = False, allow_none: bool = False
+    llm: LLMConfig | None,
+    keep: Path | None,
+    serve_http: ServeHttp,
+    planning: bool = False,
+    allow_none: bool = False,
+    app: bool = False,
 ) -> int:
     """`demo --serve` (SPEC 12): the sandbox forge with its page for people, the dashboard
     (served by `serve_http`, the web layer's, which this module sits below) and the agent
     working what is labelled there, until Ctrl-C; return the process exit code.
-    `allow_none`: the config of `--llm` sets `security.sandbox: none`."""
+    `allow_none`: the config of `--llm` sets `security.sandbox: none`. `app`: the agent
+    works as a GitHub App installed on the demo repository (`github.app`, no owner: every
+    installation's repositories), its bot `coding-agent-demo[bot]`."""
     if planning and llm is None:
         typer.echo("demo --serve --planning needs a model that plans: add --llm (the replay model does not).", err=True)
         return 2
@@ -275,13 +282,15 @@ def run_playground(
     if sandbox_none is None:
         return 2
     with _demo_directory(keep) as directory:
-        playground = Playground(DEMO_REPO, DEMO_USER, DEMO_BOT)
+        playground = Playground(DEMO_REPO, DEMO_USER, f"{DEMO_APP}[bot]" if app else DEMO_BOT)
         token = _bot_token()
         with GitHubSandbox(playground=playground) as forge:
             _seed_repository(forge, token)
             replay, llm_section = _model(llm, _playground_script())
             try:
                 data = _config(forge.url, token, llm_section, directory, sandbox_none, planning, keep is not None)
+                if app:
+                    data["github"] = {"api_url": forge.url, "app": _install_app(forge)}
                 config = parse_config({**data, **_PLAYGROUND_SETTINGS}, source="demo --serve", env={})
                 configure_logging(config.logging, Redactor(config.secrets()), console=True)
                 logging.getLogger("coding_agent.runtime.producer").addFilter(_quiet_idle_polls)

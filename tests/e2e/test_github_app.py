@@ -28,6 +28,10 @@ SLUG = "acme-agent"
 BOT = f"{SLUG}[bot]"
 INSTALLED_ELSEWHERE = "acme/gadgets"  # installed, but no task in it: never touched
 NOT_INSTALLED = "acme/private-stuff"
+# A second account with the app installed on one of its two repositories.
+OTHER_ACCOUNT = "globex"
+OTHER_REPO = "globex/tools"
+OTHER_NOT_INSTALLED = "globex/secret"
 
 
 class AppForge:
@@ -49,12 +53,23 @@ class AppForge:
         self.app = state.add_app(SLUG, key.public_pem, owner="acme", token_lifetime=token_lifetime)
         self.installation = state.install_app(self.app.id, "acme", [REPO, INSTALLED_ELSEWHERE])
 
-    def config_section(self, app_id: int | None = None) -> dict[str, Any]:
-        return {"api_url": self.url, "app": {"app_id": app_id or self.app.id, "private_key": "${E2E_APP_KEY}"}, "owner": "acme"}
+    def config_section(self, app_id: int | None = None, owner: bool = True) -> dict[str, Any]:
+        section = {"api_url": self.url, "app": {"app_id": app_id or self.app.id, "private_key": "${E2E_APP_KEY}"}}
+        return {**section, "owner": "acme"} if owner else section
 
-    def open_issue(self, title: str, body: str) -> int:
-        number = self.sandbox.state.create_issue(REPO, title, body, author=MAINTAINER)
-        self.sandbox.state.add_label(REPO, number, "coding agent", actor=MAINTAINER)
+    def install_on_other_account(self, suspended: bool = False) -> Any:
+        """The app installed on `globex` too (on `tools`, not on `secret`, whose labelled
+        issue it must never touch)."""
+        state = self.sandbox.state
+        for name in (OTHER_REPO, OTHER_NOT_INSTALLED):
+            state.add_repo(name, private=True)
+            state.set_permission(name, MAINTAINER, "admin")
+        self.open_issue("Not ours either", "Not installed here.", OTHER_NOT_INSTALLED)
+        return state.install_app(self.app.id, OTHER_ACCOUNT, [OTHER_REPO], suspended=suspended)
+
+    def open_issue(self, title: str, body: str, repo: str = REPO) -> int:
+        number = self.sandbox.state.create_issue(repo, title, body, author=MAINTAINER)
+        self.sandbox.state.add_label(repo, number, "coding agent", actor=MAINTAINER)
         return number
 
 
@@ -95,10 +110,13 @@ def _run_once(
     )
 
 
-def _setup(tmp_path: Path, forge: AppForge, model: ReplaySandbox, app_id: int | None = None) -> AgentSetup:
+def _setup(
+    tmp_path: Path, forge: AppForge, model: ReplaySandbox, app_id: int | None = None, owner: bool = True
+) -> AgentSetup:
     directory = tmp_path / "agent"
     directory.mkdir()
-    setup = write_config(directory, [], llm_section(model), task_source=["github"], github=forge.config_section(app_id))
+    github = forge.config_section(app_id, owner)
+    setup = write_config(directory, [], llm_section(model), task_source=["github"], github=github)
     return setup
 
 
@@ -230,11 +248,13 @@ def test_doctor_fails_on_a_permission_the_installation_lacks(key: AppKey, tmp_pa
     assert "lacks permissions contents: write" in line and "pull_requests: write" in line
 
 
+@pytest.mark.parametrize("account", ["acme", OTHER_ACCOUNT])
 def test_an_installation_repositories_webhook_starts_the_added_repositorys_task_at_once(
-    forge: AppForge, key: AppKey, tmp_path: Path
+    forge: AppForge, key: AppKey, tmp_path: Path, account: str
 ) -> None:
     """The app is installed on one more repository while `serve` runs (its poll interval an
-    hour): GitHub's `installation_repositories` delivery makes it look now, without a restart."""
+    hour): GitHub's `installation_repositories` delivery makes it look now, without a restart.
+    On `globex`: the second installation of an app configured without `github.owner`."""
     import asyncio
 
     import httpx
@@ -247,13 +267,17 @@ def test_an_installation_repositories_webhook_starts_the_added_repositorys_task_
 
     secret = "whsec-" + LLM_API_KEY[:12]
     state = forge.sandbox.state
-    number = state.create_issue(NOT_INSTALLED, "Add a greeting file", "Please add hello.txt.", author=MAINTAINER)
-    state.add_label(NOT_INSTALLED, number, "coding agent", actor=MAINTAINER)
+    if account == "acme":
+        installation, added, held = forge.installation, NOT_INSTALLED, [REPO, INSTALLED_ELSEWHERE]
+        number = forge.open_issue("Add a greeting file", "Please add hello.txt.", NOT_INSTALLED)
+    else:
+        installation, added, held = forge.install_on_other_account(), OTHER_NOT_INSTALLED, [OTHER_REPO]
+        number = 1  # its labelled issue
     with ReplaySandbox(HELLO_SCRIPT) as model:
         directory = tmp_path / "agent"
         directory.mkdir()
         setup = write_config(
-            directory, [], llm_section(model), task_source=["github"], github=forge.config_section(),
+            directory, [], llm_section(model), task_source=["github"], github=forge.config_section(owner=account == "acme"),
             scheduling={"interval_seconds": 3600}, webhooks={"github_secret": secret},
         )
         config = load_config(setup.config_path, env={**os.environ, "E2E_APP_KEY": key.private_pem, "E2E_LLM_KEY": LLM_API_KEY})
@@ -261,12 +285,13 @@ def test_an_installation_repositories_webhook_starts_the_added_repositorys_task_
         def install_and_deliver(service: AgentService, url: str) -> None:
             wait_for(lambda: service.producer.cycles >= 1, 60, "the first poll at start")
             assert not model.requests, "the repository is not installed yet: nothing started"
-            state.set_installation_repos(forge.installation.id, [REPO, INSTALLED_ELSEWHERE, NOT_INSTALLED])
+            assert not any(added in r.path for r in state.requests()), "never touched before it is installed"
+            state.set_installation_repos(installation.id, [*held, added])
             payload = {
                 "action": "added",
-                "installation": {"id": forge.installation.id, "account": {"login": "acme"}},
+                "installation": {"id": installation.id, "account": {"login": account}},
                 "repository_selection": "selected",
-                "repositories_added": [{"full_name": NOT_INSTALLED, "name": "private-stuff"}],
+                "repositories_added": [{"full_name": added, "name": added.split("/")[1]}],
                 "repositories_removed": [],
                 "sender": {"login": MAINTAINER},
             }
@@ -284,7 +309,7 @@ def test_an_installation_repositories_webhook_starts_the_added_repositorys_task_
                     serving = asyncio.create_task(service.serve(stop))
                     try:
                         await asyncio.to_thread(install_and_deliver, service, url)
-                        done = lambda: "coding agent done" in state.issue(NOT_INSTALLED, number).labels  # noqa: E731
+                        done = lambda: "coding agent done" in state.issue(added, number).labels  # noqa: E731
                         await wait_until(lambda: done() or serving.done(), 120, "the added repository's task done")
                     finally:
                         stop.set()
@@ -293,4 +318,76 @@ def test_an_installation_repositories_webhook_starts_the_added_repositorys_task_
                 await service.aclose()
 
         asyncio.run(asyncio.wait_for(serve(), 200))
-    assert "coding agent done" in state.issue(NOT_INSTALLED, number).labels
+    assert "coding agent done" in state.issue(added, number).labels
+    narrowed = [m for m in state.mints() if m.repositories == (added.split("/")[1],)]
+    assert narrowed and {m.installation_id for m in narrowed} == {installation.id}
+
+
+def _untouched(forge: AppForge, repo: str, number: int) -> None:
+    state = forge.sandbox.state
+    labels = state.issue(repo, number).labels
+    assert "coding agent" in labels and "coding agent processing" not in labels, f"{repo}#{number} was claimed"
+    assert not state.comments(repo, number), f"{repo}#{number} was commented on"
+    assert not state.pulls(repo)
+    assert not any(repo in r.path for r in forge.sandbox.state.requests()), f"a request named {repo}"
+
+
+def test_without_an_owner_every_installation_is_worked_each_task_with_its_installations_token(
+    forge: AppForge, key: AppKey, tmp_path: Path
+) -> None:
+    """SPEC 17 scope: `github.app` and no `github.owner`: the labelled issues of both accounts'
+    installations are worked, each run's token minted by the installation holding its
+    repository and naming that repository only; a repository in no installation (on either
+    account) is never touched."""
+    other = forge.install_on_other_account()
+    ours = forge.open_issue("Add a greeting file", "Please add hello.txt with a greeting.")
+    theirs = forge.open_issue("Add a greeting file", "Please add hello.txt with a greeting.", OTHER_REPO)
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = _setup(tmp_path, forge, model, owner=False)
+        result = _run_once(setup, key.private_pem)
+    assert result.returncode == 0, result.stderr
+    state = forge.sandbox.state
+    for repo, number in ((REPO, ours), (OTHER_REPO, theirs)):
+        assert "coding agent done" in state.issue(repo, number).labels, (repo, result.stderr[-3000:])
+        [pull] = state.pulls(repo)
+        assert pull.author == BOT
+    narrowed = {(m.installation_id, m.repositories) for m in state.mints() if m.repositories is not None}
+    assert narrowed == {(forge.installation.id, ("widgets",)), (other.id, ("tools",))}, state.mints()
+    assert all(m.status == 201 for m in state.mints())
+    assert {r.login for r in _api_requests(forge)} == {BOT}
+    _untouched(forge, NOT_INSTALLED, 1)
+    _untouched(forge, OTHER_NOT_INSTALLED, 1)
+    assert not any(INSTALLED_ELSEWHERE in r.path for r in state.requests())
+
+
+def test_a_suspended_installations_labelled_issue_is_not_started_with_one_log_line(
+    forge: AppForge, key: AppKey, tmp_path: Path
+) -> None:
+    suspended = forge.install_on_other_account(suspended=True)
+    ours = forge.open_issue("Add a greeting file", "Please add hello.txt with a greeting.")
+    theirs = forge.open_issue("Add a greeting file", "Please add hello.txt.", OTHER_REPO)
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = _setup(tmp_path, forge, model, owner=False)
+        result = _run_once(setup, key.private_pem)
+    assert result.returncode == 0, result.stderr
+    state = forge.sandbox.state
+    assert "coding agent done" in state.issue(REPO, ours).labels, "the other installation is worked"
+    _untouched(forge, OTHER_REPO, theirs)
+    assert not [m for m in state.mints() if m.installation_id == suspended.id], "no token asked of it"
+    line = f"installation {suspended.id} on {OTHER_ACCOUNT} is suspended: its tasks are not started"
+    logged = "".join(p.read_text() for p in (setup.directory / "logs").rglob("*") if p.is_file())
+    assert logged.count(line) == 1, logged[-3000:]
+
+
+def test_doctor_without_an_owner_names_each_installation_and_its_repositories(
+    forge: AppForge, key: AppKey, tmp_path: Path
+) -> None:
+    other = forge.install_on_other_account()
+    with ReplaySandbox(HELLO_SCRIPT) as model:
+        setup = _setup(tmp_path, forge, model, owner=False)
+        result = _run_once(setup, key.private_pem, command=("doctor",))
+    [line] = [line for line in result.stdout.splitlines() if "forge github" in line]
+    assert line.startswith("ok"), result.stdout
+    assert f"installation {forge.installation.id}: {REPO}, {INSTALLED_ELSEWHERE} in scope" in line
+    assert f"installation {other.id}: {OTHER_REPO} in scope" in line
+    assert NOT_INSTALLED not in line and OTHER_NOT_INSTALLED not in line

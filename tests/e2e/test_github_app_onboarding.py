@@ -51,7 +51,7 @@ def test_the_manifest_asks_for_what_the_agent_uses(tmp_path: Path) -> None:
 
 def test_the_page_posts_the_manifest_and_the_callback_needs_its_state(tmp_path: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "coding_agent.cli", "github-app", "manifest", "--owner", "acme"],
+        [sys.executable, "-m", "coding_agent.cli", "github-app", "manifest", "--owner", "acme", "--api-url", "http://127.0.0.1:1"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -71,7 +71,40 @@ def test_the_page_posts_the_manifest_and_the_callback_needs_its_state(tmp_path: 
         out, _ = process.communicate(timeout=30)
     finally:
         process.kill()
-    assert "github-app convert c0de" in out
+    assert process.returncode == 1
+    assert "to try again: coding-agent github-app convert c0de" in out, "a conversion that failed says how to retry"
+
+
+def test_the_page_converts_the_code_github_sends_back(tmp_path: Path) -> None:
+    """GitHub's redirect to the page carries the code: the page converts it itself, as
+    `convert` does (files 0600, config printed), no second command needed."""
+    with GitHubSandbox() as github:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "coding_agent.cli", "github-app", "manifest", "--dir", str(tmp_path / "keys"), "--api-url", github.url],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            assert process.stderr is not None
+            line = ""
+            for _ in range(50):
+                line = process.stderr.readline()
+                if "Open http" in line or not line:
+                    break
+            local = re.search(r"(http://127\.0\.0\.1:\d+)/", line).group(1)  # type: ignore[union-attr]
+            action = re.search(r'action="([^"]+)"', httpx.get(local + "/").text).group(1)  # type: ignore[union-attr]
+            state = action.split("state=", 1)[1]
+            code = github.state.approve_manifest({"name": "Acme Agent", "default_permissions": PERMISSIONS}, owner="acme")
+            assert httpx.get(f"{local}/callback", params={"code": code, "state": state}).status_code == 200
+            out, err = process.communicate(timeout=30)
+        finally:
+            process.kill()
+        assert process.returncode == 0, err
+        [app] = github.state.apps()
+        assert f"app_id: {app.id}" in out and "@acme-agent[bot]" in out
+        written = sorted((tmp_path / "keys").iterdir())
+        assert [p.name for p in written] == ["acme-agent.private-key.pem", "acme-agent.webhook-secret"]
+        assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in written)
+        assert "PRIVATE KEY" not in out + err
 
 
 def test_convert_writes_private_files_and_prints_config_that_works(tmp_path: Path) -> None:

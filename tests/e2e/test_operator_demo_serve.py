@@ -232,3 +232,25 @@ def test_without_bwrap_your_own_model_is_refused_and_the_replay_model_says_so_fi
         assert playground.interrupt() == 0, playground.output()
     finally:
         playground.kill()
+
+
+def test_the_playground_as_a_github_app_works_a_labelled_issue_as_the_apps_bot(tmp_path: Path) -> None:
+    """`demo --serve --app`: the agent runs as a GitHub App (installation tokens, no owner
+    configured: every installation's repositories); an issue labelled on the page is worked
+    and answered by `coding-agent-demo[bot]`."""
+    playground = Playground(tmp_path, "--app")
+    try:
+        with httpx.Client(base_url=playground.api, params={"key": playground.key}, timeout=10) as api:
+            created = api.post("issues", json={"title": "Add a kite", "body": "A blue one."})
+            assert created.status_code == 201, created.text
+            number = created.json()["number"]
+            labelled = api.post(f"issues/{number}/label", json={})
+            assert labelled.status_code == 200, labelled.text
+            wait_for(lambda: playground.state_of(number) == "done", timeout=180, what=f"#{number} done as the app")
+            [issue] = [i for i in api.get("issues").json()["issues"] if i["number"] == number]
+        authors = {comment["author"] for comment in issue["comments"]}
+        assert authors == {"coding-agent-demo[bot]"}, issue
+        assert "coding agent done" in issue["labels"]
+        assert playground.interrupt() == 0, playground.output()
+    finally:
+        playground.kill()

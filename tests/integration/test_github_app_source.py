@@ -95,12 +95,21 @@ async def test_a_refused_token_is_replaced_once_and_never_sent_again(sandbox: Gi
     assert len([m for m in sandbox.state.mints() if m.repositories == ("widgets",)]) == 2
 
 
-async def test_a_suspended_installation_is_a_clear_error(sandbox: GitHubSandbox, source: GitHubSource) -> None:
+async def test_a_suspended_installation_is_left_out_with_one_log_line(
+    sandbox: GitHubSandbox, source: GitHubSource, caplog: pytest.LogCaptureFixture
+) -> None:
     [app] = sandbox.state.apps()
-    for installation in sandbox.state.installations(app.id):
-        sandbox.state.suspend_installation(installation.id)
-    with pytest.raises(ForgeError, match="suspended"):
-        await source.discover()
+    [installation] = sandbox.state.installations(app.id)
+    sandbox.state.suspend_installation(installation.id)
+    for _ in range(3):  # three polls
+        assert await source.discover() == []
+    said = [r.getMessage() for r in caplog.records if "suspended" in r.getMessage()]
+    assert said == [f"github app {app.id}: installation {installation.id} on acme is suspended: its tasks are not started"]
+    assert await source.refusal(REPO) == f"installation {installation.id} on acme is suspended"
+    assert not [m for m in sandbox.state.mints() if m.installation_id == installation.id], "no token asked of it"
+    sandbox.state.suspend_installation(installation.id, False)
+    source.scope_changed()  # the `installation` webhook's `unsuspend`
+    assert [t.key.project for t in await source.discover()] == [REPO]
 
 
 async def test_a_wrong_app_id_names_the_key(sandbox: GitHubSandbox, key: AppKey) -> None:
@@ -167,8 +176,8 @@ async def test_a_suspended_or_removed_installation_ends_work_with_a_clear_reason
     expected = "is suspended" if change == "suspend" else "was removed"
     with pytest.raises(ForgeError, match=expected):
         await source.list_comments(ISSUE)
-    with pytest.raises(ForgeError, match="suspended|not installed"):
-        await source.discover()  # the next poll starts nothing
+    assert await source.discover() == []  # the next poll starts nothing (a suspended one is logged)
+    assert await source.refusal(REPO) is not None, "nor does a queue message or webhook for it"
 
 
 async def test_a_repository_outside_the_installation_is_read_with_the_installations_token(

@@ -35,6 +35,23 @@ def test_a_github_key_is_in_scope_as_discovery_searches(github: dict[str, Any], 
     assert _scope(github=github).of_key(TaskKey.parse(key)) is verdict
 
 
+APP = {"app": {"app_id": 1, "private_key_file": "/k.pem"}}
+
+
+@pytest.mark.parametrize(
+    ("github", "key", "verdict"),
+    [
+        (APP, "github:acme/widgets#1", True),  # every installation's: the source narrows it
+        (APP, "github:globex/tools#1", True),
+        ({**APP, "owner": "acme"}, "github:globex/tools#1", False),
+        ({**APP, "repos": ["globex/tools"]}, "github:globex/tools#1", True),
+        ({**APP, "repos": ["globex/tools"]}, "github:acme/widgets#1", False),
+    ],
+)
+def test_an_apps_scope_without_an_owner_is_its_installations(github: dict[str, Any], key: str, verdict: bool) -> None:
+    assert _scope(github=github).of_key(TaskKey.parse(key)) is verdict
+
+
 def _task(key: str, project_id: str) -> Task:
     now = datetime.now(timezone.utc)
     return Task(TaskKey.parse(key), "t", "", "alice", (), (), "", now, now, extra={"project_id": project_id})

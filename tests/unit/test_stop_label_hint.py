@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from pydantic import SecretStr
 
 from coding_agent.config import GitHubConfig
@@ -31,6 +32,32 @@ def test_installation_events_change_an_apps_scope_only() -> None:
     elsewhere = {**event, "installation": {"id": 9, "account": {"login": "other"}}}
     assert github_hints(app, "installation_repositories", elsewhere) == []
     assert github_hints(GITHUB, "installation_repositories", event) == [], "a token setup has no installation"
+
+
+def test_without_an_owner_every_installation_and_repository_of_the_app_is_heard() -> None:
+    """`github.app` without `owner`/`repos`: every installation's account is in scope; the
+    worker asks the source whether an installation holds a webhook's repository."""
+    app = GitHubConfig.model_validate({"api_url": "http://127.0.0.1:1", "app": {"app_id": 1, "private_key_file": "/k.pem"}})
+    event = {"action": "added", "installation": {"id": 9, "account": {"login": "globex"}}, "repositories_added": []}
+    assert github_hints(app, "installation_repositories", event) == [Hint("github:globex", "scope")]
+    assert github_hints(app, "installation", {**event, "action": "unsuspend"}) == [Hint("github:globex", "scope")]
+    assert github_hints(app, "issues", _labeled("coding agent", "globex/tools")) == [Hint("github:globex/tools#7", "new")]
+    narrowed = app.model_copy(update={"repos": ["acme/widgets"]})
+    assert github_hints(narrowed, "installation_repositories", event) == []
+    assert github_hints(narrowed, "issues", _labeled("coding agent", "globex/tools")) == []
+
+
+@pytest.mark.parametrize(
+    ("github", "problem"),
+    [
+        ({"token": "t"}, "set github.owner"),
+        ({"app": {"app_id": 1, "private_key_file": "/k.pem"}, "repos": ["widgets"]}, "github.repos: widgets: name each as owner/name"),
+        ({"app": {"app_id": 1, "private_key_file": "/k.pem"}, "owner": " "}, "github.owner must not be empty"),
+    ],
+)
+def test_an_owner_is_optional_only_with_an_app(github: dict[str, object], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        GitHubConfig.model_validate({"api_url": "http://127.0.0.1:1", **github})
 
 
 def test_the_stop_label_on_gitlab_steers_the_running_run() -> None:

@@ -155,11 +155,8 @@ def demo(
     loaded = load(config) if llm else None
     llm_config = loaded.llm if loaded is not None else None
     allow_none = loaded is not None and loaded.security.sandbox == "none"
-    if serve and app:
-        typer.echo("demo --app runs the one demo task; it does not combine with --serve yet.", err=True)
-        raise typer.Exit(2)
     if serve:
         from coding_agent.web.server import serving_http
 
-        raise typer.Exit(run_playground(llm_config, keep, serving_http, planning, allow_none))
+        raise typer.Exit(run_playground(llm_config, keep, serving_http, planning, allow_none, app))
     raise typer.Exit(run_demo(llm_config, keep, planning, allow_none, app))

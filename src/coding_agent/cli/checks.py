@@ -89,29 +89,40 @@ async def _github_app(config: GitHubConfig, name: str) -> Check:
         tokens = AppTokens(config.app, config.api_url, config.owner, timeout=8)
     except AgentError as error:  # the key cannot be read or is no key
         return Check(name, False, str(error))
+    gaps: list[str] = []
+    scope: list[str] = []
     try:
         bot = await tokens.bot_login()
         installations = await tokens.installations()
         parts = [f"GitHub App {config.app.app_id} (bot @{bot})"]
         parts += [f"installed on {i.account}{' (suspended)' if i.suspended else ''}" for i in installations]
-        installation = await tokens.installation_for(config.owner)
-        chosen = next((i for i in installations if i.id == installation), None)
-        gaps = chosen.missing() if chosen is not None else []
-        if gaps:
-            parts.append(f"installation {installation} lacks permissions {', '.join(gaps)} (grant them in the app's settings)")
-        unheard = [e for e in APP_EVENTS if chosen is not None and e not in chosen.events]
-        if unheard:
-            parts.append(f"warning: the app does not subscribe to {', '.join(unheard)} (webhooks only; polling still works)")
-        response = await tokens.request_as_installation("GET", "/installation/repositories", params={"per_page": 100})
-        names = [str(repo["full_name"]) for repo in response.json().get("repositories", [])]
+        chosen = await tokens.in_scope(config.accounts())
+        if not chosen:
+            parts.append("no installation in scope (install the app, or check github.owner / installation_id)")
+        wanted = {repo.lower() for repo in config.full_repos()}
+        for installation in chosen:
+            missing_permissions = installation.missing()
+            gaps += missing_permissions
+            if missing_permissions:
+                parts.append(
+                    f"installation {installation.id} lacks permissions {', '.join(missing_permissions)} "
+                    "(grant them in the app's settings)"
+                )
+            unheard = [e for e in APP_EVENTS if e not in installation.events]
+            if unheard:
+                parts.append(f"warning: the app does not subscribe to {', '.join(unheard)} (webhooks only; polling still works)")
+            response = await tokens.request_as_installation(
+                "GET", "/installation/repositories", installation.id, params={"per_page": 100}
+            )
+            names = [str(repo["full_name"]) for repo in response.json().get("repositories", [])]
+            held = [n for n in names if not wanted or n.lower() in wanted]
+            scope += held
+            parts.append(f"installation {installation.id}: {', '.join(held) or 'no repository'} in scope")
     except AgentError as error:
         return Check(name, False, str(error))
     finally:
         await tokens.aclose()
-    wanted = {f"{config.owner}/{repo}".lower() for repo in config.repos}
-    scope = [n for n in names if n.split("/", 1)[0].lower() == config.owner.lower() and (not wanted or n.lower() in wanted)]
-    missing = sorted(wanted - {n.lower() for n in names})
-    parts.append(f"installation {installation}: {', '.join(scope) or 'no repository'} in scope")
+    missing = sorted(wanted - {n.lower() for n in scope})
     if missing:
         parts.append(f"not installed on: {', '.join(missing)}")
     if config.bot_name and config.bot_name.lower() != bot.lower():
@@ -163,6 +174,7 @@ async def _github(config: GitHubConfig) -> Check:
     if config.bot_name and config.bot_name.lower() != login.lower():
         parts.append(f"bot_name is {config.bot_name!r} but the token is @{login}")
         ok = False
+    assert config.owner is not None  # required with a token (GitHubConfig)
     for repo in config.repos:
         try:
             permission = await github.rest.repos.async_get_collaborator_permission_level(config.owner, repo, login)

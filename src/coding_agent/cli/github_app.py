@@ -2,7 +2,8 @@
 
 `manifest` prints the app manifest (the permissions and webhook events the agent uses,
 no more) and serves a page on this machine that posts it to GitHub's manifest flow;
-GitHub then sends the browser back to the page with a one-time code. `convert CODE`
+GitHub then sends the browser back to the page with a one-time code, which the page
+converts at once as `convert` does (`convert CODE` again if that failed). `convert CODE`
 trades the code for the app (`POST /app-manifests/{code}/conversions`), writes its id,
 private key and webhook secret to files only the agent's user can read, and prints the
 config lines that use them.
@@ -71,8 +72,13 @@ def manifest(
     web_url: Annotated[str, typer.Option("--web-url", help="GitHub's web address (GitHub Enterprise: https://HOST).")] = "https://github.com",
     port: Annotated[int, typer.Option("--port", help="The local page's port (0: any free one).")] = 0,
     no_page: Annotated[bool, typer.Option("--no-page", help="Print the manifest only; serve no page.")] = False,
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where the conversion writes the key and the webhook secret.")
+    ] = Path("."),
+    api_url: Annotated[str, typer.Option("--api-url", help="GitHub's API (GitHub Enterprise: https://HOST/api/v3).")] = "https://api.github.com",
 ) -> None:
-    """Print the GitHub App manifest and serve a local page that posts it to GitHub."""
+    """Print the GitHub App manifest and serve a local page that posts it to GitHub; the
+    code GitHub sends back to the page is converted at once (as `convert` does)."""
     if no_page:
         typer.echo(json.dumps(app_manifest(name, public_url, None), indent=2))
         return
@@ -96,7 +102,7 @@ def manifest(
                     self._answer(400, b"unexpected callback: the state does not match this command's")
                     return
                 codes.append(query["code"][0])
-                self._answer(200, b"The app is created. Back in the terminal: run the command printed there.")
+                self._answer(200, b"The app is created. Back in the terminal: its key is written and the config lines printed.")
                 done.set()
                 return
             if url.path != "/":
@@ -125,7 +131,10 @@ def manifest(
     finally:
         server.shutdown()
         server.server_close()
-    typer.echo(f"\nNow run: coding-agent github-app convert {codes[0]}")
+    typer.echo("")
+    if _convert(codes[0], directory, api_url) != 0:
+        typer.echo(f"\nThe conversion failed; to try again: coding-agent github-app convert {codes[0]} --dir {directory}")
+        raise typer.Exit(1)
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -142,15 +151,22 @@ def convert(
     api_url: Annotated[str, typer.Option("--api-url", help="GitHub's API (GitHub Enterprise: https://HOST/api/v3).")] = "https://api.github.com",
 ) -> None:
     """Trade the manifest flow's code for the app; write its key and webhook secret (0600)."""
+    status = _convert(code, directory, api_url)
+    if status:
+        raise typer.Exit(status)
+
+
+def _convert(code: str, directory: Path, api_url: str) -> int:
+    """`convert`'s work; the exit status (0: the app's files are written, its config printed)."""
     if not code.replace("-", "").replace("_", "").isalnum():
         typer.echo("github-app convert: the code is letters and digits, as GitHub sent it", err=True)
-        raise typer.Exit(2)
+        return 2
     url = f"{api_url.rstrip('/')}/app-manifests/{code}/conversions"
     try:
         response = httpx.post(url, headers={"Accept": "application/vnd.github+json", "User-Agent": "coding-agent"}, timeout=30)
     except httpx.HTTPError as error:
         typer.echo(f"github-app convert: cannot reach {api_url}: {type(error).__name__}", err=True)
-        raise typer.Exit(1) from None
+        return 1
     if response.status_code != 201:
         detail = ""
         try:
@@ -159,7 +175,7 @@ def convert(
             pass
         hint = " (a code is good once, for an hour)" if response.status_code == 404 else ""
         typer.echo(f"github-app convert: GitHub answered HTTP {response.status_code} {detail}{hint}".rstrip(), err=True)
-        raise typer.Exit(1)
+        return 1
     data = response.json()
     directory.mkdir(parents=True, exist_ok=True)
     slug = str(data["slug"])
@@ -172,9 +188,10 @@ def convert(
     typer.echo(f"Wrote {key_path} and {secret_path} (readable by this user only).")
     typer.echo("Install the app on your repositories (its settings page, Install App), then add to config.yaml:\n")
     typer.echo("github:")
-    typer.echo(f"  owner: {owner}")
+    typer.echo(f"  # owner: {owner}   # optional: only this account's installation (default: every installation)")
     typer.echo("  app:")
     typer.echo(f"    app_id: {data['id']}")
     typer.echo(f"    private_key_file: {key_path}")
     typer.echo("webhooks:")
     typer.echo("  github_secret: ${GITHUB_WEBHOOK_SECRET}   # export GITHUB_WEBHOOK_SECRET=\"$(cat " + str(secret_path) + ")\"")
+    return 0

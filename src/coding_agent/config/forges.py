@@ -46,7 +46,8 @@ class LabelConfig(_Strict):
 class GitHubAppConfig(_Strict):
     """A GitHub App instead of a token (SPEC 17): its id, its private key, optionally one installation.
 
-    Without `installation_id` the installation on `github.owner` is used."""
+    Without `installation_id` every installation of the app is worked (narrowed by
+    `github.owner` / `github.repos` when set)."""
 
     app_id: int = Field(gt=0)
     private_key: SecretStr | None = None
@@ -66,7 +67,8 @@ class GitHubConfig(LabelConfig):
     api_url: str = "https://api.github.com"
     token: SecretStr | None = None
     app: GitHubAppConfig | None = None
-    owner: str
+    # Required with `token`; with `app`, it narrows the installations' repositories to one account's.
+    owner: str | None = None
     repos: list[str] = Field(default_factory=list)
     query: str = ""
     assignee: str | None = None
@@ -77,7 +79,25 @@ class GitHubConfig(LabelConfig):
         """A token and an app at once would leave it unclear whose rights a run has."""
         if self.app is not None and self.token is not None and self.token.get_secret_value():
             raise ValueError("set one of github.token and github.app, not both")
+        if self.owner is not None and not self.owner.strip():
+            raise ValueError("github.owner must not be empty")
+        if self.owner is None and self.app is None:
+            raise ValueError("set github.owner: with github.token the agent works one user's or organisation's repositories")
+        bare = [repo for repo in self.repos if "/" not in repo]
+        if self.owner is None and bare:
+            raise ValueError(f"github.repos: {', '.join(bare)}: name each as owner/name when github.owner is not set")
         return self
+
+    def full_repos(self) -> list[str]:
+        """`repos` as `owner/name` (a bare name is one of `owner`'s)."""
+        return [repo if "/" in repo else f"{self.owner}/{repo}" for repo in self.repos]
+
+    def accounts(self) -> set[str] | None:
+        """The accounts (casefolded) whose repositories are in scope; None: every account
+        a GitHub App is installed on."""
+        if self.repos:
+            return {repo.split("/", 1)[0].casefold() for repo in self.full_repos()}
+        return {self.owner.casefold()} if self.owner is not None else None
 
 
 class GitLabConfig(LabelConfig):

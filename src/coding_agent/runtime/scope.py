@@ -1,5 +1,7 @@
 """Which repositories the agent works: the configured scope (`github.owner` / `repos`,
-`gitlab.group` / `project_id`), checked for every queue message before its claim.
+`gitlab.group` / `project_id`), checked for every queue message before its claim (a
+GitHub App's source narrows it further to its installations' repositories:
+`GitHubSource.refusal`).
 
 A queue message is a hint, like a webhook (SPEC 15): anyone who can publish to the
 broker can name any task key, and the forge token may reach far more repositories than
@@ -33,7 +35,9 @@ class Scope:
             if github is None:
                 return False
             if github.repos:  # discovery searches exactly these (owners of their own allowed)
-                return project in {(repo if "/" in repo else f"{github.owner}/{repo}").casefold() for repo in github.repos}
+                return project in {repo.casefold() for repo in github.full_repos()}
+            if github.owner is None:  # a GitHub App's every installation: the source narrows it
+                return True
             return project.partition("/")[0] == github.owner.casefold()
         gitlab = self._gitlab
         if gitlab is None:

@@ -168,7 +168,7 @@ class Workers:
                 log.error("%s: no configured source for this task key; dropped", key)
                 return None
             if not await self._in_scope(source, key):
-                log.warning("%s: outside the configured scope (a message no poll or webhook made); dropped", key)
+                log.warning("%s: outside the configured scope; dropped", key)
                 return None
             picked_at = time.monotonic()  # its clone holds every push made before now
             self._runner.libraries.load_soon()  # `run --once`: while this task is claimed
@@ -274,6 +274,15 @@ class Workers:
         """Whether `key`'s repository is one this agent works; read from the forge only
         when the key cannot tell (then kept as the claim's snapshot)."""
         verdict = self._scope.of_key(TaskKey.parse(key))
+        if verdict is False:
+            return False
+        # A GitHub App's source narrows the scope to its installations' repositories.
+        refusal = getattr(source, "refusal", None)
+        if refusal is not None:
+            reason = await refusal(TaskKey.parse(key).project)
+            if reason is not None:
+                log.warning("%s: not started: %s", key, reason)
+                return False
         if verdict is not None:
             return verdict
         task = self._snapshots.get(key) or await source.get_task(TaskKey.parse(key))

@@ -405,7 +405,9 @@ class CachingTransport(httpx.AsyncBaseTransport):
             request.headers["Accept-Encoding"] = "identity"
             response = await self._connections(request.url).handle_async_request(request)
             return (await self._read(response, request, keep=tail))[0]
-        key = f"{request.url}\n{request.headers.get('accept', '')}"
+        # `cache_partition`: a URL that answers differently per credential (a GitHub App's
+        # installations share `/installation/repositories`) keeps an answer for each.
+        key = f"{request.url}\n{request.headers.get('accept', '')}\n{request.extensions.get('cache_partition', '')}"
         cached = self.cache.get(key)
         if cached is not None:
             request.headers["If-None-Match"] = cached.etag

@@ -125,13 +125,13 @@ def _refuse(status: int, message: str) -> Response:
 
 
 def _github_in_scope(config: GitHubConfig, full_name: str) -> bool:
-    owner = full_name.split("/", 1)[0]
-    if owner.casefold() != config.owner.casefold():
-        return False
-    if not config.repos:
-        return True
-    wanted = {(repo if "/" in repo else f"{config.owner}/{repo}").casefold() for repo in config.repos}
-    return full_name.casefold() in wanted
+    """As the configuration narrows it; a GitHub App without `owner`/`repos` takes every
+    repository here, and the worker asks the source whether an installation holds it."""
+    if config.repos:
+        return full_name.casefold() in {repo.casefold() for repo in config.full_repos()}
+    if config.owner is None:
+        return config.app is not None
+    return full_name.split("/", 1)[0].casefold() == config.owner.casefold()
 
 
 def _field(data: Any, *path: str) -> Any:
@@ -161,8 +161,14 @@ def _github_ci_hints(full_name: str, event: str, payload: Any) -> list[Hint]:
 def github_hints(config: GitHubConfig, event: str, payload: Any) -> list[Hint]:
     """What a (verified) GitHub event means for the agent; [] for anything unexpected."""
     if event in GITHUB_INSTALLATION_EVENTS:
+        # Any installation of the app on an account in scope (every account without
+        # `owner`/`repos`): one added, removed, suspended or given repositories changes
+        # which repositories are worked.
         account = _field(payload, "installation", "account", "login")
-        if config.app is None or not isinstance(account, str) or account.casefold() != config.owner.casefold():
+        if config.app is None or not isinstance(account, str):
+            return []
+        accounts = config.accounts()
+        if accounts is not None and account.casefold() not in accounts:
             return []
         return [Hint(f"github:{account}", "scope")]
     full_name = _canonical("github", _field(payload, "repository", "full_name"))

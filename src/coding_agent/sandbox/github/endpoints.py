@@ -159,7 +159,9 @@ class Endpoints:
         for issue in self.state.issues():
             repo = self.state.repo(issue.repo)
             bodies = lambda issue=issue: self._comment_bodies(issue)  # noqa: E731
-            if self.state.permission(repo.full_name, login) is not None and query.matches(issue, repo.owner, bodies):
+            # An installation token searches its installation's repositories only, as on GitHub.
+            reach = self.state.token_allows_repo(getattr(request.state, "token", None) or "", repo.full_name)
+            if reach and self.state.permission(repo.full_name, login) is not None and query.matches(issue, repo.owner, bodies):
                 hits.append(issue)
         sort = request.query_params.get("sort", "created")
         key = {"updated": lambda i: i.updated_at, "comments": lambda i: len(self.state.comments(i.repo, i.number))}.get(

@@ -28,7 +28,7 @@ from coding_agent.domain.tasks import Comment, Forge, Permission, Task, TaskKey,
 from coding_agent.errors import ForgeError
 from coding_agent.retry import RetryPolicy
 from coding_agent.sources.ci_logs import last_lines, tail_budget
-from coding_agent.sources.github.app_auth import AppTokens
+from coding_agent.sources.github.app_auth import INSTALLATION_HEADER, AppTokens
 from coding_agent.sources.github.client import PER_PAGE, GitHubClient, GitHubNotFoundError, Sleep, has_next_page
 from coding_agent.sources.github.mapping import (
     MAX_BODY_LENGTH,
@@ -93,6 +93,8 @@ class GitHubSource:
         self._clone_urls: LifetimeAnswers[str] = LifetimeAnswers()
         self._bot_identity: LifetimeAnswers[GitIdentity] = LifetimeAnswers()
         self._labels_made: LifetimeAnswers[None] = LifetimeAnswers()
+        # A GitHub App's installation id -> the repositories it held at its last look (lowercase).
+        self._installed: dict[int, set[str]] = {}
 
     # ------------------------------------------------------------ discovery and snapshots
 
@@ -106,28 +108,71 @@ class GitHubSource:
         are read again at the next request (the repository list is re-read each poll)."""
         if self._http.app is not None:
             self._http.app.forget_all()
+            self._installed.clear()
+
+    async def _scopes(self) -> list[tuple[int | None, GitHubConfig]]:
+        """What each search covers: the configured scope with a token; with a GitHub App,
+        each installation in scope (not suspended), as its account (and the configured
+        repositories on it), searched with its own token."""
+        app = self._http.app
+        if app is None:
+            return [(None, self._config)]
+        scopes: list[tuple[int | None, GitHubConfig]] = []
+        for installation in await app.in_scope(self._config.accounts()):
+            account = installation.account.casefold()
+            repos = [repo for repo in self._config.full_repos() if repo.split("/", 1)[0].casefold() == account]
+            scope = self._config.model_copy(update={"owner": installation.account, "repos": repos})
+            scopes.append((installation.id, scope))
+        return scopes
 
     async def discover(self) -> list[Task]:
         await self.learn_identity()
-        found = [task async for page in self._search(*build_search_query(self._config)) for task in page]
-        if self._http.app is None:
-            return found
-        installed = await self._installed_repositories()
-        return [task for task in found if task.key.project.lower() in installed]
+        found: list[Task] = []
+        for installation, scope in await self._scopes():
+            tasks = [task async for page in self._search(*build_search_query(scope), installation) for task in page]
+            if installation is not None:
+                # A search also finds public repositories the app was never installed on.
+                installed = await self._installed_repositories(installation)
+                tasks = [task for task in tasks if task.key.project.lower() in installed]
+            found += tasks
+        return found
 
-    async def _installed_repositories(self) -> set[str]:
-        """A GitHub App's scope: the repositories its installation holds now (a search also
-        finds public repositories the app was never installed on). Revalidated each poll
-        with the cache's ETag: a 304 when nothing changed."""
+    async def refusal(self, project: str) -> str | None:
+        """Why a GitHub App does not work `project` (None: it does): no installation in
+        scope holds it, or its installation is suspended. Asked before a queue message's
+        claim, with no request naming the repository; the repository list is read again
+        (a 304 when unchanged) when the last one lacked it."""
+        app = self._http.app
+        if app is None:
+            return None
+        owner = project.split("/", 1)[0]
+        installation = await app.holder(owner)
+        if installation is None:
+            return f"the GitHub App is not installed on {owner}"
+        if installation.suspended:
+            return f"installation {installation.id} on {installation.account} is suspended"
+        names = self._installed.get(installation.id)
+        if names is None or project.lower() not in names:
+            names = await self._installed_repositories(installation.id)
+        return None if project.lower() in names else f"{project} is not among installation {installation.id}'s repositories"
+
+    async def _installed_repositories(self, installation: int) -> set[str]:
+        """A GitHub App's installation's repositories now (a search also finds public
+        repositories the app was never installed on). Revalidated each poll with the
+        cache's ETag: a 304 when nothing changed."""
         names: set[str] = set()
+        headers = {INSTALLATION_HEADER: str(installation)}
         for page in range(1, 101):
-            data = await self._http.get_path_json("/installation/repositories", {"per_page": PER_PAGE, "page": page})
+            data = await self._http.get_path_json(
+                "/installation/repositories", {"per_page": PER_PAGE, "page": page}, headers
+            )
             chunk = data.get("repositories") if isinstance(data, dict) else None
             if not isinstance(chunk, list):
                 raise ForgeError("github GET /installation/repositories: unexpected response shape")
             names.update(str(repo.get("full_name", "")).lower() for repo in chunk if isinstance(repo, dict))
             if len(chunk) < PER_PAGE:
                 break
+        self._installed[installation] = names
         return names
 
     async def discover_followups(self, since: datetime) -> AsyncGenerator[list[Task], None]:
@@ -137,9 +182,10 @@ class GitHubSource:
         stamp = since_the_hour(since).strftime("%Y-%m-%dT%H:%M:%SZ")
         mention = self.bot_name.removesuffix("[bot]")  # an app's bot is mentioned by its slug
         query = f"{self._config.query} mentions:{mention} updated:>={stamp}".strip()
-        scope = self._config.model_copy(update={"bot_label": self._config.done_label, "query": query})
-        async for page in self._search(*build_search_query(scope)):
-            yield page
+        for installation, scope in await self._scopes():
+            scope = scope.model_copy(update={"bot_label": self._config.done_label, "query": query})
+            async for page in self._search(*build_search_query(scope), installation):
+                yield page
 
     async def discover_review_followups(self, since: datetime) -> AsyncGenerator[list[Task], None]:
         """One search: open PRs the bot opened, updated since `since` (review threads, SPEC 3)."""
@@ -147,15 +193,20 @@ class GitHubSource:
             return
         stamp = since_the_hour(since).strftime("%Y-%m-%dT%H:%M:%SZ")
         head = ["is:pr", "is:open", f"author:{self.bot_name}", f"updated:>={stamp}"]
-        async for page in self._search(*build_search_query(self._config, head)):
-            yield page
+        for installation, scope in await self._scopes():
+            async for page in self._search(*build_search_query(scope, head), installation):
+                yield page
 
-    async def _search(self, query: str, keep: frozenset[str] | None) -> AsyncGenerator[list[Task], None]:
-        """One issue search, page by page (`keep`: the repositories to keep of a widened query)."""
+    async def _search(
+        self, query: str, keep: frozenset[str] | None, installation: int | None = None
+    ) -> AsyncGenerator[list[Task], None]:
+        """One issue search, page by page (`keep`: the repositories to keep of a widened
+        query; `installation`: a GitHub App's installation whose token searches)."""
         search = self._rest.search.async_issues_and_pull_requests
+        headers = {INSTALLATION_HEADER: str(installation)} if installation is not None else None
         for page in range(1, _MAX_SEARCH_PAGES + 1):
             response = await self._http.call(
-                "GET", "/search/issues", partial(search, q=query, per_page=PER_PAGE, page=page)
+                "GET", "/search/issues", partial(search, q=query, per_page=PER_PAGE, page=page, headers=headers)
             )
             result = self._http.data(response, "GET", "/search/issues")
             tasks: list[Task] = []
@@ -379,6 +430,10 @@ class GitHubSource:
         return await self._read_identity(username)
 
     async def _read_identity(self, username: str | None) -> GitIdentity:
+        if username is None and self._http.app is not None:
+            # An installation token has no user behind it (GitHub answers `GET /user` with
+            # 403): the app's bot is read by its login, as anyone's profile is.
+            username = await self._http.app.bot_login()
         if username is None:
             data = await self._json_object("/user", self._rest.users.async_get_authenticated)
         else:

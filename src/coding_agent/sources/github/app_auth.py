@@ -5,7 +5,14 @@ the past, `exp` 9 minutes ahead, `iss` the app id) and trades it for installatio
 (`POST /app/installations/{id}/access_tokens`). Each run gets its own token for its
 task's repository (`run_scope`), narrowed to that one repository and to the permissions
 a run needs: its requests and git pushes carry a token that reaches nothing else. Requests that name no repository
-(the search, GraphQL) carry a token of the whole installation.
+(the search, GraphQL) carry a token of a whole installation: the one a poll names for
+its search (`INSTALLATION_HEADER`), else within a run the installation of the run's
+repository, else the only installation in scope.
+
+The app's scope is every repository of every installation (`in_scope`: narrowed to
+`installation_id`, and by the source to `github.owner` / `github.repos`); a repository's
+tokens are minted from the installation on its account. A suspended installation is
+left out (one log line while it stays so).
 
 Tokens are kept in this process only, each until shortly before its `expires_at` (5
 minutes, or half its life for the short-lived tokens of tests): a poll or a run's step
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import secrets
 import time
 from collections import deque
@@ -44,6 +52,7 @@ from coding_agent.sources.http import transient_status
 
 __all__ = [
     "APP_EVENTS",
+    "INSTALLATION_HEADER",
     "APP_PERMISSIONS",
     "AppTokens",
     "AppAuthStrategy",
@@ -77,6 +86,20 @@ APP_EVENTS: tuple[str, ...] = (
     "workflow_run",
     "status",
 )
+
+log = logging.getLogger(__name__)
+
+# A request that names no repository (a poll's search, an installation's repository list)
+# names the installation whose token it carries in this header; `InstallationAuth` takes
+# it off before the request is sent.
+INSTALLATION_HEADER = "X-Coding-Agent-Installation"
+# The installations are read again after this long even without a webhook (a new one on
+# an agent that gets no webhooks): one request with the app's JWT.
+INSTALLATIONS_TTL_SECONDS = 600.0
+# (api url, app id, installation id) of the suspended installations already logged: one
+# line per process while one stays suspended, whichever of its sources (the service's,
+# a preflight's) sees it first.
+_TOLD_SUSPENDED: set[tuple[str, int, int]] = set()
 
 # How many recently minted tokens the redactor masks (every live one is among them).
 ISSUED_KEPT = 256
@@ -157,7 +180,7 @@ class AppTokens:
         self,
         config: GitHubAppConfig,
         api_url: str,
-        owner: str,
+        owner: str | None,
         timeout: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -165,6 +188,7 @@ class AppTokens:
         self._key = load_private_key(config)
         self._owner = owner
         self._clock = clock
+        self._api_url = api_url.rstrip("/")
         self._http = httpx.AsyncClient(
             base_url=api_url.rstrip("/"),
             timeout=timeout,
@@ -173,6 +197,9 @@ class AppTokens:
         self._tokens: dict[str, _Token] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._installations: list[Installation] | None = None
+        self._installations_read = 0.0
+        # run -> the installation of its repository (its requests naming no repository use it)
+        self._run_installation: dict[str, int] = {}
         self._slug: str | None = None
         # The tokens minted lately: what `secrets` hands the redactor (bounded: a serve
         # running for months mints one per run).
@@ -217,7 +244,8 @@ class AppTokens:
 
     async def installations(self, refresh: bool = False) -> list[Installation]:
         """The app's installations (`GET /app/installations`), read once until `refresh`."""
-        if self._installations is None or refresh:
+        stale = self._clock() - self._installations_read > INSTALLATIONS_TTL_SECONDS
+        if self._installations is None or refresh or stale:
             found: list[Installation] = []
             page = 1
             while True:
@@ -236,21 +264,65 @@ class AppTokens:
                     break
                 page += 1
             self._installations = found
+            self._installations_read = self._clock()
         return self._installations
 
+    async def in_scope(self, accounts: set[str] | None = None) -> list[Installation]:
+        """The installations whose repositories are worked: `installation_id`'s alone when
+        set, else every one (on `accounts` only, casefolded, when given), a suspended one
+        left out with one log line (again only once it was unsuspended meanwhile)."""
+        chosen: list[Installation] = []
+        for installation in await self.installations():
+            if self._config.installation_id is not None and installation.id != self._config.installation_id:
+                continue
+            if accounts is not None and installation.account.casefold() not in accounts:
+                continue
+            told = (self._api_url, self._config.app_id, installation.id)
+            if installation.suspended:
+                if told not in _TOLD_SUSPENDED:
+                    _TOLD_SUSPENDED.add(told)
+                    log.warning(
+                        "github app %s: installation %d on %s is suspended: its tasks are not started",
+                        self._config.app_id, installation.id, installation.account,
+                    )
+                continue
+            _TOLD_SUSPENDED.discard(told)
+            chosen.append(installation)
+        return chosen
+
+    async def holder(self, owner: str) -> Installation | None:
+        """The installation on `owner`'s account (`installation_id`'s only, when set)."""
+        for installation in await self.installations():
+            if self._config.installation_id is not None and installation.id != self._config.installation_id:
+                continue
+            if installation.account.casefold() == owner.casefold():
+                return installation
+        return None
+
     async def installation_for(self, owner: str) -> int:
-        """The installation that holds `owner`'s repositories (or `installation_id`)."""
+        """The installation that holds `owner`'s repositories (`installation_id`'s only)."""
+        installation = await self.holder(owner)
+        if installation is None:
+            chosen = self._config.installation_id
+            where = f"installation {chosen}" if chosen is not None else "any installation"
+            raise ForgeError(f"github app {self._config.app_id}: {owner} is not in {where} of the app (install it there)")
+        if installation.suspended:
+            raise ForgeError(f"github app {self._config.app_id}: its installation {installation.id} on {owner} is suspended")
+        return installation.id
+
+    async def _default_installation(self) -> int:
+        """The installation of a request that names neither a repository nor an
+        installation, outside any run's repository: `installation_id`, `github.owner`'s,
+        else the first in scope. Such requests read public data (a user's profile, the
+        app's bot's own), which any installation's token reads alike."""
         if self._config.installation_id is not None:
             return self._config.installation_id
-        installations = await self.installations()
-        for installation in installations:
-            if installation.account.lower() == owner.lower():
-                if installation.suspended:
-                    raise ForgeError(f"github app {self._config.app_id}: its installation on {owner} is suspended")
-                return installation.id
-        raise ForgeError(
-            f"github app {self._config.app_id} is not installed on {owner} (install it, or set github.app.installation_id)"
-        )
+        if self._owner is not None:
+            return await self.installation_for(self._owner)
+        installations = await self.in_scope()
+        if not installations:
+            raise ForgeError(f"github app {self._config.app_id}: no installation in scope (install the app, or unsuspend it)")
+        return installations[0].id
 
     # ------------------------------------------------------------ installation tokens
 
@@ -266,15 +338,18 @@ class AppTokens:
             yield
         finally:
             _RUN.reset(reset)
+            self._run_installation.pop(run, None)
             for scope in [scope for scope in self._tokens if scope.startswith(f"{run} ")]:
                 del self._tokens[scope]
                 self._locks.pop(scope, None)
 
-    async def token(self, repository: str | None) -> str:
+    async def token(self, repository: str | None, installation: int | None = None) -> str:
         """A live token for `repository` (`owner/name`, narrowed to it, the run's own within
-        `run_scope`) or, for None, the installation of `github.owner`'s; minted only when
-        none is cached or it is near expiry."""
-        scope = f"{_RUN.get()} {repository.lower()}" if repository else ""
+        `run_scope`) or, for None, of a whole installation (`installation`, else the run's,
+        else `_default_installation`); minted only when none is cached or it is near expiry."""
+        if repository is None and installation is None:
+            installation = self._run_installation.get(_RUN.get()) or await self._default_installation()
+        scope = f"{_RUN.get()} {repository.lower()}" if repository else f"installation {installation}"
         cached = self._tokens.get(scope)
         if cached is not None and self._clock() < cached.renew_at:
             return cached.value
@@ -284,7 +359,7 @@ class AppTokens:
             if cached is not None and self._clock() < cached.renew_at:
                 return cached.value
             try:
-                minted = await self._mint(repository)
+                minted = await self._mint(repository, installation)
             except _NotInstalled:
                 # A repository outside the installations (a contributor's public fork a PR
                 # comes from): read with the installation's own token, which reaches no
@@ -293,17 +368,19 @@ class AppTokens:
             self._tokens[scope] = minted
             return minted.value
 
-    async def _mint(self, repository: str | None) -> _Token:
-        owner = repository.split("/", 1)[0] if repository else self._owner
-        if repository is not None and self._config.installation_id is None:
-            accounts = {i.account.lower() for i in await self.installations()}
-            if owner.lower() not in accounts:
-                raise _NotInstalled(repository)
-        installation = await self.installation_for(owner)
+    async def _mint(self, repository: str | None, installation: int | None) -> _Token:
         body: dict[str, Any] = {}
         if repository is not None:
+            # The installation on the repository's account mints its token.
+            holder = await self.holder(repository.split("/", 1)[0])
+            if holder is None:
+                raise _NotInstalled(repository)
+            installation = await self.installation_for(holder.account)
+            if _RUN.get():
+                self._run_installation.setdefault(_RUN.get(), installation)
             body["repositories"] = [repository.split("/", 1)[1]]
             body["permissions"] = await self._run_permissions(installation)
+        assert installation is not None
         started = self._clock()
         path = f"/app/installations/{installation}/access_tokens"
         try:
@@ -349,9 +426,9 @@ class AppTokens:
         self._tokens.clear()
         self._installations = None
 
-    async def request_as_installation(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def request_as_installation(self, method: str, path: str, installation: int, **kwargs: Any) -> httpx.Response:
         """One request with the whole installation's token (for `doctor`'s look at the scope)."""
-        token = await self.token(None)
+        token = await self.token(None, installation)
         response = await self._http.request(method, path, headers={"Authorization": f"token {token}"}, **kwargs)
         if response.status_code >= 400:
             raise ForgeError(f"github {method} {path} failed: {_message(response)}")
@@ -392,12 +469,18 @@ class InstallationAuth(httpx.Auth):
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         repository = repository_of(request.url.path, self._base_path)
-        token = await self._tokens.token(repository)
+        named = request.headers.pop(INSTALLATION_HEADER, "")
+        installation = int(named) if named.isdigit() and repository is None else None
+        if installation is not None:
+            # One URL (the installation's repository list) answers differently for each
+            # installation: the conditional-request cache keeps one answer per installation.
+            request.extensions = {**request.extensions, "cache_partition": f"installation {installation}"}
+        token = await self._tokens.token(repository, installation)
         request.headers["Authorization"] = f"token {token}"
         response = yield request
         if response.status_code == 401:
             self._tokens.forget(token)
-            request.headers["Authorization"] = f"token {await self._tokens.token(repository)}"
+            request.headers["Authorization"] = f"token {await self._tokens.token(repository, installation)}"
             yield request
 
 

@@ -280,10 +280,12 @@ class GitHubClient:
 
         return await self._pages_of(path, fetch, parse, getattr(item, "__qualname__", "json"))
 
-    async def get_path_json(self, path: str, params: dict[str, Any]) -> Any:
+    async def get_path_json(self, path: str, params: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
         """A GET of an endpoint by its path, read as plain JSON (for what has no helper here),
         through the same cache: unchanged, it is a 304 and free of the rate limit."""
-        return await self.get_json(path, lambda: self._github.arequest("GET", path, params=params, response_model=Any))
+        return await self.get_json(
+            path, lambda: self._github.arequest("GET", path, params=params, headers=headers, response_model=Any)
+        )
 
     async def graphql(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
         """One GraphQL request (for what REST cannot do), retried as REST calls are: only

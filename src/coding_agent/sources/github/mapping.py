@@ -75,12 +75,14 @@ def build_search_query(config: GitHubConfig, head: list[str] | None = None) -> t
     keep: still one query per poll, whatever the number of repositories. `head`: the
     qualifiers that pick the items (default: open and carrying `bot_label`).
     """
-    repos = [repo if "/" in repo else f"{config.owner}/{repo}" for repo in config.repos]
+    repos = config.full_repos()
     head = head if head is not None else ["is:open", f'label:"{config.bot_label}"']
     tail = [f"assignee:{config.assignee}"] if config.assignee else []
     if config.query.strip():
         tail.append(config.query.strip())
     if not repos:
+        if config.owner is None:  # a GitHub App's source searches each installation's account
+            raise ValueError("a search needs github.owner or github.repos")
         return " ".join([*head, f"user:{config.owner}", *tail]), None
     query = " ".join([*head, *(f"repo:{repo}" for repo in repos), *tail])
     if len(query) <= MAX_SEARCH_QUERY_LENGTH:
