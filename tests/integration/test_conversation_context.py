@@ -11,7 +11,7 @@ import pytest
 from coding_agent.config import DEFAULT_COMPLETION_KEYWORDS, GitHubConfig
 from coding_agent.context.completion import CompletionDetector
 from coding_agent.context.conversation import ConversationContext, build_conversation
-from coding_agent.context.first_turn import FirstTurnSettings, build_first_turn, compose_first_turn
+from coding_agent.context.first_turn import FirstTurnSettings, compose_first_turn
 from coding_agent.domain.tasks import TaskKey
 from coding_agent.prompts.untrusted import UntrustedWrapper
 from coding_agent.retry import RetryPolicy
@@ -121,7 +121,8 @@ def test_prompt_holds_the_newest_ten_and_says_what_was_left_out(sandbox: GitHubS
         state.add_comment(REPO, number, "agent-bot" if n == 15 else "alice", f"comment number {n:02d}")
     task, comments = _fetch(sandbox, number)
 
-    text = build_first_turn(task, comments, [], lambda a: True, FirstTurnSettings(bot_name="agent-bot", max_comment_count=10))
+    settings = FirstTurnSettings(bot_name="agent-bot", max_comment_count=10)
+    text = compose_first_turn(task, comments, [], lambda a: True, settings).text
 
     assert "the newest 10 of 15 comments" in text
     assert all(f"comment number {n:02d}" in text for n in range(6, 16))

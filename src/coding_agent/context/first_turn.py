@@ -22,7 +22,7 @@ from coding_agent.domain.tasks import Comment, Task, Thread
 from coding_agent.prompts.context_prompts import render_task_context
 from coding_agent.prompts.untrusted import UntrustedWrapper
 
-__all__ = ["FirstTurn", "FirstTurnSettings", "build_first_turn", "compose_first_turn", "render_task_prompt"]
+__all__ = ["FirstTurn", "FirstTurnSettings", "compose_first_turn", "render_task_prompt"]
 
 
 @dataclass(frozen=True)
@@ -45,20 +45,6 @@ class FirstTurn:
 
     text: str
     comments: tuple[CommentRead, ...]
-
-
-def build_first_turn(
-    task: Task,
-    comments: Sequence[Comment],
-    threads: Sequence[Thread],
-    is_trusted: Callable[[str], bool],
-    settings: FirstTurnSettings = FirstTurnSettings(),
-    memories: Recollection | None = None,
-    followup: bool = False,
-    branch_rules: Mapping[str, str] | None = None,
-) -> str:
-    """The first user turn's text (`compose_first_turn`, its comments left out)."""
-    return compose_first_turn(task, comments, threads, is_trusted, settings, memories, followup, branch_rules).text
 
 
 def compose_first_turn(
@@ -113,4 +99,4 @@ def render_task_prompt(
     is_trusted: Callable[[str], bool],
 ) -> str:
     """The first user turn with every comment and thread, and no memories (tests, a dry run)."""
-    return build_first_turn(task, comments, threads, is_trusted)
+    return compose_first_turn(task, comments, threads, is_trusted).text
