@@ -41,6 +41,8 @@ __all__ = [
     "ServerProcess",
     "TRIGGER_LABEL",
     "proc_stat_fields",
+    "write_rabbitmq_config",
+    "queue_all",
 ]
 
 TRIGGER_LABEL = "coding agent"
@@ -198,3 +200,45 @@ class ServerProcess:
     async def ask_async(self, *message: Any) -> Any:
         """`ask` from an event loop, the wait in a thread (the loop goes on meanwhile)."""
         return await asyncio.to_thread(self.ask, *message)
+
+
+def write_rabbitmq_config(
+    directory: Path, github: dict[str, Any], openai_base_url: str, database: str, queue: str, workers: int, **sections: Any
+) -> Path:
+    """The config of a benchmark's worker processes on RabbitMQ and `database`, written to
+    `directory/config.yaml`: `github` is its section, `sections` replace or add top-level
+    ones (e.g. `scheduling`)."""
+    import yaml
+
+    from tests.support.services import amqp_url
+
+    data: dict[str, Any] = {
+        "task_source": ["github"],
+        "github": github,
+        "llm": {"provider": "openai", "openai": {"model": "replay", "base_url": openai_base_url, "api_key": "k"}},
+        "workspace": {"base_dir": str(directory / "workspaces")},
+        "context_storage": {"base_dir": str(directory / "contexts")},
+        "database": {"url": database},
+        "queue": {"backend": "rabbitmq", "url": amqp_url(), "name": queue},
+        "workers": workers,
+        "logging": {"dir": str(directory / "logs")},
+        "memory": {"enabled": False},
+        "retry": {"base_delay_seconds": 0.01},
+        "dashboard": {"enabled": False},
+        **sections,
+    }
+    path = directory / "config.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+async def queue_all(config_path: Path) -> int:
+    """One producer cycle in this process: every labelled task onto the queue; how many."""
+    from coding_agent.config import load_config
+    from coding_agent.runtime.service import AgentService
+
+    service = AgentService(load_config(config_path, env={}))
+    try:
+        return len((await service.producer.cycle(await service.queue())).enqueued)
+    finally:
+        await service.aclose()

@@ -34,11 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-from _common import emit, open_labelled_issues, seed_github
+from _common import emit, open_labelled_issues, queue_all, seed_github, write_rabbitmq_config
 
-from coding_agent.config import load_config
-from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.shutdown import BACKSTOP_SECONDS, CLOSE_SECONDS, FINISH_SECONDS
 from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sandbox.replay_model import ReplaySandbox
@@ -48,36 +45,6 @@ REPO = "bench/shutdown"
 BOT = "bench-bot"
 MAINTAINER = "maintainer"
 TOKEN = "ghp_" + "BenchShutdownToken0123456789abcde"
-
-
-def _write_config(directory: Path, forge_url: str, model: ReplaySandbox, database: str, queue: str, runs: int, grace: float | None) -> Path:
-    data: dict[str, Any] = {
-        "task_source": ["github"],
-        "github": {"api_url": forge_url, "token": TOKEN, "owner": "bench", "bot_name": BOT},
-        "llm": {"provider": "openai", "openai": {"model": "replay", "base_url": model.openai_base_url, "api_key": "k"}},
-        "workspace": {"base_dir": str(directory / "workspaces")},
-        "context_storage": {"base_dir": str(directory / "contexts")},
-        "database": {"url": database},
-        "queue": {"backend": "rabbitmq", "url": amqp_url(), "name": queue},
-        "workers": runs,
-        "logging": {"dir": str(directory / "logs")},
-        "memory": {"enabled": False},
-        "retry": {"base_delay_seconds": 0.01},
-        "dashboard": {"enabled": False},
-    }
-    if grace is not None:
-        data["scheduling"] = {"shutdown_grace_seconds": grace}
-    path = directory / "config.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-async def _queue_all(config_path: Path) -> int:
-    service = AgentService(load_config(config_path, env={}))
-    try:
-        return len((await service.producer.cycle(await service.queue())).enqueued)
-    finally:
-        await service.aclose()
 
 
 def _spawn_worker(config_path: Path, log: Any) -> subprocess.Popen[bytes]:
@@ -109,8 +76,12 @@ def _case(runs: int, latency: float, grace: float | None, keep: Path | None) -> 
                 "replies": [{"tool": "workspace/create", "args": {"path": "a.txt", "content": "a\n"}}, {"done": "Done."}],
             }
             with ReplaySandbox(script) as model, open(Path(scratch) / "workers.log", "w") as log:
-                config_path = _write_config(Path(scratch), sandbox.url, model, database, queue, runs, grace)
-                assert asyncio.run(_queue_all(config_path)) == runs
+                github = {"api_url": sandbox.url, "token": TOKEN, "owner": "bench", "bot_name": BOT}
+                scheduling = {} if grace is None else {"scheduling": {"shutdown_grace_seconds": grace}}
+                config_path = write_rabbitmq_config(
+                    Path(scratch), github, model.openai_base_url, database, queue, runs, **scheduling
+                )
+                assert asyncio.run(queue_all(config_path)) == runs
                 first = _spawn_worker(config_path, log)
                 second: subprocess.Popen[bytes] | None = None
                 try:

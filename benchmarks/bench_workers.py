@@ -41,11 +41,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
-from _common import emit, open_labelled_issues, seed_github
+from _common import emit, open_labelled_issues, queue_all, seed_github, write_rabbitmq_config
 
-from coding_agent.config import load_config
-from coding_agent.runtime.service import AgentService
 from coding_agent.sandbox.github import GitHubSandbox
 from coding_agent.sandbox.replay_model import ReplaySandbox
 from coding_agent.store.state import StateStore
@@ -65,38 +62,15 @@ def _script(latency: float) -> dict[str, Any]:
     return {"latency_seconds": latency, "replies": [*steps, {"done": "Wrote the files."}]}
 
 
-def _write_config(
+def _config(
     directory: Path, forge_url: str, model: ReplaySandbox, database: str, queue: str, slots: int, lease: float | None = None
 ) -> Path:
-    data: dict[str, Any] = {
-        "task_source": ["github"],
-        "github": {"api_url": forge_url, "token": TOKEN, "owner": "bench", "bot_name": BOT},
-        "llm": {"provider": "openai", "openai": {"model": "replay", "base_url": model.openai_base_url, "api_key": "k"}},
-        "workspace": {"base_dir": str(directory / "workspaces")},
-        "context_storage": {"base_dir": str(directory / "contexts")},
-        "database": {"url": database},
-        "queue": {"backend": "rabbitmq", "url": amqp_url(), "name": queue},
-        "workers": slots,
-        "logging": {"dir": str(directory / "logs")},
-        "memory": {"enabled": False},
-        "progress_comment": {"enabled": False},
-        "retry": {"base_delay_seconds": 0.01},
-        "dashboard": {"enabled": False},
-    }
+    """The workers' config: no progress comment (a comment per step), `lease` when given."""
+    github = {"api_url": forge_url, "token": TOKEN, "owner": "bench", "bot_name": BOT}
+    sections: dict[str, Any] = {"progress_comment": {"enabled": False}}
     if lease is not None:
-        data["scheduling"] = {"lease_seconds": lease}
-    path = directory / "config.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-async def _queue_all(config_path: Path) -> int:
-    """One producer cycle in this process: every labelled task onto the RabbitMQ queue."""
-    service = AgentService(load_config(config_path, env={}))
-    try:
-        return len((await service.producer.cycle(await service.queue())).enqueued)
-    finally:
-        await service.aclose()
+        sections["scheduling"] = {"lease_seconds": lease}
+    return write_rabbitmq_config(directory, github, model.openai_base_url, database, queue, slots, **sections)
 
 
 def _work(processes: int, tasks: int, slots: int, latency: float) -> dict[str, Any]:
@@ -108,8 +82,8 @@ def _work(processes: int, tasks: int, slots: int, latency: float) -> dict[str, A
             seed_github(sandbox.state, [REPO], MAINTAINER, BOT, TOKEN)
             open_labelled_issues(sandbox.state, "github", [REPO], tasks, MAINTAINER)
             with ReplaySandbox(_script(latency)) as model:
-                config_path = _write_config(Path(scratch), sandbox.url, model, database, queue, slots)
-                queued = asyncio.run(_queue_all(config_path))
+                config_path = _config(Path(scratch), sandbox.url, model, database, queue, slots)
+                queued = asyncio.run(queue_all(config_path))
                 assert queued == tasks, f"queued {queued} of {tasks}"
                 store = StateStore(database)
                 logs = [(Path(scratch) / f"worker-{n}.log").open("w") for n in range(processes)]
@@ -179,8 +153,8 @@ def _through_a_kill(tasks: int, slots: int, latency: float, kill_at: float, repl
             seed_github(sandbox.state, [REPO], MAINTAINER, BOT, TOKEN)
             open_labelled_issues(sandbox.state, "github", [REPO], tasks, MAINTAINER)
             with ReplaySandbox(_script(latency)) as model, open(Path(scratch) / "workers.log", "w") as log:
-                config_path = _write_config(Path(scratch), sandbox.url, model, database, queue, slots, lease)
-                assert asyncio.run(_queue_all(config_path)) == tasks
+                config_path = _config(Path(scratch), sandbox.url, model, database, queue, slots, lease)
+                assert asyncio.run(queue_all(config_path)) == tasks
                 store = StateStore(database)
                 workers = [_spawn_worker(config_path, log) for _ in range(2)]
                 try:
