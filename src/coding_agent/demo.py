@@ -27,8 +27,6 @@ from typing import Any
 
 import typer
 import yaml
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from coding_agent.config import AgentConfig, LLMConfig, parse_config
 from coding_agent.logging_setup import configure_logging
@@ -36,6 +34,7 @@ from coding_agent.redaction import Redactor
 from coding_agent.runtime.service import AgentService
 from coding_agent.runtime.shutdown import GracefulShutdown
 from coding_agent.sandbox.github import GitHubSandbox
+from coding_agent.sandbox.github.apps import new_key_pair
 from coding_agent.sandbox.github.playground import Playground
 from coding_agent.sandbox.replay_model import ReplaySandbox, ReplayScript
 from coding_agent.sources.writes import strip_marker
@@ -215,14 +214,10 @@ def _model(llm: LLMConfig | None, script: ReplayScript) -> tuple[ReplaySandbox |
 def _install_app(sandbox: GitHubSandbox) -> dict[str, Any]:
     """A GitHub App installed on the demo's repository, with a key drawn for this run; its
     `github.app` config section. The bot is then `coding-agent-demo[bot]`."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
-    )
-    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    app = sandbox.state.add_app(DEMO_APP, public.decode(), owner="demo")
+    private, public = new_key_pair()
+    app = sandbox.state.add_app(DEMO_APP, public, owner="demo")
     sandbox.state.install_app(app.id, "demo", [DEMO_REPO])
-    return {"app_id": app.id, "private_key": private.decode()}
+    return {"app_id": app.id, "private_key": private}
 
 
 def _run_in(

@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass
 
 import jwt
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+
+from coding_agent.sandbox.github.apps import new_key_pair
 
 __all__ = ["AppKey", "new_app_key", "app_jwt"]
 
@@ -20,10 +20,7 @@ class AppKey:
 
 def new_app_key() -> AppKey:
     """A random 2048-bit RSA key pair, PEM encoded (PKCS#1 for the private half, as GitHub hands it out)."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
-    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return AppKey(private.decode(), public.decode())
+    return AppKey(*new_key_pair())
 
 
 def app_jwt(app_id: int, private_pem: str, *, issued: float | None = None, lifetime: float = 540) -> str:

@@ -24,7 +24,7 @@ from coding_agent.sandbox.github.accounts import Accounts
 from coding_agent.sandbox.github.records import AppRecord, AppTokenRecord, InstallationRecord, MintRecord
 from coding_agent.sandbox.github.tables import NotFoundError
 
-__all__ = ["Apps", "AppAuthError", "MintRefused", "JWT_MAX_LIFETIME"]
+__all__ = ["Apps", "AppAuthError", "MintRefused", "JWT_MAX_LIFETIME", "new_key_pair"]
 
 # GitHub refuses a JWT whose `exp` is more than 10 minutes after its `iat`/now.
 JWT_MAX_LIFETIME = 600
@@ -171,20 +171,16 @@ class Apps(Accounts):
         if found is None:
             raise NotFoundError(f"manifest code {code} not found")
         manifest, owner = found
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        private = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
-        )
-        public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        private, public = new_key_pair()
         slug = "-".join(str(manifest.get("name") or "app").lower().split())
         app = self.add_app(
             slug,
-            public.decode(),
+            public,
             owner=owner,
             permissions=dict(manifest.get("default_permissions") or {}),
             events=tuple(manifest.get("default_events") or ()),
         )
-        return app, private.decode(), secrets.token_hex(20)
+        return app, private, secrets.token_hex(20)
 
     # ---------------------------------------------------------------- JWTs and tokens
 
@@ -333,3 +329,14 @@ class Apps(Accounts):
 
 def _replace(record: InstallationRecord, **changes: Any) -> InstallationRecord:
     return replace(record, **changes)
+
+
+def new_key_pair() -> tuple[str, str]:
+    """A random 2048-bit RSA key pair as an app's (private, public) PEM: the private half
+    PKCS#1, as GitHub hands it out."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return private.decode(), public.decode()
